@@ -1,0 +1,234 @@
+"""The `localchat` command. Errors print one line and exit non-zero; no tracebacks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any, Callable
+
+from .config import Settings, load_settings
+from .errors import LocalchatError
+
+log = logging.getLogger("localchat")
+
+
+def _engine_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="catalog name (see `localchat models`) or a .gguf path")
+    parser.add_argument("--n-ctx", type=int, dest="n_ctx", help="context window in tokens")
+    parser.add_argument("--threads", type=int, dest="n_threads", help="CPU threads (default: physical cores)")
+    parser.add_argument("--step-budget", type=int, dest="step_budget",
+                        help="prompt tokens per step beside streaming chats (default: adaptive)")
+
+
+def _sampling_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--system", help="system prompt")
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--top-p", type=float, default=0.95, dest="top_p")
+    parser.add_argument("--top-k", type=int, default=40, dest="top_k")
+    parser.add_argument("--min-p", type=float, default=0.05, dest="min_p")
+    parser.add_argument("--repeat-penalty", type=float, default=1.0, dest="repeat_penalty")
+    parser.add_argument("--max-tokens", type=int, dest="max_tokens", help="answer length limit in tokens")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="localchat", description="Chat with the best local model your machine can run.")
+    parser.add_argument("--verbose", action="store_true", help="show llama.cpp's log and debug messages")
+    sub = parser.add_subparsers(dest="command")
+
+    chat = sub.add_parser("chat", help="answer PROMPT, or chat in the terminal without one")
+    _engine_args(chat)
+    _sampling_args(chat)
+    chat.add_argument("--json", action="store_true", help="print one JSON object with the answer and its stats")
+    chat.add_argument("prompt", nargs="?", help="the question; omit it for an interactive chat")
+
+    pull = sub.add_parser("pull", help="download a catalog model")
+    pull.add_argument("name", help="catalog name, optionally NAME:QUANT")
+
+    sub.add_parser("models", help="list local and catalog models")
+
+    bench = sub.add_parser("bench", help="run the runtime benchmark (see benchmarks/runtime.py)")
+    bench.add_argument("--quick", action="store_true", help="fewer repeats, smaller documents")
+    bench.add_argument("--output", help="write the Markdown report here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.verbose:
+        logging.getLogger("localchat").setLevel(logging.DEBUG)
+    command = args.command or "chat"
+    if args.command is None:
+        args = build_parser().parse_args(["chat", *(["--verbose"] if args.verbose else [])])
+    handlers: dict[str, Callable[[argparse.Namespace], int]] = {
+        "chat": _cmd_chat, "pull": _cmd_pull, "models": _cmd_models, "bench": _cmd_bench,
+    }
+    try:
+        return handlers[command](args)
+    except LocalchatError as exc:
+        print(f"localchat: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    keys = ("model", "n_ctx", "n_threads", "step_budget")
+    overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
+    overrides["verbose"] = args.verbose or None
+    return load_settings(overrides)
+
+
+def progress_bar(label: str) -> Callable[[int, int], None]:
+    """A one-line progress display on stderr."""
+    def show(done: int, total: int) -> None:
+        if not sys.stderr.isatty() and done < total:
+            return
+        width = 30
+        filled = int(width * done / total) if total else width
+        end = "\n" if done >= total else ""
+        print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done / 1e6:.0f}/{total / 1e6:.0f} MB",
+              end=end, file=sys.stderr, flush=True)
+    return show
+
+
+def open_engine(settings: Settings):
+    """Resolve (fetching when needed) and load the configured model."""
+    from .models.catalog import resolve_model
+    from .runtime.engine import Engine, EngineConfig
+    from .runtime.worker import WorkerConfig
+
+    path = resolve_model(settings.model, progress=progress_bar(f"fetching {settings.model}"))
+    worker = WorkerConfig(n_ctx=settings.n_ctx, n_batch=settings.n_batch, n_seq_max=settings.n_seq_max,
+                          n_threads=settings.n_threads, n_gpu_layers=settings.n_gpu_layers)
+    return Engine.load(path, EngineConfig(worker=worker, step_budget=settings.step_budget))
+
+
+def _sampling(args: argparse.Namespace):
+    from .runtime.sampling import SamplingParams
+
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                          repeat_penalty=args.repeat_penalty, seed=args.seed, max_tokens=args.max_tokens,
+                          stop=list(args.stop))
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    from .runtime.sampling import SamplingParams
+
+    settings = _settings(args)
+    sampling = _sampling(args) if hasattr(args, "temperature") else SamplingParams()
+    sampling.validate()  # before the model loads: a bad flag fails fast
+    with open_engine(settings) as engine:
+        if args.prompt is None:
+            return _interactive(engine, args.system, sampling)
+        messages = ([{"role": "system", "content": args.system}] if args.system else [])
+        messages.append({"role": "user", "content": args.prompt})
+        return _answer_once(engine, messages, sampling, args.json)
+
+
+def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool) -> int:
+    from .runtime.engine import Request
+    from .runtime.events import Stats, TextDelta
+
+    stream = engine.submit(Request(messages=messages, sampling=sampling))
+    if as_json:
+        result = stream.result()
+        stats = result.stats
+        print(json.dumps({
+            "text": result.text, "finish_reason": result.finish_reason,
+            "prompt_tokens": stats.prompt_tokens, "cached_tokens": stats.cached_tokens,
+            "completion_tokens": stats.completion_tokens, "ttft_ms": round(stats.ttft_ms, 1),
+            "tokens_per_s": round(stats.tokens_per_s, 1),
+        }, ensure_ascii=False))
+        return 0
+    for event in stream:
+        if isinstance(event, TextDelta):
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+        elif isinstance(event, Stats):
+            log.info("%d prompt + %d tokens, TTFT %.0f ms, %.1f tokens/s", event.prompt_tokens,
+                     event.completion_tokens, event.ttft_ms, event.tokens_per_s)
+        elif event.kind == "error":
+            raise event.error
+    sys.stdout.write("\n")
+    return 0
+
+
+def _interactive(engine, system: str | None, sampling) -> int:
+    from .runtime.engine import Request
+    from .runtime.events import Done, Failed, Stats, TextDelta
+
+    history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    print(f"localchat: {engine.worker.describe()} - type a message; /reset clears, /exit or Ctrl-D quits, "
+          "Ctrl-C stops an answer.", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ").strip()
+        except EOFError:
+            print(file=sys.stderr)
+            return 0
+        if not line:
+            continue
+        if line in ("/exit", "/quit"):
+            return 0
+        if line == "/reset":
+            history = history[:1] if system else []
+            continue
+        history.append({"role": "user", "content": line})
+        try:
+            stream = engine.submit(Request(messages=history, sampling=sampling))
+        except LocalchatError as exc:
+            history.pop()
+            print(f"localchat: {exc}", file=sys.stderr)
+            continue
+        parts: list[str] = []
+        try:
+            for event in stream:
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                elif isinstance(event, Stats):
+                    stats = f"[{event.completion_tokens} tokens, {event.tokens_per_s:.1f} tok/s, TTFT {event.ttft_ms:.0f} ms]"
+                elif isinstance(event, Failed):
+                    print(f"\nlocalchat: {event.message}", file=sys.stderr)
+                elif isinstance(event, Done):
+                    print(f"\n{stats}", file=sys.stderr)
+        except KeyboardInterrupt:
+            stream.cancel()
+            for _ in stream:
+                pass
+            print("\n[stopped]", file=sys.stderr)
+        history.append({"role": "assistant", "content": "".join(parts)})
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    from .models.catalog import resolve_model
+
+    path = resolve_model(args.name, progress=progress_bar(f"fetching {args.name}"))
+    print(path)
+    return 0
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from .models.catalog import load_catalog
+    from .models.download import cached_file
+
+    print(f"{'NAME':<28} {'QUANT':<8} {'SIZE':>8}  STATUS")
+    for key, entry in sorted(load_catalog().items()):
+        for quant, model_file in entry.files.items():
+            local = cached_file(model_file)
+            status = f"local: {local}" if local else "not downloaded"
+            print(f"{key + ':' + quant:<28} {quant:<8} {model_file.size / 1e6:>6.0f}MB  {status}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_runtime_benchmark
+
+    return run_runtime_benchmark(quick=args.quick, output=args.output)

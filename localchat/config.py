@@ -1,0 +1,109 @@
+"""Settings: defaults < settings.toml < LOCALCHAT_* environment < CLI flags. Unknown keys are errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from .errors import ConfigError
+from .paths import config_dir
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+@dataclass(slots=True)
+class Settings:
+    """Every knob of the runtime, with llama.cpp's names for llama.cpp's knobs."""
+
+    model: str = DEFAULT_MODEL
+    n_ctx: int = 8192
+    n_threads: int = 0  # 0: physical cores
+    n_batch: int = 512
+    n_seq_max: int = 8
+    n_gpu_layers: int = 0
+    # Prompt tokens one engine step may prefill while other sequences are decoding; 0 chooses it
+    # from measured step costs so a streaming chat stays fluid beside a long document.
+    step_budget: int = 0
+    verbose: bool = False
+
+    def replace(self, **changes: Any) -> "Settings":
+        """A copy with the given non-None fields changed."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def settings_file() -> Path:
+    return config_dir() / "settings.toml"
+
+
+def _coerce(name: str, kind: Any, raw: Any, origin: str) -> Any:
+    try:
+        if kind in (bool, "bool"):
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind in (int, "int"):
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return int(raw)
+        return str(raw)
+    except ValueError:
+        raise ConfigError(f"{origin}: '{name}' has the bad value {raw!r}; expected {kind if isinstance(kind, str) else kind.__name__}.") from None
+
+
+def _apply(values: dict[str, Any], changes: Mapping[str, Any], origin: str) -> None:
+    known = {f.name: f.type for f in fields(Settings)}
+    for key, raw in changes.items():
+        if key not in known:
+            raise ConfigError(f"{origin}: unknown setting '{key}'. Known settings: {', '.join(sorted(known))}.")
+        values[key] = _coerce(key, known[key], raw, origin)
+
+
+def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Merge the settings file, LOCALCHAT_* variables and explicit overrides over the defaults."""
+    values: dict[str, Any] = {}
+    path = settings_file()
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path} is not valid TOML ({exc}); fix or delete it.") from None
+        _apply(values, data, str(path))
+    env = os.environ if environ is None else environ
+    not_settings = {"LOCALCHAT_HOME"}
+    from_env = {
+        key[len("LOCALCHAT_"):].lower(): value
+        for key, value in env.items()
+        if key.startswith("LOCALCHAT_") and key not in not_settings
+    }
+    _apply(values, from_env, "environment")
+    _apply(values, {k: v for k, v in (overrides or {}).items() if v is not None}, "command line")
+    settings = Settings(**values)
+    validate(settings)
+    return settings
+
+
+def validate(settings: Settings) -> None:
+    """Reject values llama.cpp would choke on, with a message that says the allowed range."""
+    checks = [
+        ("n_ctx", settings.n_ctx >= 64, "at least 64"),
+        ("n_threads", settings.n_threads >= 0, "0 (auto) or more"),
+        ("n_batch", settings.n_batch >= 1, "at least 1"),
+        ("n_seq_max", 1 <= settings.n_seq_max <= 256, "between 1 and 256"),
+        ("step_budget", settings.step_budget >= 0, "0 (auto) or more"),
+    ]
+    for name, ok, allowed in checks:
+        if not ok:
+            raise ConfigError(f"setting '{name}' = {getattr(settings, name)} is out of range; use {allowed}.")

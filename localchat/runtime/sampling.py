@@ -1,0 +1,94 @@
+"""Per-request sampling: the parameters, their validation, and llama.cpp's sampler chain."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import llama_cpp
+
+from ..errors import RequestError
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """What a request asks of the sampler. temperature 0 is greedy."""
+
+    temperature: float = 0.7
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_last_n: int = 64
+    seed: int | None = None
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self) -> None:
+        """Raise RequestError naming the bad value and its allowed range."""
+        checks = [
+            ("temperature", 0.0 <= self.temperature <= 5.0, "between 0 and 5"),
+            ("top_k", self.top_k >= 0, "0 (off) or more"),
+            ("top_p", 0.0 < self.top_p <= 1.0, "in (0, 1]"),
+            ("min_p", 0.0 <= self.min_p < 1.0, "in [0, 1)"),
+            ("repeat_penalty", 0.0 < self.repeat_penalty <= 10.0, "in (0, 10]"),
+            ("presence_penalty", -2.0 <= self.presence_penalty <= 2.0, "between -2 and 2"),
+            ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0, "between -2 and 2"),
+            ("penalty_last_n", self.penalty_last_n >= -1, "-1 (whole context), 0 (off) or more"),
+            ("max_tokens", self.max_tokens is None or self.max_tokens >= 1, "at least 1"),
+            ("seed", self.seed is None or 0 <= self.seed < 2**32, "between 0 and 2^32-1"),
+        ]
+        for name, ok, allowed in checks:
+            if not ok:
+                raise RequestError(f"{name}={getattr(self, name)!r} is invalid; use a value {allowed}.")
+        if not all(isinstance(s, str) and s for s in self.stop):
+            raise RequestError("stop strings must be non-empty strings.")
+        if len(self.stop) > 16:
+            raise RequestError(f"{len(self.stop)} stop strings given; use at most 16.")
+
+
+class Sampler:
+    """A llama.cpp sampler chain owned by one sequence; freed with the sequence."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+        chain_params = llama_cpp.llama_sampler_chain_default_params()
+        chain_params.no_perf = True
+        self._chain = llama_cpp.llama_sampler_chain_init(chain_params)
+        add = lambda s: llama_cpp.llama_sampler_chain_add(self._chain, s)  # noqa: E731
+        if params.repeat_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
+            add(llama_cpp.llama_sampler_init_penalties(
+                params.penalty_last_n, params.repeat_penalty, params.frequency_penalty, params.presence_penalty))
+        if params.greedy:
+            add(llama_cpp.llama_sampler_init_greedy())
+        else:
+            if params.top_k > 0:
+                add(llama_cpp.llama_sampler_init_top_k(params.top_k))
+            if params.top_p < 1.0:
+                add(llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+            if params.min_p > 0.0:
+                add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
+            add(llama_cpp.llama_sampler_init_temp(params.temperature))
+            seed = params.seed if params.seed is not None else random.getrandbits(32)
+            add(llama_cpp.llama_sampler_init_dist(seed))
+
+    def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
+        """Sample from the logits of batch position `index` and record the token in the chain."""
+        return llama_cpp.llama_sampler_sample(self._chain, ctx, index)
+
+    def accept(self, token: int) -> None:
+        """Tell the chain (penalties) about a token that entered the sequence by another route."""
+        llama_cpp.llama_sampler_accept(self._chain, token)
+
+    def close(self) -> None:
+        if self._chain is not None:
+            llama_cpp.llama_sampler_free(self._chain)
+            self._chain = None
+
+    def __del__(self) -> None:  # a safety net; sequences close their sampler explicitly
+        self.close()

@@ -1,0 +1,214 @@
+"""A Worker owns one llama.cpp model and context. Only workers touch llama.cpp."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+
+from ..errors import EngineError, ModelLoadError
+from . import llama_log
+from .sampling import Sampler, SamplingParams
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(slots=True)
+class WorkerConfig:
+    """How a worker loads its model: llama.cpp's names for llama.cpp's knobs."""
+
+    n_ctx: int = 8192
+    n_batch: int = 512
+    n_seq_max: int = 8
+    n_threads: int = 0
+    n_gpu_layers: int = 0
+    main_gpu: int = 0
+
+
+@dataclass(slots=True)
+class BatchRow:
+    """Tokens of one sequence that go into one llama_decode, starting at position `pos`."""
+
+    seq_id: int
+    tokens: list[int]
+    pos: int
+    want_logits: bool  # logits for the last token of the row
+
+
+def default_threads() -> int:
+    try:
+        import psutil
+
+        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    except ImportError:
+        return os.cpu_count() or 1
+
+
+def check_gguf_file(path: Path) -> None:
+    """Fail early, with a useful message, on files llama.cpp would reject with a bare NULL."""
+    if not path.is_file():
+        raise ModelLoadError(f"no model file at {path}; check the path or run `localchat pull`.")
+    with path.open("rb") as handle:
+        magic = handle.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(
+            f"{path} is not a GGUF model file (it starts with {magic!r}); use a .gguf file, "
+            "for example one from `localchat models`."
+        )
+
+
+class Worker:
+    """One model + one context with room for `n_seq_max` sequences sharing a unified KV cache."""
+
+    def __init__(self, model_path: str | Path, config: WorkerConfig | None = None) -> None:
+        self.config = config or WorkerConfig()
+        self.model_path = Path(model_path)
+        llama_log.install()
+        llama_cpp.llama_backend_init()
+        check_gguf_file(self.model_path)
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = self.config.n_gpu_layers
+        mparams.main_gpu = self.config.main_gpu
+        llama_log.recent_problems.clear()
+        model = llama_cpp.llama_model_load_from_file(str(self.model_path).encode(), mparams)
+        if not model:
+            reason = "; ".join(llama_log.recent_problems) or "llama.cpp gave no reason"
+            raise ModelLoadError(
+                f"could not load {self.model_path} ({reason}). The file may be truncated or corrupt: "
+                "download it again (`localchat pull`), or pick another model."
+            )
+        self.model = model
+        self.vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(model)
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = self.config.n_ctx
+        cparams.n_batch = self.config.n_batch
+        cparams.n_ubatch = self.config.n_batch
+        cparams.n_seq_max = self.config.n_seq_max
+        threads = self.config.n_threads or default_threads()
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.kv_unified = True  # one cell pool shared by every sequence: prefixes can be shared
+        cparams.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            llama_cpp.llama_model_free(model)
+            reason = "; ".join(llama_log.recent_problems) or "out of memory?"
+            raise ModelLoadError(f"could not create a context of {self.config.n_ctx} tokens ({reason}); try a smaller n_ctx.")
+        self.ctx = ctx
+        self.n_ctx = llama_cpp.llama_n_ctx(ctx)
+        self.memory = llama_cpp.llama_get_memory(ctx)
+        self._batch = llama_cpp.llama_batch_init(self.config.n_batch, 0, 1)
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.bos_token = llama_cpp.llama_vocab_bos(self.vocab)
+        self.eos_token = llama_cpp.llama_vocab_eos(self.vocab)
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    # -- vocabulary -------------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:  # buffer too small: llama.cpp says how many it needs
+            capacity = -n
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """The raw bytes of one token (may be part of a UTF-8 character)."""
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+            return buf.raw[:n]
+        return self._piece_buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry of a token, as stored (for special-token names)."""
+        return llama_cpp.llama_vocab_get_text(self.vocab, token).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as a string, or None."""
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self.model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    # -- computation --------------------------------------------------------------------------
+
+    def decode(self, rows: list[BatchRow]) -> list[int]:
+        """Run one llama_decode over all rows; returns the batch index of each row's last token."""
+        batch = self._batch
+        n = 0
+        last_index = []
+        for row in rows:
+            for offset, token in enumerate(row.tokens):
+                batch.token[n] = token
+                batch.pos[n] = row.pos + offset
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = row.seq_id
+                batch.logits[n] = row.want_logits and offset == len(row.tokens) - 1
+                n += 1
+            last_index.append(n - 1)
+        assert 0 < n <= self.config.n_batch, n
+        batch.n_tokens = n
+        status = llama_cpp.llama_decode(self.ctx, batch)
+        if status != 0:
+            raise EngineError(
+                "llama.cpp could not place the batch in the KV cache" if status == 1
+                else f"llama_decode failed with status {status}"
+            )
+        return last_index
+
+    def new_sampler(self, params: SamplingParams) -> Sampler:
+        return Sampler(params, self.n_vocab)
+
+    def sample(self, sampler: Sampler, index: int) -> int:
+        return sampler.sample(self.ctx, index)
+
+    def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> None:
+        """Drop positions [start, end) of a sequence from the KV cache (end -1: to the end)."""
+        ok = llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, end)
+        assert ok, (seq_id, start, end)
+
+    def seq_copy(self, src: int, dst: int, start: int = 0, end: int = -1) -> None:
+        """Let `dst` share the cells of `src` over [start, end): no data is copied."""
+        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, start, end)
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            llama_cpp.llama_model_free(self.model)
+            self.model = None

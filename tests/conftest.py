@@ -1,0 +1,27 @@
+"""Shared fixtures: the real SmolLM2 file, fetched through localchat's own pull path once per run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Every localchat directory of the test run lives in one place, away from the user's own.
+_HOME = Path(os.environ.get("LOCALCHAT_TEST_HOME", "/tmp/localchat-test-home"))
+os.environ["LOCALCHAT_HOME"] = str(_HOME)
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    from localchat.models.catalog import resolve_model
+
+    return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def q8_model_path(model_path: Path) -> Path:
+    """A Q8_0 sibling made from the Q4_1 file with llama.cpp's own quantizer."""
+    from localchat.models.derive import requantize
+
+    return requantize(model_path, "Q8_0")

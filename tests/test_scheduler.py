@@ -1,0 +1,137 @@
+"""The scheduler and KV slot table on their own: pure Python, no model."""
+
+from __future__ import annotations
+
+from localchat.runtime.kv_slots import KVSlots, common_prefix
+from localchat.runtime.scheduler import Scheduler, StepBudget
+from localchat.runtime.sequence import Sequence
+
+
+def seq(name: str, tokens: list[int], max_tokens: int = 8) -> Sequence:
+    return Sequence(id=name, tokens=list(tokens), max_tokens=max_tokens)
+
+
+def run_step(sched: Scheduler):
+    """What the engine does after a decode: advance counters, sample a fake token where logits came."""
+    step = sched.schedule()
+    for row in step.rows:
+        row.seq.num_computed = row.end
+        if row.want_logits:
+            row.seq.tokens.append(7)
+    return step
+
+
+def test_common_prefix():
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix([], [1]) == 0
+    assert common_prefix([5, 6], [5, 6]) == 2
+
+
+def test_long_prompt_is_prefilled_in_chunks_of_n_batch():
+    sched = Scheduler(n_ctx=4096, n_seq_max=4, n_batch=100)
+    a = seq("a", range(1, 251))
+    sched.add(a)
+    sizes = [run_step(sched).num_tokens for _ in range(3)]
+    assert sizes == [100, 100, 50]
+    assert a.num_generated == 1 and a.is_decoding
+
+
+def test_decodes_go_first_and_prefill_fills_the_budget():
+    sched = Scheduler(n_ctx=4096, n_seq_max=4, n_batch=512, step_budget=16)
+    a = seq("a", range(1, 11))
+    sched.add(a)
+    run_step(sched)  # a's whole prompt
+    b = seq("b", range(100, 200))
+    sched.add(b)
+    step = run_step(sched)
+    assert [(r.seq.id, r.end - r.start) for r in step.rows] == [("a", 1), ("b", 16)]
+
+
+def test_follow_up_reuses_the_resident_prefix():
+    sched = Scheduler(n_ctx=4096, n_seq_max=2, n_batch=512)
+    first = seq("first", range(1, 51))
+    sched.add(first)
+    run_step(sched)
+    ops = sched.finish(first, keep_kv=True)
+    assert ops == []
+    follow = seq("follow", list(range(1, 51)) + [7, 90, 91])
+    sched.add(follow)
+    step = sched.schedule()
+    assert step.admitted == [(follow, 50)]  # the first prompt is resident; its sampled token is not
+    assert [(r.start, r.end) for r in step.rows] == [(50, 53)]
+    assert [(o.kind, o.seq_id, o.start) for o in step.ops] == [("remove", 0, 50)]
+
+
+def test_a_busy_prefix_is_shared_by_copy():
+    sched = Scheduler(n_ctx=4096, n_seq_max=2, n_batch=512)
+    doc = list(range(1, 101))
+    a = seq("a", doc + [500])
+    sched.add(a)
+    run_step(sched)
+    b = seq("b", doc + [600, 601])
+    sched.add(b)
+    step = sched.schedule()
+    assert step.admitted == [(b, 100)]
+    assert [(o.kind, o.seq_id, o.src, o.end) for o in step.ops] == [("copy", 1, 0, 100)]
+
+
+def test_idle_slots_are_evicted_least_recently_used():
+    slots = KVSlots(n_slots=3, n_ctx=100)
+    for name, start in (("x", 1000), ("y", 2000)):
+        s = seq(name, range(start, start + 40))
+        assert slots.assign(s) is not None
+        s.num_computed = 40
+        slots.release(s, keep=True)
+    ops = slots.evict(need=50)
+    assert [(o.kind, o.seq_id) for o in ops] == [("remove", 0)]  # x was used first
+    assert slots.used_cells() == 40
+
+
+def test_out_of_cells_preempts_the_youngest_and_it_resumes():
+    sched = Scheduler(n_ctx=64, n_seq_max=4, n_batch=64)
+    a = seq("a", range(1, 21), max_tokens=40)
+    b = seq("b", range(100, 120), max_tokens=40)
+    sched.add(a)
+    sched.add(b)
+    preempted = []
+    for _ in range(80):
+        step = run_step(sched)
+        preempted += step.preempted
+        for s in list(sched.running):
+            if s.num_generated >= s.max_tokens:
+                sched.finish(s, keep_kv=True)
+        if not sched.has_work():
+            break
+        assert sched.kv.used_cells() <= 64
+    assert preempted and preempted[0] is b
+    assert a.num_generated == 40 and b.num_generated == 40
+
+
+def test_cancel_while_waiting_and_running():
+    sched = Scheduler(n_ctx=4096, n_seq_max=1, n_batch=512)
+    a, b = seq("a", range(1, 10)), seq("b", range(1, 10))
+    sched.add(a)
+    sched.add(b)
+    run_step(sched)
+    assert sched.waiting[0] is b  # one slot only
+    assert sched.finish(b, keep_kv=False) == []
+    ops = sched.finish(a, keep_kv=False)
+    assert [(o.kind, o.seq_id) for o in ops] == [("remove", 0)]
+    assert not sched.has_work() and sched.kv.used_cells() == 0
+
+
+def test_adaptive_budget_shrinks_when_mixed_steps_are_slow_and_grows_back():
+    budget = StepBudget(n_batch=512)
+    budget.record(1, 1, 0.010)  # decode-only steps: 10 ms
+    start = budget.current
+    for _ in range(5):
+        budget.record(start + 1, 1, 0.100)  # far above 2.5 x 10 ms
+    assert budget.current < start
+    low = budget.current
+    for _ in range(5):
+        budget.record(low + 1, 1, 0.011)
+    assert budget.current > low
+    fixed = StepBudget(n_batch=512, fixed=32)
+    fixed.record(1, 1, 0.01)
+    fixed.record(33, 1, 1.0)
+    assert fixed.current == 32
