@@ -100,7 +100,7 @@ class Engine:
         request_id = request.id or f"req-{next(_ids)}"
         stream = Stream(request_id, self.cancel)
         seq = Sequence(id=request_id, tokens=tokens, max_tokens=max_tokens, stream=stream,
-                       output=TextOutput(list(params.stop)))
+                       output=TextOutput(list(params.stop)), ignore_eos=params.ignore_eos)
         seq.sampler = self.worker.new_sampler(params)
         self._inbox.put(("submit", seq))
         return stream
@@ -190,7 +190,7 @@ class Engine:
         if seq.num_generated == 0:
             seq.t_first_token = time.perf_counter()
             seq.stream.put(PrefillProgress(seq.num_prompt, seq.num_prompt))
-        if self.worker.is_eog(token):
+        if self.worker.is_eog(token) and not seq.ignore_eos:
             self._end(seq, "stop", keep_kv=True)
             return
         seq.tokens.append(token)

@@ -25,6 +25,7 @@ class SamplingParams:
     seed: int | None = None
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False  # generate exactly max_tokens (benchmarks)
 
     @property
     def greedy(self) -> bool:

@@ -22,7 +22,7 @@ class Sequence:
     num_cached: int = 0  # prompt tokens that were already resident when the sequence started
     slot: int | None = None
     admitted_at: int = -1  # admission order, for preempting the youngest first
-    cancelled: bool = False
+    ignore_eos: bool = False
     sampler: Any = None
     stream: Any = None
     output: Any = None

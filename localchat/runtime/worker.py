@@ -29,6 +29,7 @@ class WorkerConfig:
     n_threads: int = 0
     n_gpu_layers: int = 0
     main_gpu: int = 0
+    flash_attn: bool = False
 
 
 @dataclass(slots=True)
@@ -75,6 +76,9 @@ class Worker:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = self.config.n_gpu_layers
         mparams.main_gpu = self.config.main_gpu
+        # Repacked weights use one kernel for a single row and another for several: batch-dependent
+        # rounding would make a sequence's greedy output depend on what else is decoding.
+        mparams.use_extra_bufts = False
         llama_log.recent_problems.clear()
         model = llama_cpp.llama_model_load_from_file(str(self.model_path).encode(), mparams)
         if not model:
@@ -96,6 +100,9 @@ class Worker:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.kv_unified = True  # one cell pool shared by every sequence: prefixes can be shared
+        # Off, as in llama-cpp-python's Llama: identical numerics make our greedy output comparable.
+        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.config.flash_attn \
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.no_perf = True
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:

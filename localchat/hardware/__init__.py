@@ -1,0 +1,100 @@
+"""What the machine has: HardwareInfo (from `probe()`, or a JSON file that describes a machine)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+
+
+@dataclass(slots=True)
+class GPUInfo:
+    """One accelerator. Bytes and bytes/s throughout; None where the driver did not say."""
+
+    index: int
+    name: str
+    vendor: str = "nvidia"                 # nvidia | apple
+    memory_total: int = 0
+    memory_free: int = 0
+    bus_width_bits: int | None = None
+    memory_clock_mhz: int | None = None    # max memory clock as NVML reports it (double data rate)
+    spec_bandwidth: float | None = None
+    measured_bandwidth: float | None = None
+    compute_capability: str | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    fp32_tflops: float | None = None
+    fp16_tflops: float | None = None       # matrix throughput llama.cpp's prompt kernels can reach
+    unified: bool = False                  # shares the host's RAM (Apple silicon)
+
+    @property
+    def bandwidth(self) -> float | None:
+        """Measured bandwidth when there is one, else the spec figure."""
+        return self.measured_bandwidth or self.spec_bandwidth
+
+
+@dataclass(slots=True)
+class HardwareInfo:
+    """The machine as the planner sees it."""
+
+    os: str = "unknown"
+    machine: str = "unknown"               # x86_64 | arm64 | ...
+    cpu_model: str = "unknown"
+    physical_cores: int = 1
+    logical_cores: int = 1
+    cpu_max_mhz: float | None = None
+    cpu_flags: list[str] = field(default_factory=list)
+    ram_total: int = 0
+    ram_available: int = 0
+    ram_bandwidth: float | None = None     # measured host copy bandwidth
+    gpus: list[GPUInfo] = field(default_factory=list)
+    peer_access: list[list[int]] = field(default_factory=list)  # GPU index pairs with P2P reads
+    unified_memory: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """JSON text that `from_json` reads back to an equal object."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HardwareInfo":
+        """Build from plain data; missing keys take defaults, unknown keys are errors."""
+        if not isinstance(data, dict):
+            raise ConfigError("a hardware description must be a JSON object; see `localchat probe --json`.")
+        gpus = [_build(GPUInfo, g, f"gpus[{i}]") for i, g in enumerate(data.get("gpus") or [])]
+        info = _build(cls, {**data, "gpus": []}, "hardware")
+        info.gpus = gpus
+        return info
+
+    @classmethod
+    def from_json(cls, text: str) -> "HardwareInfo":
+        """Parse `to_json` output (or a hand-written machine description)."""
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"the hardware description is not valid JSON ({exc}); "
+                              "write it like `localchat probe --json` prints.") from None
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} in the hardware description must be an object.")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)} in {where} of the hardware description; "
+                          f"known keys: {', '.join(sorted(names))}.")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise ConfigError(f"{where} of the hardware description is incomplete ({exc}).") from None
+
+
+__all__ = ["GPUInfo", "HardwareInfo"]

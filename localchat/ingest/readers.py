@@ -1,0 +1,290 @@
+"""Per-format readers behind extract(): PDF pages, DOCX/Markdown/HTML headings, text line ranges."""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from html.parser import HTMLParser
+
+from .extract import (BrokenDocumentError, Document, DocumentTooLargeError,
+                      EncryptedDocumentError, Section)
+
+START_ANCHOR = "beginning"
+# Text and source files are cut into line ranges so that a citation points somewhere useful.
+_LINES_SOFT, _LINES_HARD = 40, 120
+_CHARS_SOFT, _CHARS_HARD = 2000, 6000
+
+
+def heading_anchor(title: str) -> str:
+    """The anchor for a section that starts at a heading."""
+    title = " ".join(title.split())
+    return "§ " + (title if len(title) <= 60 else title[:59].rstrip() + "…")
+
+
+def line_anchor(first: int, last: int) -> str:
+    """The anchor for a range of 1-based lines."""
+    return f"line {first}" if first == last else f"lines {first}–{last}"
+
+
+def read_pdf(name: str, data: bytes) -> Document:
+    """One section per page with text; pages are numbered as a viewer counts them (1-based)."""
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError
+
+    fix = "open it in a PDF viewer and save (or print) it as a new PDF, then attach that"
+    # pypdf quietly rebuilds a cut-off file and returns only its first pages; a missing
+    # end marker is how we notice, so a partial document is never passed off as whole.
+    if b"%%EOF" not in data[-1024 * 1024:]:
+        raise BrokenDocumentError(f"{name}: the PDF is incomplete (cut off before its end); "
+                                  "download or copy it again.")
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted:
+            try:
+                # Many PDFs are encrypted only against editing and open with an empty password.
+                opened = reader.decrypt("")
+            except DependencyError:
+                raise EncryptedDocumentError(
+                    f"{name}: the PDF is encrypted with AES, which needs the 'cryptography' package; "
+                    "install it (pip install cryptography) or save an unprotected copy and attach "
+                    "that.") from None
+            if not opened:
+                raise EncryptedDocumentError(
+                    f"{name}: the PDF is password-protected; open it with its password in a PDF "
+                    "viewer, save a copy without protection, and attach that.")
+        pages = list(reader.pages)
+    except EncryptedDocumentError:
+        raise
+    except Exception as exc:  # pypdf raises many types on damaged input
+        raise BrokenDocumentError(f"{name}: the PDF is damaged ({_short(exc)}); {fix}.") from None
+    sections: list[Section] = []
+    warnings: list[str] = []
+    failed: list[int] = []
+    for number, page in enumerate(pages, start=1):
+        try:
+            text = page.extract_text() or ""
+        except Exception:
+            failed.append(number)
+            continue
+        text = "\n".join(line.rstrip() for line in text.splitlines())
+        sections.append(Section(text=text, anchor=f"p. {number}"))
+    if failed and len(failed) == len(pages):
+        raise BrokenDocumentError(f"{name}: no page of the PDF could be read; {fix}.")
+    if failed:
+        warnings.append(f"{name}: could not read {_pages(failed)}; the rest was read. To include "
+                        f"them, {fix}.")
+    return Document(name=name, kind="pdf", sections=sections, warnings=warnings)
+
+
+def read_docx(name: str, data: bytes, *, max_bytes: int) -> Document:
+    """One section per heading (Title / Heading N styles), tables as `a | b | c` rows."""
+    import docx
+    from docx.table import Table
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            unpacked = sum(info.file_size for info in zf.infolist())
+    except zipfile.BadZipFile:
+        raise BrokenDocumentError(f"{name}: the Word file is damaged; open it in Word or "
+                                  "LibreOffice, save it again and attach the new copy.") from None
+    # A small .docx can unpack to gigabytes (a zip bomb); refuse before parsing.
+    if unpacked > 4 * max_bytes:
+        raise DocumentTooLargeError(f"{name}: unpacks to {unpacked // (1024 * 1024)} MB, more than "
+                                    "this app reads; split it into smaller documents.")
+    sections: list[Section] = []
+    # Paragraphs are kept apart by a blank line, as the chunker expects of paragraphs.
+    anchor, paragraphs = START_ANCHOR, []
+    try:
+        body = docx.Document(io.BytesIO(data))
+        for block in body.iter_inner_content():
+            if isinstance(block, Table):
+                paragraphs.append("\n".join(_table_rows(block)))
+                continue
+            text = block.text.strip()
+            style = ((block.style.name or "") if block.style is not None else "").lower()
+            if text and (style.startswith("heading") or style == "title"):
+                sections.append(Section("\n\n".join(p for p in paragraphs if p), anchor))
+                anchor, paragraphs = heading_anchor(text), []
+            if text:
+                paragraphs.append(text)
+    except Exception as exc:  # python-docx and lxml raise many types on damaged input
+        raise BrokenDocumentError(f"{name}: the Word file is damaged ({_short(exc)}); open it in "
+                                  "Word or LibreOffice, save it again and attach the new copy.") from None
+    sections.append(Section("\n\n".join(p for p in paragraphs if p), anchor))
+    return Document(name=name, kind="docx", sections=sections)
+
+
+def _table_rows(table) -> list[str]:
+    rows = []
+    for row in table.rows:
+        cells: list[str] = []
+        for cell in row.cells:
+            text = " ".join(cell.text.split())
+            # Merged cells come back once per grid column; keep one copy.
+            if not cells or cells[-1] != text:
+                cells.append(text)
+        if any(cells):
+            rows.append(" | ".join(cells))
+    return rows
+
+
+def line_sections(text: str, first_line: int = 1) -> list[Section]:
+    """Cut text into sections of whole lines, preferring breaks at blank lines."""
+    sections: list[Section] = []
+    lines = text.split("\n")
+    start, size = 0, 0
+    for i, line in enumerate(lines):
+        size += len(line) + 1
+        count = i - start + 1
+        soft = (count >= _LINES_SOFT or size >= _CHARS_SOFT) and not line.strip()
+        if soft or count >= _LINES_HARD or size >= _CHARS_HARD or i == len(lines) - 1:
+            # The anchor names the lines that hold text, not the blank ones around them.
+            kept = [n for n in range(start, i + 1) if lines[n].strip()]
+            if kept:
+                body = "\n".join(lines[kept[0]:kept[-1] + 1])
+                sections.append(Section(body, line_anchor(first_line + kept[0], first_line + kept[-1])))
+            start, size = i + 1, 0
+    return sections
+
+
+_ATX = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
+_SETEXT = re.compile(r"^ {0,3}(=+|-+)\s*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+
+
+def markdown_sections(text: str) -> list[Section]:
+    """One section per ATX (`# Title`) or setext heading; code fences are not scanned for headings."""
+    lines = text.split("\n")
+    starts: list[tuple[int, str]] = []  # (line index where the section starts, heading)
+    fence = None
+    # YAML front matter ends with a `---` that would otherwise read as a setext underline.
+    skip_to = lines.index("---", 1) + 1 if lines[0] == "---" and "---" in lines[1:] else 0
+    for i, line in enumerate(lines):
+        if i < skip_to:
+            continue
+        opened = _FENCE.match(line)
+        if fence:
+            if opened and opened.group(1) == fence:
+                fence = None
+            continue
+        if opened:
+            fence = opened.group(1)
+            continue
+        if m := _ATX.match(line):
+            starts.append((i, m.group(2)))
+        elif (_SETEXT.match(line) and i > skip_to and lines[i - 1].strip()
+              and not (_SETEXT.match(lines[i - 1]) or _FENCE.match(lines[i - 1]) or _ATX.match(lines[i - 1]))):
+            starts.append((i - 1, lines[i - 1]))
+    if not starts:
+        return line_sections(text)
+    sections: list[Section] = []
+    if starts[0][0] > 0:
+        sections.append(Section("\n".join(lines[:starts[0][0]]), START_ANCHOR))
+    for n, (begin, title) in enumerate(starts):
+        end = starts[n + 1][0] if n + 1 < len(starts) else len(lines)
+        sections.append(Section("\n".join(lines[begin:end]).strip("\n"), heading_anchor(_plain(title))))
+    return sections
+
+
+def _plain(markdown: str) -> str:
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", markdown)
+    return re.sub(r"[*_`]+", "", text).strip()
+
+
+# Content of these elements is never shown to the reader of a page, so never to the model.
+# (`head` is not listed: its end tag is optional, and a missing one would hide the whole body.)
+_SKIP = frozenset({"script", "style", "noscript", "template", "svg", "math"})
+_BLOCK = frozenset({"p", "div", "section", "article", "header", "footer", "main", "nav", "aside",
+                    "blockquote", "ul", "ol", "dl", "dt", "dd", "table", "tr", "form", "fieldset",
+                    "figure", "figcaption", "address", "hr", "caption", "details", "summary", "title"})
+_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+
+
+class _HTMLText(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.sections: list[Section] = []
+        self.anchor = START_ANCHOR
+        self.parts: list[str] = []
+        self.skip = 0
+        self.pre = 0
+        self.heading: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if tag in _SKIP:
+            self.skip += 1
+        elif self.skip:
+            return
+        elif tag in _HEADINGS:
+            self._flush()
+            self.heading = []
+            self.parts.append("\n")
+        elif tag == "br":
+            self.parts.append("\n")
+        elif tag == "li":
+            self.parts.append("\n- ")
+        elif tag in ("td", "th"):
+            self.parts.append(" | ")
+        elif tag == "pre":
+            self.pre += 1
+            self.parts.append("\n")
+        elif tag in _BLOCK:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _SKIP:
+            self.skip = max(0, self.skip - 1)
+        elif self.skip:
+            return
+        elif tag in _HEADINGS and self.heading is not None:
+            title = " ".join("".join(self.heading).split())
+            if title:
+                self.anchor = heading_anchor(title)
+            self.heading = None
+            self.parts.append("\n")
+        elif tag == "pre":
+            self.pre = max(0, self.pre - 1)
+            self.parts.append("\n")
+        elif tag in _BLOCK or tag == "li":
+            self.parts.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if self.skip:
+            return
+        if self.pre:
+            # Shield code indentation from the whitespace cleanup in _flush().
+            data = data.replace(" ", "\x01").replace("\t", "\x02")
+        else:
+            data = re.sub(r"\s+", " ", data)
+        self.parts.append(data)
+        if self.heading is not None:
+            self.heading.append(data)
+
+    def _flush(self) -> None:
+        text = re.sub(r"[ \t]*\n[ \t]*", "\n", "".join(self.parts))
+        text = re.sub(r"\n{3,}", "\n\n", text).strip().replace("\x01", " ").replace("\x02", "\t")
+        self.sections.append(Section(text, self.anchor))
+        self.parts = []
+
+    def finish(self) -> list[Section]:
+        self.close()
+        self._flush()
+        return self.sections
+
+
+def html_sections(text: str) -> list[Section]:
+    """Visible text of an HTML page, one section per heading; scripts and styles dropped."""
+    parser = _HTMLText()
+    parser.feed(text)
+    return parser.finish()
+
+
+def _short(exc: Exception) -> str:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return message if len(message) <= 120 else message[:117] + "..."
+
+
+def _pages(numbers: list[int]) -> str:
+    shown = ", ".join(str(n) for n in numbers[:10])
+    return ("page " if len(numbers) == 1 else "pages ") + shown + (" and more" if len(numbers) > 10 else "")

