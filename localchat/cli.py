@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -12,6 +13,12 @@ from .config import Settings, load_settings
 from .errors import LocalchatError
 
 log = logging.getLogger("localchat")
+
+# Subcommands with their own argument parsers: everything after the name is passed through.
+DELEGATED = {
+    "probe": ("localchat.hardware.probe", "show this machine's CPU, memory and GPUs"),
+    "plan": ("localchat.models.planner", "choose the best model, quant and placement for a machine"),
+}
 
 
 def _engine_args(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("name", help="catalog name, optionally NAME:QUANT")
 
     sub.add_parser("models", help="list local and catalog models")
+    for name, (_, about) in DELEGATED.items():
+        sub.add_parser(name, help=about, add_help=False)
 
     bench = sub.add_parser("bench", help="run the runtime benchmark (see benchmarks/runtime.py)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats, smaller documents")
@@ -57,8 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    verbose = "--verbose" in argv[:1]
+    rest = argv[1:] if verbose else argv
+    if rest and rest[0] in DELEGATED:
+        if verbose:
+            logging.getLogger("localchat").setLevel(logging.DEBUG)
+        module = importlib.import_module(DELEGATED[rest[0]][0])
+        return _guarded(lambda: module.main(rest[1:]))
+    args = build_parser().parse_args(argv)
     if args.verbose:
         logging.getLogger("localchat").setLevel(logging.DEBUG)
     command = args.command or "chat"
@@ -67,8 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "chat": _cmd_chat, "pull": _cmd_pull, "models": _cmd_models, "bench": _cmd_bench,
     }
+    return _guarded(lambda: handlers[command](args))
+
+
+def _guarded(run: Callable[[], int]) -> int:
+    """Run a command; a LocalchatError becomes one line on stderr and exit code 1."""
     try:
-        return handlers[command](args)
+        return run()
     except LocalchatError as exc:
         print(f"localchat: {exc}", file=sys.stderr)
         return 1

@@ -15,7 +15,7 @@ def run(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> 
 
 
 def test_chat_json_answers_a_question(model_path: Path):
-    done = run("chat", "--json", "--temperature", "0", "--max-tokens", "24", "What is the capital of France?")
+    done = run("chat", "--json", "--temperature", "0", "--max-tokens", "24", "Which city is the capital of France?")
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert "Paris" in answer["text"]
@@ -30,12 +30,15 @@ def test_chat_streams_plain_text(model_path: Path):
 
 
 def test_interactive_chat_keeps_the_conversation(model_path: Path):
-    done = subprocess.run([sys.executable, "-m", "localchat", "chat", "--temperature", "0", "--max-tokens", "12"],
-                          input="What is the capital of France?\n/reset\nSay hi.\n", capture_output=True,
-                          text=True, timeout=180)
+    turns = "My name is Ada. Remember it.\nWhat is my name?\n/reset\nWhat is my name?\n"
+    done = subprocess.run([sys.executable, "-m", "localchat", "chat", "--temperature", "0", "--max-tokens", "24"],
+                          input=turns, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
-    assert "Paris" in done.stdout
-    assert done.stderr.count("tok/s") == 2
+    answers = [a.strip() for a in done.stdout.split("> ") if a.strip()]
+    assert len(answers) == 3, done.stdout
+    assert "Ada" in answers[1]  # remembered within the conversation
+    assert "Ada" not in answers[2]  # forgotten after /reset
+    assert done.stderr.count("tok/s") == 3
 
 
 def test_errors_are_one_clear_line_without_traceback(tmp_path: Path):

@@ -51,7 +51,7 @@ def long_document(n_sentences: int = 60) -> str:
 def test_greedy_matches_llama_cpp_python(engine: Engine, model_path: Path):
     from llama_cpp import Llama
 
-    reference = Llama(str(model_path), n_ctx=N_CTX, n_batch=512, n_threads=2, verbose=False)
+    reference = Llama(str(model_path), n_ctx=N_CTX, n_batch=512, n_threads=2, flash_attn=True, verbose=False)
     try:
         for question in QUESTIONS:
             tokens = engine.prompt_tokens(Request(messages=chat(question)))

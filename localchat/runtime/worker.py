@@ -29,7 +29,7 @@ class WorkerConfig:
     n_threads: int = 0
     n_gpu_layers: int = 0
     main_gpu: int = 0
-    flash_attn: bool = False
+    flash_attn: bool = True
 
 
 @dataclass(slots=True)
@@ -100,7 +100,9 @@ class Worker:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.kv_unified = True  # one cell pool shared by every sequence: prefixes can be shared
-        # Off, as in llama-cpp-python's Llama: identical numerics make our greedy output comparable.
+        # Flash attention visits a sequence's own cells one by one and skips masked ones, so a
+        # sequence's numbers do not depend on where other sequences' cells sit in the shared
+        # cache; without it, SIMD sums over the whole cache row change with placement.
         cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.config.flash_attn \
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.no_perf = True
