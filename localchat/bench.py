@@ -5,6 +5,7 @@ Numbers, not assertions: medians over repeats, ratios measured in one run, the m
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
 import statistics
@@ -30,9 +31,9 @@ def _greedy(n: int) -> SamplingParams:
 
 
 def document(n_tokens_approx: int, seed: int = 0) -> str:
-    """Filler prose with numbered facts; about 16 tokens per line."""
+    """Filler prose with numbered facts; about 23 tokens per line."""
     lines = [f"Record {seed}-{i}: shipment {i * 37 % 997} left dock {i % 13} carrying {i * 11 % 89} boxes."
-             for i in range(n_tokens_approx // 16)]
+             for i in range(n_tokens_approx // 23)]
     return "\n".join(lines)
 
 
@@ -41,37 +42,52 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def single_stream(path: Path, repeats: int, n_decode: int, n_prefill: int) -> dict[str, float]:
-    """Decode and prefill tokens/s: ours vs Llama, same threads and batch, alternating runs."""
+def _ours_single(path: Path, prompt: str, short: str, n_decode: int) -> tuple[float, float]:
+    with _engine(path, n_ctx=4096) as engine:
+        pre = engine.submit(Request(prompt=prompt, sampling=_greedy(1))).result().stats
+        dec = engine.submit(Request(prompt=short, sampling=_greedy(n_decode))).result().stats
+    return pre.prefill_tokens_per_s, dec.tokens_per_s
+
+
+def _reference_single(path: Path, prompt: str, short: str, n_decode: int) -> tuple[float, float]:
     from llama_cpp import Llama
 
-    ours_dec, ours_pre, ref_dec, ref_pre = [], [], [], []
-    with _engine(path, n_ctx=4096) as engine:
-        reference = Llama(str(path), n_ctx=4096, n_batch=512, n_threads=THREADS, verbose=False)
-        for r in range(repeats):
-            # A distinct prompt each time so neither side reuses a cached prefix.
-            prompt = document(n_prefill, seed=r)
-            result = engine.submit(Request(prompt=prompt, sampling=_greedy(1))).result()
-            ours_pre.append(result.stats.prefill_tokens_per_s)
-            prompt_tokens = engine.prompt_tokens(Request(prompt=prompt))
-            reference.reset()
-            t0 = time.perf_counter()
-            reference.eval(prompt_tokens)
-            reference.sample(temp=0.0)
-            ref_pre.append(len(prompt_tokens) / (time.perf_counter() - t0))
+    reference = Llama(str(path), n_ctx=4096, n_batch=512, n_threads=THREADS, flash_attn=True, verbose=False)
+    tokens = reference.tokenize(prompt.encode())
+    t0 = time.perf_counter()
+    reference.eval(tokens)
+    reference.sample(temp=0.0)
+    prefill = len(tokens) / (time.perf_counter() - t0)
+    reference.reset()
+    reference.eval(reference.tokenize(short.encode()))
+    token = reference.sample(temp=0.0)
+    t0 = time.perf_counter()
+    for _ in range(n_decode - 1):
+        reference.eval([token])
+        token = reference.sample(temp=0.0)
+    decode = (n_decode - 1) / (time.perf_counter() - t0)
+    reference.close()
+    return prefill, decode
 
-            short = f"Story {r}: once upon a time"
-            result = engine.submit(Request(prompt=short, sampling=_greedy(n_decode))).result()
-            ours_dec.append(result.stats.tokens_per_s)
-            reference.reset()
-            reference.eval(engine.prompt_tokens(Request(prompt=short)))
-            token = reference.sample(temp=0.0)
-            t0 = time.perf_counter()
-            for _ in range(n_decode - 1):
-                reference.eval([token])
-                token = reference.sample(temp=0.0)
-            ref_dec.append((n_decode - 1) / (time.perf_counter() - t0))
-        reference.close()
+
+def isolated(fn, *args):
+    """Run one measurement in a fresh process: two llama.cpp thread pools in one process fight
+    over the cores and halve both sides' speed."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
+def single_stream(path: Path, repeats: int, n_decode: int, n_prefill: int) -> dict[str, float]:
+    """Decode and prefill tokens/s: ours vs Llama, same threads, batch and attention, alternating runs."""
+    ours_dec, ours_pre, ref_dec, ref_pre = [], [], [], []
+    for r in range(repeats):
+        prompt, short = document(n_prefill, seed=r), f"Story {r}: once upon a time"
+        pre, dec = isolated(_ours_single, path, prompt, short, n_decode)
+        ours_pre.append(pre)
+        ours_dec.append(dec)
+        pre, dec = isolated(_reference_single, path, prompt, short, n_decode)
+        ref_pre.append(pre)
+        ref_dec.append(dec)
     med = statistics.median
     return {"ours_decode": med(ours_dec), "ref_decode": med(ref_dec), "ours_prefill": med(ours_pre),
             "ref_prefill": med(ref_pre)}
@@ -98,35 +114,58 @@ def concurrency(path: Path, repeats: int, n_decode: int, n_streams: int = 4) -> 
     return {"one": one, "many": many, "n": n_streams}
 
 
-def latency_beside_prefill(path: Path, doc_tokens: int, chat_tokens: int) -> dict[str, dict[str, float]]:
-    """Inter-token latency of a streaming chat while a long document is prefilled beside it."""
-    def stream_gaps(engine: Engine, with_document: bool, tag: str) -> tuple[list[float], float]:
-        chat = engine.submit(Request(prompt=f"{tag}: a long story about a lighthouse keeper:",
-                                     sampling=_greedy(chat_tokens)))
-        times: list[float] = []
-        doc_seconds = 0.0
-        doc = None
-        for event in chat:
-            if isinstance(event, TextDelta):
-                times.append(time.perf_counter())
-                if with_document and len(times) == 8:
-                    doc = engine.submit(Request(prompt=document(doc_tokens, seed=hash(tag) % 1000),
-                                                sampling=_greedy(1)))
-        if doc is not None:
-            doc_seconds = doc.result().stats.ttft_ms / 1000
-        gaps = [b - a for a, b in zip(times[8:], times[9:])]
-        return gaps, doc_seconds
+def latency_beside_prefill(path: Path, doc_tokens: int, turn_tokens: int, n_batch: int,
+                           step_budget: int) -> dict[str, float]:
+    """Inter-token latency of a user chatting while a long document is read beside the chat.
 
-    out: dict[str, dict[str, float]] = {}
-    for label, n_batch, budget in (("chunked (adaptive)", 512, 0), ("one-shot", 8192, 8192)):
-        with _engine(path, n_ctx=8192 + 512, n_batch=n_batch, step_budget=budget) as engine:
-            idle, _ = stream_gaps(engine, False, f"{label} idle")
-            busy, doc_s = stream_gaps(engine, True, f"{label} busy")
-        out[label] = {
-            "idle_p50": statistics.median(idle) * 1000, "p50": statistics.median(busy) * 1000,
-            "p99": _percentile(busy, 0.99) * 1000, "max": max(busy) * 1000, "doc_s": doc_s,
-        }
-    return out
+    The user's chat is a series of `turn_tokens`-token answers (a real chat's context stays short).
+    Idle gaps: the same chat alone. Busy gaps: gaps that end while the document is being read, from
+    its submission to its first token; the gap still open when the document finishes counts too.
+    """
+    import threading
+
+    def turn(engine: Engine, n: int, times: list[list[float]], stop: threading.Event | None = None) -> None:
+        stream = engine.submit(Request(prompt=f"Turn {n}: a short story about a lighthouse keeper:",
+                                       sampling=_greedy(turn_tokens)))
+        stamps: list[float] = []
+        times.append(stamps)
+        for event in stream:
+            if isinstance(event, TextDelta):
+                stamps.append(time.perf_counter())
+                if stop is not None and stop.is_set():
+                    stream.cancel()
+
+    with _engine(path, n_ctx=8192 + 4096, n_batch=n_batch, step_budget=step_budget) as engine:
+        idle_turns: list[list[float]] = []
+        for n in range(3):
+            turn(engine, n, idle_turns)
+        window: dict[str, float] = {}
+        done = threading.Event()
+
+        def read_document() -> None:
+            window["start"] = time.perf_counter()
+            engine.submit(Request(prompt=document(doc_tokens, seed=7), sampling=_greedy(1))).result()
+            window["end"] = time.perf_counter()
+            done.set()
+
+        busy_turns: list[list[float]] = []
+        reader = threading.Thread(target=read_document)
+        n = 3
+        while not done.is_set():
+            if n == 4:
+                reader.start()
+            turn(engine, n, busy_turns, done)
+            n += 1
+        reader.join()
+
+    def gaps(turns: list[list[float]]) -> list[tuple[float, float]]:
+        return [(a, b) for stamps in turns for a, b in zip(stamps, stamps[1:])]
+
+    idle = [b - a for a, b in gaps(idle_turns)]
+    busy = [b - a for a, b in gaps(busy_turns) if a < window["end"] and b > window["start"]]
+    return {"idle_p50": statistics.median(idle) * 1000, "p50": statistics.median(busy) * 1000,
+            "p99": _percentile(busy, 0.99) * 1000, "max": max(busy) * 1000,
+            "doc_s": window["end"] - window["start"], "n_busy": len(busy), "turns": len(busy_turns)}
 
 
 def follow_up_ttft(path: Path, doc_tokens: int, repeats: int) -> dict[str, float]:
@@ -188,13 +227,14 @@ def run_runtime_benchmark(quick: bool = False, output: str | None = None) -> int
              f"{s['ours_decode'] / s['ref_decode']:.3f}x | {s['ours_prefill']:.0f} tok/s | "
              f"{s['ref_prefill']:.0f} tok/s | {s['ours_prefill'] / s['ref_prefill']:.3f}x |")
     emit("")
-    c = concurrency(q4, repeats, n_decode=64 if quick else 128)
+    c = isolated(concurrency, q4, repeats, 64 if quick else 128)
     emit(f"### Aggregate decode, Q4_1: {c['n']} concurrent streams vs 1 (medians of {repeats})")
     emit("")
     emit(f"1 stream {c['one']:.1f} tok/s; {c['n']} streams {c['many']:.1f} tok/s in all: **{c['many'] / c['one']:.2f}x**")
     emit("")
     doc_tokens = 2000 if quick else 6000
-    lat = latency_beside_prefill(q4, doc_tokens, chat_tokens=120 if quick else 200)
+    lat = {label: isolated(latency_beside_prefill, q4, doc_tokens, 120 if quick else 200, n_batch, budget)
+           for label, n_batch, budget in (("chunked (adaptive)", 512, 0), ("one-shot", 8192, 8192))}
     emit(f"### Inter-token latency of a streaming chat while a ~{doc_tokens}-token document is prefilled, Q4_1")
     emit("")
     emit("| prefill | idle p50 | busy p50 | busy p99 | busy max | p99 / idle | document prefill |")
@@ -203,7 +243,7 @@ def run_runtime_benchmark(quick: bool = False, output: str | None = None) -> int
         emit(f"| {label} | {m['idle_p50']:.1f} ms | {m['p50']:.1f} ms | {m['p99']:.1f} ms | {m['max']:.0f} ms | "
              f"{m['p99'] / m['idle_p50']:.2f}x | {m['doc_s']:.2f} s |")
     emit("")
-    f = follow_up_ttft(q4, 2000 if quick else 4000, repeats)
+    f = isolated(follow_up_ttft, q4, 2000 if quick else 4000, repeats)
     emit(f"### Follow-up TTFT on an already-read document ({f['prompt_tokens']} tokens), Q4_1")
     emit("")
     emit(f"first turn {f['first_ms']:.0f} ms, follow-up {f['follow_ms']:.0f} ms: **{f['follow_ms'] / f['first_ms'] * 100:.1f}%**")

@@ -27,6 +27,8 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, dest="n_threads", help="CPU threads (default: physical cores)")
     parser.add_argument("--step-budget", type=int, dest="step_budget",
                         help="prompt tokens per step beside streaming chats (default: adaptive)")
+    parser.add_argument("--deterministic", action="store_true", default=None,
+                        help="identical greedy output however prompts are chunked or reused (slower prefill)")
 
 
 def _sampling_args(parser: argparse.ArgumentParser) -> None:
@@ -100,7 +102,7 @@ def _guarded(run: Callable[[], int]) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    keys = ("model", "n_ctx", "n_threads", "step_budget")
+    keys = ("model", "n_ctx", "n_threads", "step_budget", "deterministic")
     overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
     overrides["verbose"] = args.verbose or None
     return load_settings(overrides)
@@ -127,7 +129,8 @@ def open_engine(settings: Settings):
 
     path = resolve_model(settings.model, progress=progress_bar(f"fetching {settings.model}"))
     worker = WorkerConfig(n_ctx=settings.n_ctx, n_batch=settings.n_batch, n_seq_max=settings.n_seq_max,
-                          n_threads=settings.n_threads, n_gpu_layers=settings.n_gpu_layers)
+                          n_threads=settings.n_threads, n_gpu_layers=settings.n_gpu_layers,
+                          deterministic=settings.deterministic)
     return Engine.load(path, EngineConfig(worker=worker, step_budget=settings.step_budget))
 
 

@@ -32,6 +32,7 @@ class Settings:
     # Prompt tokens one engine step may prefill while other sequences are decoding; 0 chooses it
     # from measured step costs so a streaming chat stays fluid beside a long document.
     step_budget: int = 0
+    deterministic: bool = False  # the same greedy tokens however prompts are chunked or reused
     verbose: bool = False
 
     def replace(self, **changes: Any) -> "Settings":

@@ -30,9 +30,11 @@ def chat(question: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": question}]
 
 
-def make_engine(model_path: Path, n_batch: int = 512, step_budget: int = 0, n_ctx: int = N_CTX) -> Engine:
-    config = EngineConfig(worker=WorkerConfig(n_ctx=n_ctx, n_batch=n_batch, n_seq_max=8, n_threads=2),
-                          step_budget=step_budget)
+def make_engine(model_path: Path, n_batch: int = 512, step_budget: int = 0, n_ctx: int = N_CTX,
+                deterministic: bool = True) -> Engine:
+    """Deterministic: prompts chunked or reused differently still use the same attention kernel."""
+    config = EngineConfig(worker=WorkerConfig(n_ctx=n_ctx, n_batch=n_batch, n_seq_max=8, n_threads=2,
+                                              deterministic=deterministic), step_budget=step_budget)
     return Engine.load(model_path, config)
 
 

@@ -41,10 +41,24 @@ def test_decodes_go_first_and_prefill_fills_the_budget():
     a = seq("a", range(1, 11))
     sched.add(a)
     run_step(sched)  # a's whole prompt
-    b = seq("b", range(100, 200))
+    b = seq("b", range(100, 400))
     sched.add(b)
     step = run_step(sched)
     assert [(r.seq.id, r.end - r.start) for r in step.rows] == [("a", 1), ("b", 16)]
+
+
+def test_a_chat_message_is_not_queued_behind_a_long_document():
+    sched = Scheduler(n_ctx=8192, n_seq_max=4, n_batch=512, step_budget=16)
+    doc = seq("doc", range(1, 3001))
+    sched.add(doc)
+    assert run_step(sched).num_tokens == 512  # alone, the document goes at full speed
+    chat = seq("chat", range(5000, 5030))
+    sched.add(chat)
+    step = run_step(sched)
+    assert [(r.seq.id, r.end - r.start) for r in step.rows] == [("chat", 30)]
+    assert chat.num_generated == 1  # its first token comes from this very step
+    step = run_step(sched)
+    assert [(r.seq.id, r.end - r.start) for r in step.rows] == [("chat", 1), ("doc", 16)]
 
 
 def test_follow_up_reuses_the_resident_prefix():

@@ -37,6 +37,10 @@ class Slot:
     def resident(self) -> list[int]:
         return self.owner.tokens[: self.owner.num_computed] if self.owner else self.tokens
 
+    @property
+    def num_resident(self) -> int:
+        return self.owner.num_computed if self.owner else len(self.tokens)
+
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
@@ -56,7 +60,7 @@ class KVSlots:
 
     def used_cells(self) -> int:
         """An upper bound: cells shared by copy are counted once per slot."""
-        return sum(len(s.resident) for s in self.slots)
+        return sum(s.num_resident for s in self.slots)
 
     def idle(self) -> list[Slot]:
         return sorted((s for s in self.slots if s.owner is None), key=lambda s: s.last_used)

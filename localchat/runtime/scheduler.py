@@ -49,12 +49,12 @@ class StepBudget:
     a decode-only step, measured on this machine: streaming chats stay fluid beside a long prefill.
     """
 
-    def __init__(self, n_batch: int, fixed: int = 0, latency_factor: float = 2.5, minimum: int = 8) -> None:
+    def __init__(self, n_batch: int, fixed: int = 0, latency_factor: float = 2.5, minimum: int = 1) -> None:
         self.n_batch = n_batch
         self.fixed = fixed
         self.latency_factor = latency_factor
         self.minimum = min(minimum, n_batch)
-        self.current = fixed or min(64, n_batch)
+        self.current = fixed or min(4, n_batch)
         self.decode_seconds: float | None = None
 
     def record(self, num_tokens: int, num_decode_rows: int, seconds: float) -> None:
@@ -135,15 +135,20 @@ class Scheduler:
     def _plan_rows(self, step: Step) -> None:
         decoding = [s for s in self.running if s.num_pending == 1]
         rows = [Row(s, s.num_computed, s.num_computed + 1) for s in decoding]
-        if decoding:
-            budget = min(self.budget.current, self.n_batch - len(rows))
-        else:
-            budget = self.n_batch
-        for seq in self.running:
-            if budget <= 0:
-                break
-            if seq.num_pending > 1:
-                take = min(seq.num_pending, budget)
-                rows.append(Row(seq, seq.num_computed, seq.num_computed + take))
-                budget -= take
+        # Shortest prompt first: a chat message is not queued behind a long document.
+        prefilling = sorted((s for s in self.running if s.num_pending > 1), key=lambda s: s.num_pending)
+        short = self.n_batch // 4
+        interactive = bool(decoding) or any(s.num_pending <= short for s in prefilling)
+        room = self.n_batch - len(rows)
+        budget = min(self.budget.current, room) if interactive else room
+        for seq in prefilling:
+            if seq.num_pending <= short and interactive:
+                take = min(seq.num_pending, room)  # a short prompt is finished in one step
+            else:
+                take = min(seq.num_pending, budget, room)
+            if take <= 0:
+                continue
+            rows.append(Row(seq, seq.num_computed, seq.num_computed + take))
+            room -= take
+            budget -= take
         step.rows = rows

@@ -30,6 +30,10 @@ class WorkerConfig:
     n_gpu_layers: int = 0
     main_gpu: int = 0
     flash_attn: bool = True
+    # ggml's CPU flash attention uses a tiled kernel for ubatches of 64+ tokens and a per-row one
+    # below that; the two round differently. Deterministic keeps every ubatch per-row, so the same
+    # tokens come out however a prompt was chunked or reused (about a third slower prefill on CPU).
+    deterministic: bool = False
 
 
 @dataclass(slots=True)
@@ -94,7 +98,7 @@ class Worker:
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = self.config.n_ctx
         cparams.n_batch = self.config.n_batch
-        cparams.n_ubatch = self.config.n_batch
+        cparams.n_ubatch = min(self.config.n_batch, 63) if self.config.deterministic else self.config.n_batch
         cparams.n_seq_max = self.config.n_seq_max
         threads = self.config.n_threads or default_threads()
         cparams.n_threads = threads
