@@ -33,3 +33,7 @@ class ContextOverflowError(RequestError):
 
 class EngineError(LocalchatError):
     """The runtime failed while serving a request."""
+
+
+class DraftIncompatibleError(ModelLoadError):
+    """A draft model whose vocabulary differs from the target's."""

@@ -13,11 +13,13 @@ from typing import Any
 
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
 from .chat_template import ChatTemplate
-from .events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
+from .events import Done, Failed, PrefillProgress, SpecStats, Stats, Stream, TextDelta
 from .kv_slots import KVOp
 from .sampling import SamplingParams
 from .scheduler import Scheduler, Step
 from .sequence import Sequence
+from .draft_model import DraftModel
+from .speculative import Drafter, PromptLookup, SpecConfig, Speculator, SpecState, StepCosts
 from .text_output import TextOutput
 from .worker import BatchRow, Worker, WorkerConfig
 
@@ -32,12 +34,16 @@ class Request:
     prompt: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     id: str | None = None
+    speculate: bool = True  # use the engine's drafter, when it has one
 
 
 @dataclass(slots=True)
 class EngineConfig:
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     step_budget: int = 0  # prompt tokens per step beside decoding sequences; 0 adapts
+    lookup: bool = False  # prompt-lookup drafting
+    draft_path: Path | None = None  # a draft model (same tokenizer); takes precedence over lookup
+    spec: SpecConfig = field(default_factory=SpecConfig)
 
 
 _ids = itertools.count(1)
@@ -46,7 +52,8 @@ _ids = itertools.count(1)
 class Engine:
     """Continuous batching over one Worker: many sequences, one llama_decode per step."""
 
-    def __init__(self, worker: Worker, step_budget: int = 0) -> None:
+    def __init__(self, worker: Worker, step_budget: int = 0, drafter: Drafter | None = None,
+                 spec_config: SpecConfig | None = None) -> None:
         self.worker = worker
         self.n_ctx = worker.n_ctx
         self.scheduler = Scheduler(worker.n_ctx, worker.config.n_seq_max, worker.config.n_batch, step_budget)
@@ -58,6 +65,9 @@ class Engine:
         self._by_id: dict[str, Sequence] = {}
         self.steps = 0  # steps run so far (tests and benchmarks read it)
         self.step_log: list[tuple[float, float, int, int]] | None = None  # (start, seconds, tokens, decode rows)
+        self.speculator: Speculator | None = None
+        if drafter is not None:
+            self.speculator = Speculator(drafter, StepCosts(), spec_config or SpecConfig())
         self._thread = threading.Thread(target=self._run, name="localchat-engine", daemon=True)
         self._closed = False
         self._thread.start()
@@ -66,7 +76,19 @@ class Engine:
     def load(cls, model_path: str | Path, config: EngineConfig | None = None) -> "Engine":
         """Load a model file into a worker and start the engine thread."""
         config = config or EngineConfig()
-        return cls(Worker(model_path, config.worker), config.step_budget)
+        worker = Worker(model_path, config.worker)
+        drafter: Drafter | None = PromptLookup() if config.lookup else None
+        if config.draft_path is not None:
+            draft_worker = None
+            try:
+                draft_worker = Worker(config.draft_path, config.worker)
+                drafter = DraftModel(draft_worker, worker)
+            except LocalchatError:
+                if draft_worker is not None:
+                    draft_worker.close()
+                worker.close()
+                raise
+        return cls(worker, config.step_budget, drafter, config.spec)
 
     # -- the public, thread-safe surface ----------------------------------------------------
 
@@ -100,7 +122,8 @@ class Engine:
         request_id = request.id or f"req-{next(_ids)}"
         stream = Stream(request_id, self.cancel)
         seq = Sequence(id=request_id, tokens=tokens, max_tokens=max_tokens, stream=stream,
-                       output=TextOutput(list(params.stop)), ignore_eos=params.ignore_eos)
+                       output=TextOutput(list(params.stop)), ignore_eos=params.ignore_eos,
+                       speculate=request.speculate)
         seq.sampler = self.worker.new_sampler(params)
         self._inbox.put(("submit", seq))
         return stream
@@ -117,6 +140,9 @@ class Engine:
         self._inbox.put(("close", None))
         self._thread.join()
         self.worker.close()
+        close_drafter = getattr(self.speculator.drafter, "close", None) if self.speculator else None
+        if close_drafter:
+            close_drafter()
 
     def __enter__(self) -> "Engine":
         return self
@@ -127,6 +153,10 @@ class Engine:
     # -- the engine thread ------------------------------------------------------------------
 
     def _run(self) -> None:
+        # Every llama.cpp computation runs on this one thread: OpenMP keeps a thread team per
+        # calling thread, and a second team left over from another thread slows each step 2-3x.
+        if self.speculator is not None:
+            self._calibrate()
         while True:
             block = not self.scheduler.has_work()
             try:
@@ -170,29 +200,69 @@ class Engine:
 
     def _decode(self, step: Step) -> None:
         rows = step.rows
-        batch = [BatchRow(r.seq.slot, r.seq.tokens[r.start:r.end], r.start, r.want_logits) for r in rows]
+        drafts = self._drafts(step)
+        batch = [BatchRow(r.seq.slot, r.seq.tokens[r.start:r.end] + drafts.get(r.seq.id, []), r.start,
+                          r.want_logits, all_logits=r.seq.id in drafts) for r in rows]
+        width = sum(len(b.tokens) for b in batch)
         t0 = time.perf_counter()
         last = self.worker.decode(batch)
         seconds = time.perf_counter() - t0
         self.steps += 1
         self.scheduler.budget.record(step.num_tokens, step.num_decode_rows, seconds)
+        if self.speculator is not None and step.num_decode_rows == len(rows):
+            self.speculator.costs.record(width, seconds)
         if self.step_log is not None:
-            self.step_log.append((t0, seconds, step.num_tokens, step.num_decode_rows))
+            self.step_log.append((t0, seconds, width, step.num_decode_rows))
         for row, index in zip(rows, last):
             seq = row.seq
+            draft = drafts.get(seq.id)
+            if draft:
+                self._verify(seq, row.start, index, draft)
+                continue
             seq.num_computed = row.end
             if row.want_logits:
-                self._on_token(seq, self.worker.sample(seq.sampler, index))
+                token = self.worker.sample(seq.sampler, index)
+                if self.speculator is not None and seq.is_decoding:
+                    self.speculator.settle_plain(seq, token)
+                self._on_token(seq, token)
             elif seq.num_computed < seq.num_prompt:
                 seq.stream.put(PrefillProgress(seq.num_computed, seq.num_prompt))
 
-    def _on_token(self, seq: Sequence, token: int) -> None:
+    def _drafts(self, step: Step) -> dict[str, list[int]]:
+        """Draft tokens for this step's decoding sequences, where speculation is predicted to pay."""
+        if self.speculator is None:
+            return {}
+        candidates = [(r.seq, 1) for r in step.rows if r.seq.is_decoding and r.seq.speculate]
+        if not candidates:
+            return {}
+        prefill = step.num_tokens - len(candidates)
+        room = min(self.worker.config.n_batch - step.num_tokens,
+                   self.n_ctx - self.scheduler.kv.used_cells() - step.num_tokens)
+        drafts = self.speculator.draft(candidates, room, extra_width=prefill)
+        return {sid: d for sid, d in drafts.items() if d}
+
+    def _verify(self, seq: Sequence, pos: int, last: int, draft: list[int]) -> None:
+        """Sample the target at each drafted position; keep drafts while they match its samples."""
+        slot, k = seq.slot, len(draft)
+        first = last - k
+        accepted = 0
+        for i in range(k + 1):
+            seq.num_computed = pos + i + 1  # the row's tokens up to i are the sequence's own
+            token = self.worker.sample(seq.sampler, first + i)
+            if not self._on_token(seq, token) or i == k or token != draft[i]:
+                break
+            accepted += 1
+        self.worker.seq_remove(slot, pos + accepted + 1, -1)  # the rejected drafts' KV
+        self.speculator.observe(seq, k, accepted)
+
+    def _on_token(self, seq: Sequence, token: int) -> bool:
+        """Emit one sampled token; False when it ended the sequence."""
         if seq.num_generated == 0:
             seq.t_first_token = time.perf_counter()
             seq.stream.put(PrefillProgress(seq.num_prompt, seq.num_prompt))
         if self.worker.is_eog(token) and not seq.ignore_eos:
             self._end(seq, "stop", keep_kv=True)
-            return
+            return False
         seq.tokens.append(token)
         text = seq.output.feed(self.worker.token_bytes(token))
         if text:
@@ -201,6 +271,9 @@ class Engine:
             self._end(seq, "stop", keep_kv=True)
         elif seq.num_generated >= seq.max_tokens:
             self._end(seq, "length", keep_kv=True)
+        else:
+            return True
+        return False
 
     def _end(self, seq: Sequence, reason: str, keep_kv: bool) -> None:
         self._apply(self.scheduler.finish(seq, keep_kv))
@@ -209,10 +282,28 @@ class Engine:
         tail = seq.output.finish() if reason != "cancelled" else ""
         if tail:
             seq.stream.put(TextDelta(tail))
-        seq.stream.put(self._stats(seq))
+        spec = self.speculator.forget(seq) if self.speculator is not None else None
+        seq.stream.put(self._stats(seq, spec))
         seq.stream.put(Done(reason, seq.generated))
 
-    def _stats(self, seq: Sequence) -> Stats:
+    def _calibrate(self) -> None:
+        """Time target steps of a few widths so speculation starts from this machine's real costs."""
+        token = self.worker.bos_token if self.worker.bos_token >= 0 else 0
+        assert self.speculator is not None
+        widths = range(1, self.speculator.config.max_draft + 2)
+        self.worker.decode([BatchRow(0, [token] * 4, 0, True)])  # warm up
+        for width in widths:
+            for _ in range(2):
+                t0 = time.perf_counter()
+                self.worker.decode([BatchRow(0, [token] * width, 4, True)])
+                self.speculator.costs.record(width, time.perf_counter() - t0)
+                self.worker.seq_remove(0, 4, -1)
+        self.worker.seq_remove(0)
+        calibrate_drafter = getattr(self.speculator.drafter, "calibrate", None)
+        if calibrate_drafter:
+            calibrate_drafter()
+
+    def _stats(self, seq: Sequence, spec_state: SpecState | None = None) -> Stats:
         end = time.perf_counter()
         first = seq.t_first_token or end
         n = seq.num_generated
@@ -224,6 +315,18 @@ class Engine:
             tokens_per_s=(n - 1) / (end - first) if n > 1 and end > first else 0.0,
             prefill_tokens_per_s=prefilled / prefill_s if prefill_s > 0 else 0.0,
             total_ms=(end - seq.t_submit) * 1000,
+            spec=self._spec_stats(spec_state),
+        )
+
+    def _spec_stats(self, state: SpecState | None) -> SpecStats | None:
+        if self.speculator is None or state is None:
+            return None
+        passes = state.steps
+        return SpecStats(
+            drafter=self.speculator.drafter.name, drafted=state.drafted, accepted=state.accepted,
+            target_passes=passes, mean_k=state.k_total / passes if passes else 0.0,
+            tokens_per_pass=(state.accepted + passes) / passes if passes else 1.0,
+            predicted_speedup=state.predicted_gain,
         )
 
     def _apply(self, ops: list[KVOp]) -> None:

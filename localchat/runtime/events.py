@@ -38,6 +38,24 @@ class Stats:
     tokens_per_s: float  # decode rate after the first token
     prefill_tokens_per_s: float
     total_ms: float
+    spec: "SpecStats | None" = None
+
+
+@dataclass(slots=True)
+class SpecStats:
+    """What speculation did for one request."""
+
+    drafter: str
+    drafted: int
+    accepted: int
+    target_passes: int  # target steps that carried drafts
+    mean_k: float
+    tokens_per_pass: float  # tokens emitted per target pass that carried drafts
+    predicted_speedup: float
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
 
 
 @dataclass(slots=True)

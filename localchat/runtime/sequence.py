@@ -23,6 +23,7 @@ class Sequence:
     slot: int | None = None
     admitted_at: int = -1  # admission order, for preempting the youngest first
     ignore_eos: bool = False
+    speculate: bool = True
     sampler: Any = None
     stream: Any = None
     output: Any = None

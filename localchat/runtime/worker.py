@@ -44,6 +44,7 @@ class BatchRow:
     tokens: list[int]
     pos: int
     want_logits: bool  # logits for the last token of the row
+    all_logits: bool = False  # logits for every token of the row (verifying drafts)
 
 
 def default_threads() -> int:
@@ -186,7 +187,7 @@ class Worker:
                 batch.pos[n] = row.pos + offset
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = row.seq_id
-                batch.logits[n] = row.want_logits and offset == len(row.tokens) - 1
+                batch.logits[n] = row.all_logits or (row.want_logits and offset == len(row.tokens) - 1)
                 n += 1
             last_index.append(n - 1)
         assert 0 < n <= self.config.n_batch, n

@@ -1,0 +1,243 @@
+"""Speculative decoding: drafters propose tokens, the target checks them inside the batched step.
+
+Verification samples the target at every drafted position with the request's own sampler and keeps
+drafts while they equal what the target sampled, so every emitted token is the target's own: the
+output is identical to plain decoding under greedy, and drawn from the target under sampling.
+How many tokens to draft is chosen per sequence and step from measured costs and acceptance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .sequence import Sequence
+
+
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Tokens a step yields with k drafts when each draft is accepted with probability `acceptance`."""
+    if acceptance >= 1.0:
+        return k + 1.0
+    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+
+
+class StepCosts:
+    """Measured seconds of one target step by its width in tokens (medians-ish via EMA)."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[int, float] = {}
+
+    def record(self, width: int, seconds: float) -> None:
+        prev = self._seconds.get(width)
+        self._seconds[width] = seconds if prev is None else 0.8 * prev + 0.2 * seconds
+
+    def known(self) -> bool:
+        return len(self._seconds) >= 2
+
+    def cost(self, width: int) -> float:
+        """Seconds for a step of `width` tokens: measured, else interpolated or extrapolated."""
+        if width in self._seconds:
+            return self._seconds[width]
+        widths = sorted(self._seconds)
+        lower = [w for w in widths if w < width]
+        upper = [w for w in widths if w > width]
+        if lower and upper:
+            a, b = lower[-1], upper[0]
+        elif len(lower) >= 2:
+            a, b = lower[-2], lower[-1]
+        elif len(upper) >= 2:
+            a, b = upper[0], upper[1]
+        else:
+            return next(iter(self._seconds.values()), 0.0)
+        slope = (self._seconds[b] - self._seconds[a]) / (b - a)
+        return max(self._seconds[a] + slope * (width - a), 1e-6)
+
+    def table(self) -> dict[int, float]:
+        return dict(sorted(self._seconds.items()))
+
+
+@dataclass(slots=True)
+class SpecState:
+    """One sequence's speculation record: acceptance with decay, and what it drafted."""
+
+    accepted_weight: float = 1.0  # a mild prior of 50% acceptance
+    trials_weight: float = 2.0
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0  # target passes that carried drafts
+    k_total: int = 0
+    idle_steps: int = 0  # steps since speculation was last tried, while it looked unprofitable
+    probe_interval: int = 0  # grows while probes keep finding speculation unprofitable
+    predicted_gain: float = 1.0
+    shadow: int | None = None  # a free drafter's guess for the next token while not speculating
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted_weight / self.trials_weight
+
+    def observe(self, k: int, accepted: int) -> None:
+        """Update after a step that drafted k tokens of which `accepted` were kept."""
+        trials = accepted + (1 if accepted < k else 0)
+        self.accepted_weight = 0.9 * self.accepted_weight + accepted
+        self.trials_weight = 0.9 * self.trials_weight + trials
+
+
+class Drafter(Protocol):
+    """Proposes continuation tokens for decoding sequences."""
+
+    name: str
+
+    def seconds_per_token(self) -> float: ...
+
+    def propose(self, wanted: list[tuple[Sequence, int]]) -> dict[str, list[int]]: ...
+
+    def forget(self, seq: Sequence) -> None: ...
+
+
+class NgramIndex:
+    """Where each recent n-gram of a sequence last occurred, kept up to date as tokens arrive."""
+
+    def __init__(self, max_n: int = 4) -> None:
+        self.max_n = max_n
+        self._last: dict[tuple[int, ...], int] = {}
+        self._indexed = 0  # n-grams ending before this position are indexed
+
+    def _catch_up(self, tokens: list[int]) -> None:
+        # Index n-grams that end strictly before the last token, so a match always has a successor.
+        for end in range(self._indexed, len(tokens) - 1):
+            for n in range(1, self.max_n + 1):
+                if end - n + 1 >= 0:
+                    self._last[tuple(tokens[end - n + 1:end + 1])] = end + 1
+        self._indexed = max(self._indexed, len(tokens) - 1)
+
+    def propose(self, tokens: list[int], k: int, min_n: int = 2) -> list[int]:
+        """Tokens that followed the longest earlier occurrence of the sequence's last n-gram."""
+        self._catch_up(tokens)
+        for n in range(min(self.max_n, len(tokens)), min_n - 1, -1):
+            follow = self._last.get(tuple(tokens[-n:]))
+            if follow is not None:
+                return tokens[follow:follow + k]
+        return []
+
+
+class PromptLookup:
+    """Drafts by n-gram lookup over the prompt and the text so far: free, strong when answers quote."""
+
+    name = "prompt-lookup"
+
+    def __init__(self, max_n: int = 4, min_n: int = 2) -> None:
+        self.max_n = max_n
+        self.min_n = min_n
+        self._index: dict[str, NgramIndex] = {}
+
+    def seconds_per_token(self) -> float:
+        return 0.0
+
+    def propose(self, wanted: list[tuple[Sequence, int]]) -> dict[str, list[int]]:
+        drafts = {}
+        for seq, k in wanted:
+            index = self._index.setdefault(seq.id, NgramIndex(self.max_n))
+            drafts[seq.id] = index.propose(seq.tokens, k, self.min_n)
+        return drafts
+
+    def forget(self, seq: Sequence) -> None:
+        self._index.pop(seq.id, None)
+
+
+@dataclass(slots=True)
+class SpecConfig:
+    """How speculation is run: which drafter, the longest draft, the gain it must promise."""
+
+    max_draft: int = 8
+    min_gain: float = 1.05  # predicted speedup below this: plain decoding
+    probe_every: int = 16  # steps between tries while speculation looks unprofitable
+
+
+@dataclass(slots=True)
+class Speculator:
+    """Chooses per-sequence draft lengths from measured costs and acceptance; keeps the stats."""
+
+    drafter: Drafter
+    costs: StepCosts
+    config: SpecConfig = field(default_factory=SpecConfig)
+    states: dict[str, SpecState] = field(default_factory=dict)
+
+    def state(self, seq: Sequence) -> SpecState:
+        return self.states.setdefault(seq.id, SpecState())
+
+    def choose(self, seq: Sequence, base_width: int, room: int) -> int:
+        """The draft length that maximises expected tokens per second; 0 when none pays."""
+        state = self.state(seq)
+        limit = min(self.config.max_draft, room, seq.max_tokens - seq.num_generated - 1)
+        if limit <= 0 or not self.costs.known():
+            return 0
+        best_k, best_gain = self.best(state.acceptance, base_width, limit)
+        state.predicted_gain = best_gain
+        if best_gain >= self.config.min_gain:
+            state.idle_steps = 0
+            state.probe_interval = self.config.probe_every
+            return best_k
+        if self.best(1.0, base_width, limit)[1] < self.config.min_gain:
+            return 0  # even perfect acceptance would not pay at these costs: no probing either
+        state.idle_steps += 1
+        state.probe_interval = state.probe_interval or self.config.probe_every
+        if state.idle_steps < state.probe_interval:
+            return 0
+        # Probe: acceptance may have changed. Each unprofitable probe doubles the wait for the next.
+        state.idle_steps = 0
+        state.probe_interval = min(state.probe_interval * 2, 32 * self.config.probe_every)
+        return min(2, limit)
+
+    def best(self, acceptance: float, base_width: int, limit: int) -> tuple[int, float]:
+        """(k, predicted speedup) with the best expected tokens per second, k in 0..limit."""
+        draft_cost = self.drafter.seconds_per_token()
+        plain = self.costs.cost(base_width)
+        best_k, best_gain = 0, 1.0
+        for k in range(1, limit + 1):
+            seconds = self.costs.cost(base_width + k) + k * draft_cost
+            gain = expected_tokens(acceptance, k) * plain / seconds
+            if gain > best_gain:
+                best_k, best_gain = k, gain
+        return best_k, best_gain
+
+    def draft(self, candidates: list[tuple[Sequence, int]], room: int, extra_width: int = 0) -> dict[str, list[int]]:
+        """Draft lengths for decoding sequences (each with its tokens in the step), then drafts."""
+        wanted = []
+        width = extra_width + sum(base for _, base in candidates)
+        for seq, _ in candidates:
+            k = self.choose(seq, width, room)
+            if k:
+                wanted.append((seq, k))
+                width += k
+                room -= k
+        if self.drafter.seconds_per_token() == 0.0:
+            # A free drafter's guess for sequences not speculating keeps their acceptance current.
+            chosen = {seq.id for seq, _ in wanted}
+            idle = [(seq, 1) for seq, _ in candidates if seq.id not in chosen]
+            for sid, guess in self.drafter.propose(idle).items() if idle else ():
+                self.states[sid].shadow = guess[0] if guess else None
+        if not wanted:
+            return {}
+        drafts = self.drafter.propose(wanted)
+        return {sid: d for sid, d in drafts.items() if d}
+
+    def settle_plain(self, seq: Sequence, token: int) -> None:
+        """A plain step produced `token`: score the shadow guess, if there was one."""
+        state = self.states.get(seq.id)
+        if state is not None and state.shadow is not None:
+            state.observe(1, int(token == state.shadow))
+            state.shadow = None
+
+    def observe(self, seq: Sequence, k: int, accepted: int) -> None:
+        state = self.states.get(seq.id)
+        if state is None:  # the sequence ended during verification; its stats are already out
+            return
+        state.observe(k, accepted)
+        state.drafted += k
+        state.accepted += accepted
+        state.steps += 1
+        state.k_total += k
+
+    def forget(self, seq: Sequence) -> SpecState | None:
+        self.drafter.forget(seq)
+        return self.states.pop(seq.id, None)
