@@ -29,6 +29,11 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
                         help="prompt tokens per step beside streaming chats (default: adaptive)")
     parser.add_argument("--deterministic", action="store_true", default=None,
                         help="identical greedy output however prompts are chunked or reused (slower prefill)")
+    parser.add_argument("--draft", help="draft model for speculative decoding (catalog name or .gguf path)")
+    parser.add_argument("--lookup", action="store_true", default=None,
+                        help="speculate with prompt lookup (n-grams of the prompt), even if a draft model is paired")
+    parser.add_argument("--no-spec", dest="speculation", action="store_false", default=None,
+                        help="plain decoding, no speculation")
 
 
 def _sampling_args(parser: argparse.ArgumentParser) -> None:
@@ -102,7 +107,7 @@ def _guarded(run: Callable[[], int]) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    keys = ("model", "n_ctx", "n_threads", "step_budget", "deterministic")
+    keys = ("model", "n_ctx", "n_threads", "step_budget", "deterministic", "draft", "lookup", "speculation")
     overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
     overrides["verbose"] = args.verbose or None
     return load_settings(overrides)
@@ -123,7 +128,7 @@ def progress_bar(label: str) -> Callable[[int, int], None]:
 
 def open_engine(settings: Settings):
     """Resolve (fetching when needed) and load the configured model."""
-    from .models.catalog import resolve_model
+    from .models.catalog import catalog_draft, resolve_model
     from .runtime.engine import Engine, EngineConfig
     from .runtime.worker import WorkerConfig
 
@@ -131,7 +136,13 @@ def open_engine(settings: Settings):
     worker = WorkerConfig(n_ctx=settings.n_ctx, n_batch=settings.n_batch, n_seq_max=settings.n_seq_max,
                           n_threads=settings.n_threads, n_gpu_layers=settings.n_gpu_layers,
                           deterministic=settings.deterministic)
-    return Engine.load(path, EngineConfig(worker=worker, step_budget=settings.step_budget))
+    draft = None
+    if settings.speculation and not settings.lookup:
+        draft = (resolve_model(settings.draft, progress=progress_bar(f"fetching {settings.draft}"))
+                 if settings.draft else catalog_draft(settings.model))
+    config = EngineConfig(worker=worker, step_budget=settings.step_budget, draft_path=draft,
+                          lookup=settings.speculation and draft is None)
+    return Engine.load(path, config)
 
 
 def _sampling(args: argparse.Namespace):
@@ -164,12 +175,22 @@ def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool
     if as_json:
         result = stream.result()
         stats = result.stats
-        print(json.dumps({
+        answer = {
             "text": result.text, "finish_reason": result.finish_reason,
             "prompt_tokens": stats.prompt_tokens, "cached_tokens": stats.cached_tokens,
             "completion_tokens": stats.completion_tokens, "ttft_ms": round(stats.ttft_ms, 1),
             "tokens_per_s": round(stats.tokens_per_s, 1),
-        }, ensure_ascii=False))
+        }
+        if stats.spec is not None:
+            spec = stats.spec
+            answer["speculation"] = {
+                "drafter": spec.drafter, "drafted": spec.drafted, "accepted": spec.accepted,
+                "acceptance": round(spec.acceptance, 3), "target_passes": spec.target_passes,
+                "mean_accepted": round(spec.accepted / spec.target_passes, 2) if spec.target_passes else 0.0,
+                "mean_k": round(spec.mean_k, 2), "tokens_per_pass": round(spec.tokens_per_pass, 2),
+                "predicted_speedup": round(spec.predicted_speedup, 2),
+            }
+        print(json.dumps(answer, ensure_ascii=False))
         return 0
     for event in stream:
         if isinstance(event, TextDelta):

@@ -33,6 +33,9 @@ class Settings:
     # from measured step costs so a streaming chat stays fluid beside a long document.
     step_budget: int = 0
     deterministic: bool = False  # the same greedy tokens however prompts are chunked or reused
+    speculation: bool = True  # draft tokens where measured costs say it pays
+    draft: str = ""  # a draft model (catalog name or path); default: the catalog's pairing if local
+    lookup: bool = False  # use prompt lookup even where a draft model is available
     verbose: bool = False
 
     def replace(self, **changes: Any) -> "Settings":

@@ -35,6 +35,7 @@ class ModelEntry:
     default_quant: str
     architecture: dict[str, Any]
     files: dict[str, ModelFile]
+    draft: str | None = None  # the catalog key of a smaller model with the same tokenizer
 
     def file_for(self, quant: str | None) -> ModelFile:
         """The file of a quant level (the default one when None), or a clear error."""
@@ -67,7 +68,7 @@ def load_catalog(path: Path | None = None) -> dict[str, ModelEntry]:
             entries[key] = ModelEntry(
                 key=key, name=raw["name"], family=raw["family"], license=raw["license"],
                 default_quant=raw["default_quant"], architecture=dict(raw.get("architecture", {})),
-                files=files,
+                files=files, draft=raw.get("draft"),
             )
         return entries
     except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
@@ -82,6 +83,18 @@ def split_name(name: str) -> tuple[str, str | None]:
     """'smollm2-135m:Q8_0' -> ('smollm2-135m', 'Q8_0')."""
     key, _, quant = name.partition(":")
     return key, (quant or None)
+
+
+def catalog_draft(name: str, catalog: dict[str, ModelEntry] | None = None) -> Path | None:
+    """The local file of the catalog's draft pairing for `name`, if there is one and it is present."""
+    if looks_like_path(name):
+        return None
+    from .download import cached_file
+
+    catalog = catalog if catalog is not None else load_catalog()
+    entry = catalog.get(split_name(name)[0])
+    draft = catalog.get(entry.draft) if entry and entry.draft else None
+    return cached_file(draft.file_for(None)) if draft else None
 
 
 def resolve_model(

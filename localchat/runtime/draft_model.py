@@ -51,6 +51,7 @@ class DraftModel:
         self._greedy = draft.new_sampler(SamplingParams(temperature=0.0))
         self._resident: dict[int, list[int]] = {}  # draft slot -> tokens in the draft's KV
         self._round_seconds: float | None = None
+        self.catch_up_seconds = 0.0  # spent in the last propose() reading prompt tokens, not drafting
 
     def seconds_per_token(self) -> float:
         """Measured cost of one drafting round (one more token for every drafting sequence)."""
@@ -68,6 +69,7 @@ class DraftModel:
         self._resident.pop(0, None)
 
     def propose(self, wanted: list[tuple[Sequence, int]]) -> dict[str, list[int]]:
+        self.catch_up_seconds = 0.0
         self._make_room(wanted)
         drafts: dict[str, list[int]] = {seq.id: [] for seq, _ in wanted}
         rows, ready = [], []
@@ -90,6 +92,8 @@ class DraftModel:
                 drafts[seq.id].append(self.worker.sample(self._greedy, last[row]))
             if ready and all(len(row.tokens) <= 2 for row in rows):  # a drafting round, not catch-up
                 self._time_round(time.perf_counter() - t0)
+            else:
+                self.catch_up_seconds = time.perf_counter() - t0
         for step in range(1, max((k for _, k in wanted), default=0)):
             active = [seq for seq, k in wanted if len(drafts[seq.id]) == step and k > step]
             if not active:

@@ -200,6 +200,7 @@ class Engine:
 
     def _decode(self, step: Step) -> None:
         rows = step.rows
+        t_step = time.perf_counter()
         drafts = self._drafts(step)
         batch = [BatchRow(r.seq.slot, r.seq.tokens[r.start:r.end] + drafts.get(r.seq.id, []), r.start,
                           r.want_logits, all_logits=r.seq.id in drafts) for r in rows]
@@ -227,6 +228,11 @@ class Engine:
                 self._on_token(seq, token)
             elif seq.num_computed < seq.num_prompt:
                 seq.stream.put(PrefillProgress(seq.num_computed, seq.num_prompt))
+        if drafts:
+            # A drafter reading a new prompt is a one-off per request, not a cost per drafted token.
+            catch_up = getattr(self.speculator.drafter, "catch_up_seconds", 0.0)
+            outside = time.perf_counter() - t_step - seconds - catch_up
+            self.speculator.record_overhead(sum(len(d) for d in drafts.values()), outside)
 
     def _drafts(self, step: Step) -> dict[str, list[int]]:
         """Draft tokens for this step's decoding sequences, where speculation is predicted to pay."""
@@ -290,14 +296,14 @@ class Engine:
         """Time target steps of a few widths so speculation starts from this machine's real costs."""
         token = self.worker.bos_token if self.worker.bos_token >= 0 else 0
         assert self.speculator is not None
-        widths = range(1, self.speculator.config.max_draft + 2)
+        top = self.speculator.config.max_draft + 1
+        widths = sorted({1, 2, 3, (top + 1) // 2, top})  # the rest is interpolated, then measured live
         self.worker.decode([BatchRow(0, [token] * 4, 0, True)])  # warm up
         for width in widths:
-            for _ in range(2):
-                t0 = time.perf_counter()
-                self.worker.decode([BatchRow(0, [token] * width, 4, True)])
-                self.speculator.costs.record(width, time.perf_counter() - t0)
-                self.worker.seq_remove(0, 4, -1)
+            t0 = time.perf_counter()
+            self.worker.decode([BatchRow(0, [token] * width, 4, True)])
+            self.speculator.costs.record(width, time.perf_counter() - t0)
+            self.worker.seq_remove(0, 4, -1)
         self.worker.seq_remove(0)
         calibrate_drafter = getattr(self.speculator.drafter, "calibrate", None)
         if calibrate_drafter:

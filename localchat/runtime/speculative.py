@@ -151,6 +151,7 @@ class SpecConfig:
     max_draft: int = 8
     min_gain: float = 1.05  # predicted speedup below this: plain decoding
     probe_every: int = 16  # steps between tries while speculation looks unprofitable
+    fixed_k: int = 0  # draft exactly this many tokens every step, paying or not (tests, benchmarks)
 
 
 @dataclass(slots=True)
@@ -161,6 +162,22 @@ class Speculator:
     costs: StepCosts
     config: SpecConfig = field(default_factory=SpecConfig)
     states: dict[str, SpecState] = field(default_factory=dict)
+    # What speculation really costs per drafted token beyond the target's pass: drafting, catching
+    # the drafter up, verifying, removing rejected KV. Measured on live steps; the drafter's own
+    # estimate until then.
+    overhead_per_token: float | None = None
+
+    def record_overhead(self, drafted: int, seconds: float) -> None:
+        """A step drafted `drafted` tokens and spent `seconds` outside the target's decode."""
+        if drafted <= 0:
+            return
+        sample = seconds / drafted
+        prev = self.overhead_per_token
+        self.overhead_per_token = sample if prev is None else 0.8 * prev + 0.2 * sample
+
+    def draft_cost(self) -> float:
+        measured = self.overhead_per_token
+        return measured if measured is not None else self.drafter.seconds_per_token()
 
     def state(self, seq: Sequence) -> SpecState:
         return self.states.setdefault(seq.id, SpecState())
@@ -169,7 +186,11 @@ class Speculator:
         """The draft length that maximises expected tokens per second; 0 when none pays."""
         state = self.state(seq)
         limit = min(self.config.max_draft, room, seq.max_tokens - seq.num_generated - 1)
-        if limit <= 0 or not self.costs.known():
+        if limit <= 0:
+            return 0
+        if self.config.fixed_k:
+            return min(self.config.fixed_k, limit)
+        if not self.costs.known():
             return 0
         best_k, best_gain = self.best(state.acceptance, base_width, limit)
         state.predicted_gain = best_gain
@@ -190,7 +211,7 @@ class Speculator:
 
     def best(self, acceptance: float, base_width: int, limit: int) -> tuple[int, float]:
         """(k, predicted speedup) with the best expected tokens per second, k in 0..limit."""
-        draft_cost = self.drafter.seconds_per_token()
+        draft_cost = self.draft_cost()
         plain = self.costs.cost(base_width)
         best_k, best_gain = 0, 1.0
         for k in range(1, limit + 1):

@@ -1,0 +1,138 @@
+"""Speculative decoding benchmark: plain vs prompt lookup vs draft models, side by side, medians.
+
+    python benchmarks/speculative.py [--quick] [--output FILE.md]
+
+Each measurement runs in its own process (see localchat.bench.isolated). Greedy outputs are
+identical across modes, so tokens/s compare the same tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from localchat.bench import isolated, machine_facts
+from localchat.runtime.engine import Engine, EngineConfig, Request
+from localchat.runtime.sampling import SamplingParams
+from localchat.runtime.speculative import SpecConfig, expected_tokens
+from localchat.runtime.worker import WorkerConfig, default_threads
+
+REPORT = """In the spring of 1891 the river authority published its rules for the lower harbour.
+Rule one: every vessel longer than twelve metres must report to the harbour office before mooring.
+Rule two: the northern pier closes at dusk on Fridays, and boats must anchor east of the red buoy.
+Rule three: fuel may only be taken on at the western quay, between six in the morning and noon.
+Rule four: fishing nets may not be dried on the public walkway, on pain of a fine of two shillings."""
+QUOTING = [f"{REPORT}\n\nCopy rule {n} exactly, word for word." for n in ("two", "three", "four")]
+
+
+def _run(model: Path, prompts: list[str], draft: str | None, lookup: bool, fixed_k: int, n: int) -> dict:
+    worker = WorkerConfig(n_ctx=4096, n_threads=default_threads())
+    config = EngineConfig(worker=worker, draft_path=Path(draft) if draft else None, lookup=lookup,
+                          spec=SpecConfig(fixed_k=fixed_k))
+    rates, drafted, accepted, passes, ks, predicted, tokens = [], 0, 0, 0, [], [], []
+    with Engine.load(model, config) as engine:
+        for prompt in prompts:
+            result = engine.submit(Request(messages=[{"role": "user", "content": prompt}],
+                                           sampling=SamplingParams(temperature=0.0, max_tokens=n))).result()
+            rates.append(result.stats.tokens_per_s)
+            tokens.append(result.token_ids)
+            spec = result.stats.spec
+            if spec is not None:
+                drafted, accepted, passes = drafted + spec.drafted, accepted + spec.accepted, passes + spec.target_passes
+                ks.append(spec.mean_k)
+                predicted.append(spec.predicted_speedup)
+        costs = engine.speculator.costs.table() if engine.speculator else {}
+        draft_cost = engine.speculator.drafter.seconds_per_token() if engine.speculator else 0.0
+    return {"tps": statistics.median(rates), "drafted": drafted, "accepted": accepted, "passes": passes,
+            "mean_k": statistics.mean(ks) if ks else 0.0, "tokens": tokens, "costs": costs,
+            "draft_cost": draft_cost}
+
+
+def measure(model: Path, prompts: list[str], repeats: int, n: int, draft: Path | None = None,
+            lookup: bool = False, fixed_k: int = 0) -> dict:
+    runs = [isolated(_run, model, prompts, str(draft) if draft else None, lookup, fixed_k, n) for _ in range(repeats)]
+    best = dict(runs[0])
+    best["tps"] = statistics.median(r["tps"] for r in runs)
+    return best
+
+
+def main() -> int:
+    from localchat.models.catalog import resolve_model
+    from localchat.models.derive import random_weights_like, requantize
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--output")
+    args = parser.parse_args()
+    repeats, n = (2, 64) if args.quick else (3, 96)
+    q4 = resolve_model("smollm2-135m")
+    f16 = requantize(q4, "F16")
+    hostile = random_weights_like(q4)
+    lines = [f"Machine: {machine_facts()}", ""]
+
+    def emit(line: str = "") -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    def acceptance(m: dict) -> str:
+        return f"{m['accepted'] / m['drafted']:.0%}" if m["drafted"] else "-"
+
+    emit(f"### Prompt lookup on answers that quote the prompt (medians of {repeats}, greedy, {n} tokens max)")
+    emit("")
+    emit("| target | plain tok/s | lookup tok/s | speedup | acceptance | mean k | identical output |")
+    emit("|---|---|---|---|---|---|---|")
+    for name, target in (("Q4_1", q4), ("F16", f16)):
+        plain = measure(target, QUOTING, repeats, n)
+        lookup = measure(target, QUOTING, repeats, n, lookup=True)
+        emit(f"| {name} | {plain['tps']:.1f} | {lookup['tps']:.1f} | **{lookup['tps'] / plain['tps']:.2f}x** | "
+             f"{acceptance(lookup)} | {lookup['mean_k']:.1f} | {lookup['tokens'] == plain['tokens']} |")
+    emit("")
+    chat = ["Write a short story about a lighthouse keeper.", "Explain how rain forms."]
+    emit(f"### Draft models on an F16 target, free-form answers (medians of {repeats})")
+    emit("")
+    emit("| draft | mode | tok/s | vs plain | acceptance | tokens per target pass | identical output |")
+    emit("|---|---|---|---|---|---|---|")
+    plain = measure(f16, chat, repeats, n)
+    emit(f"| none | plain | {plain['tps']:.1f} | 1.00x | - | 1.00 | - |")
+    forced_by_k = {}
+    for label, draft in (("Q4_1 sibling", q4), ("random weights (hostile)", hostile)):
+        adaptive = measure(f16, chat, repeats, n, draft=draft)
+        forced = measure(f16, chat, repeats, n, draft=draft, fixed_k=4)
+        for mode, m in (("adaptive", adaptive), ("forced k=4", forced)):
+            per_pass = (m["accepted"] + m["passes"]) / m["passes"] if m["passes"] else 1.0
+            emit(f"| {label} | {mode} | {m['tps']:.1f} | {m['tps'] / plain['tps']:.2f}x | {acceptance(m)} | "
+                 f"{per_pass:.2f} | {m['tokens'] == plain['tokens']} |")
+        if draft == q4:
+            forced_by_k = {k: measure(f16, chat, 1 if args.quick else 2, n, draft=draft, fixed_k=k) for k in (1, 2, 3, 4, 6)}
+    emit("")
+    emit("### Cost model: predicted vs measured speedup by draft length (F16 target, Q4_1 draft)")
+    emit("")
+    reference = forced_by_k[4]
+    r = reference["accepted"] / reference["drafted"] if reference["drafted"] else 0.0
+    costs, draft_cost = reference["costs"], reference["draft_cost"]
+
+    def cost(width: int) -> float:
+        known = sorted(costs)
+        if width in costs:
+            return costs[width]
+        lo = max(w for w in known if w < width)
+        hi = min((w for w in known if w > width), default=lo)
+        return costs[lo] + (costs[hi] - costs[lo]) * (width - lo) / (hi - lo) if hi != lo else costs[lo]
+
+    emit(f"Measured: acceptance {r:.0%}, target step {', '.join(f'w{w}={s * 1000:.1f} ms' for w, s in costs.items())}, "
+         f"draft {draft_cost * 1000:.1f} ms per token.")
+    emit("")
+    emit("| k | predicted speedup | measured speedup |")
+    emit("|---|---|---|")
+    for k, m in forced_by_k.items():
+        predicted = expected_tokens(r, k) * cost(1) / (cost(1 + k) + k * draft_cost)
+        emit(f"| {k} | {predicted:.2f}x | {m['tps'] / plain['tps']:.2f}x |")
+    if args.output:
+        Path(args.output).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

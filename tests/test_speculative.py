@@ -1,0 +1,135 @@
+"""Speculative decoding on the real runtime: exact under greedy, faithful under sampling."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from localchat.errors import DraftIncompatibleError
+from localchat.models.derive import random_weights_like, requantize
+from localchat.runtime.engine import Engine, EngineConfig, Request
+from localchat.runtime.sampling import SamplingParams
+from localchat.runtime.speculative import NgramIndex, SpecConfig, StepCosts, expected_tokens
+from localchat.runtime.worker import WorkerConfig
+
+QUOTE = ("The harbour master wrote: 'The northern pier closes at dusk on Fridays, and boats "
+         "must anchor east of the red buoy until the tide turns.'")
+PROMPTS = [
+    f"{QUOTE}\nRepeat exactly what the harbour master wrote.",
+    "Write a short poem about autumn leaves.",
+    f"{QUOTE}\nWhen does the northern pier close?",
+    "List the days of the week.",
+]
+
+
+def chat(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def engine_with(model: Path, draft: Path | None = None, lookup: bool = False, fixed_k: int = 0) -> Engine:
+    worker = WorkerConfig(n_ctx=2048, n_threads=2, deterministic=True)
+    return Engine.load(model, EngineConfig(worker=worker, draft_path=draft, lookup=lookup,
+                                           spec=SpecConfig(fixed_k=fixed_k)))
+
+
+def greedy_outputs(engine: Engine, together: bool) -> list[list[int]]:
+    params = lambda: SamplingParams(temperature=0.0, max_tokens=48)  # noqa: E731
+    if together:
+        streams = [engine.submit(Request(messages=chat(p), sampling=params())) for p in PROMPTS]
+        return [s.result().token_ids for s in streams]
+    return [engine.submit(Request(messages=chat(p), sampling=params())).result().token_ids for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(model_path: Path) -> list[list[int]]:
+    with engine_with(model_path) as engine:
+        return greedy_outputs(engine, together=False)
+
+
+@pytest.fixture(scope="module")
+def random_draft(model_path: Path, tmp_path_factory) -> Path:
+    return random_weights_like(model_path, tmp_path_factory.mktemp("drafts") / "random.gguf")
+
+
+@pytest.mark.parametrize("drafter", ["same-file", "q8-sibling", "random-weights", "lookup"])
+def test_greedy_output_is_identical_with_speculation(drafter, model_path, plain_outputs, random_draft):
+    draft = {"same-file": model_path, "q8-sibling": requantize(model_path, "Q8_0"),
+             "random-weights": random_draft}.get(drafter)
+    with engine_with(model_path, draft=draft, lookup=drafter == "lookup", fixed_k=4) as engine:
+        assert greedy_outputs(engine, together=False) == plain_outputs
+        assert greedy_outputs(engine, together=True) == plain_outputs
+        stream = engine.submit(Request(messages=chat(PROMPTS[0]), sampling=SamplingParams(temperature=0.0, max_tokens=48)))
+        spec = stream.result().stats.spec
+    assert spec is not None and spec.drafted > 0
+    if drafter == "same-file":
+        assert spec.acceptance > 0.9 and spec.tokens_per_pass > 3
+    elif drafter == "q8-sibling":
+        assert spec.acceptance > 0.6
+    elif drafter == "random-weights":
+        assert spec.acceptance < 0.2
+    else:
+        assert spec.acceptance > 0.5  # the answer quotes the prompt
+
+
+@pytest.mark.parametrize("change", ["rename", "shrink"])
+def test_an_incompatible_vocabulary_is_refused(change, model_path, tmp_path):
+    bad = random_weights_like(model_path, tmp_path / f"{change}.gguf", vocab_change=change)
+    with pytest.raises(DraftIncompatibleError, match="token 1000|vocabulary sizes differ"):
+        engine_with(model_path, draft=bad)
+
+
+def test_sampling_is_unchanged_by_speculation(model_path):
+    """Per seed the same text comes out, so the distributions over many seeds match too."""
+    def first_tokens(engine: Engine, seed: int) -> tuple[int, ...]:
+        params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed, max_tokens=6)
+        return tuple(engine.submit(Request(messages=chat(PROMPTS[0]), sampling=params)).result().token_ids)
+
+    seeds = range(40)
+    with engine_with(model_path) as plain:
+        without = [first_tokens(plain, s) for s in seeds]
+    with engine_with(model_path, lookup=True, fixed_k=3) as spec:
+        with_spec = [first_tokens(spec, s) for s in seeds]
+    for position in range(1, 4):
+        a = Counter(t[position] for t in without if len(t) > position)
+        b = Counter(t[position] for t in with_spec if len(t) > position)
+        total_variation = sum(abs(a[k] - b[k]) for k in a.keys() | b.keys()) / (2 * len(seeds))
+        assert total_variation <= 0.2, (position, a, b)
+    assert len(set(without)) > 5  # sampling really varied
+    assert with_spec == without
+
+
+def test_adaptive_length_turns_off_a_draft_that_cannot_pay(model_path):
+    with engine_with(model_path, draft=model_path) as engine:  # the draft costs what the target costs
+        result = engine.submit(Request(messages=chat(PROMPTS[1]), sampling=SamplingParams(temperature=0.0, max_tokens=40))).result()
+    assert result.stats.spec.drafted == 0
+
+
+def test_adaptive_length_drafts_when_lookup_pays(model_path):
+    with engine_with(model_path, lookup=True) as engine:
+        result = engine.submit(Request(messages=chat(PROMPTS[0]), sampling=SamplingParams(temperature=0.0, max_tokens=48))).result()
+    spec = result.stats.spec
+    assert spec.drafted > 0 and spec.mean_k >= 1 and spec.predicted_speedup > 1.05
+
+
+def test_expected_tokens_and_cost_interpolation():
+    assert expected_tokens(0.0, 4) == 1.0
+    assert expected_tokens(1.0, 4) == 5.0
+    assert abs(expected_tokens(0.5, 2) - 1.75) < 1e-9
+    costs = StepCosts()
+    costs.record(1, 0.010)
+    costs.record(3, 0.016)
+    assert abs(costs.cost(2) - 0.013) < 1e-9
+    assert abs(costs.cost(5) - 0.022) < 1e-9
+
+
+def test_ngram_lookup_proposes_what_followed():
+    index = NgramIndex(max_n=3)
+    tokens = [1, 2, 3, 4, 5, 9, 9, 2, 3]
+    assert index.propose(tokens, 3) == [4, 5, 9]
+    tokens += [4, 7]
+    assert index.propose(tokens, 2) == []  # neither (4, 7) nor (3, 4, 7) occurred before
+    tokens += [2, 3, 4]
+    assert index.propose(tokens, 3) == [7, 2, 3]  # the latest occurrence of (2, 3, 4) wins
+    assert NgramIndex().propose([1, 2, 3], 4) == []
