@@ -11,7 +11,8 @@ from localchat.errors import DraftIncompatibleError
 from localchat.models.derive import random_weights_like, requantize
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.speculative import NgramIndex, SpecConfig, StepCosts, expected_tokens
+from localchat.runtime.sequence import Sequence
+from localchat.runtime.speculative import NgramIndex, SpecConfig, Speculator, StepCosts, expected_tokens
 from localchat.runtime.worker import WorkerConfig
 
 QUOTE = ("The harbour master wrote: 'The northern pier closes at dusk on Fridays, and boats "
@@ -100,17 +101,65 @@ def test_sampling_is_unchanged_by_speculation(model_path):
     assert with_spec == without
 
 
-def test_adaptive_length_turns_off_a_draft_that_cannot_pay(model_path):
-    with engine_with(model_path, draft=model_path) as engine:  # the draft costs what the target costs
-        result = engine.submit(Request(messages=chat(PROMPTS[1]), sampling=SamplingParams(temperature=0.0, max_tokens=40))).result()
-    assert result.stats.spec.drafted == 0
+class FixedCostDrafter:
+    """Stands in for a drafter's cost only; the choice of k is pure arithmetic on measured costs."""
+
+    name = "fixed-cost"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def seconds_per_token(self) -> float:
+        return self.seconds
+
+    def propose(self, wanted):
+        return {}
+
+    def forget(self, seq) -> None:
+        pass
 
 
-def test_adaptive_length_drafts_when_lookup_pays(model_path):
+def measured_costs() -> StepCosts:
+    costs = StepCosts()
+    for width, ms in ((1, 11.0), (2, 13.7), (3, 16.9), (5, 23.0), (9, 35.0)):  # this CPU, Q4_1
+        costs.record(width, ms / 1000)
+    return costs
+
+
+def decoding_seq() -> Sequence:
+    seq = Sequence(id="s", tokens=list(range(40)), max_tokens=100, num_prompt=30)
+    return seq
+
+
+def test_a_draft_as_slow_as_the_target_is_never_tried():
+    spec = Speculator(FixedCostDrafter(0.011), measured_costs(), SpecConfig(probe_every=4))
+    seq = decoding_seq()
+    spec.state(seq).accepted_weight = spec.state(seq).trials_weight  # even at 100% acceptance
+    assert [spec.choose(seq, 1, 64) for _ in range(50)] == [0] * 50
+
+
+def test_a_free_drafter_speculates_and_backs_off_when_it_misses():
+    spec = Speculator(FixedCostDrafter(0.0), measured_costs(), SpecConfig(probe_every=4))
+    seq = decoding_seq()
+    assert spec.choose(seq, 1, 64) == 1  # at the 50% prior only one draft token pays on these costs
+    for _ in range(12):
+        spec.observe(seq, 4, 0)
+    choices = [spec.choose(seq, 1, 64) for _ in range(40)]
+    probes = [i for i, k in enumerate(choices) if k]
+    assert probes and all(choices[i] == 2 for i in probes)  # short probes only
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # each failed probe waits longer
+
+
+def test_adaptive_engine_keeps_output_and_reports_its_choice(model_path):
     with engine_with(model_path, lookup=True) as engine:
         result = engine.submit(Request(messages=chat(PROMPTS[0]), sampling=SamplingParams(temperature=0.0, max_tokens=48))).result()
+    with engine_with(model_path) as plain:
+        expected = plain.submit(Request(messages=chat(PROMPTS[0]), sampling=SamplingParams(temperature=0.0, max_tokens=48))).result()
+    assert result.token_ids == expected.token_ids
     spec = result.stats.spec
-    assert spec.drafted > 0 and spec.mean_k >= 1 and spec.predicted_speedup > 1.05
+    assert spec.drafter == "prompt-lookup" and spec.predicted_speedup >= 1.0
+    assert spec.accepted <= spec.drafted
 
 
 def test_expected_tokens_and_cost_interpolation():

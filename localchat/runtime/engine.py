@@ -13,12 +13,12 @@ from typing import Any
 
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
 from .chat_template import ChatTemplate
-from .events import Done, Failed, PrefillProgress, SpecStats, Stats, Stream, TextDelta
+from .events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
 from .kv_slots import KVOp
 from .sampling import SamplingParams
 from .scheduler import Scheduler, Step
-from .sequence import Sequence
 from .draft_model import DraftModel
+from .sequence import Sequence
 from .speculative import Drafter, PromptLookup, SpecConfig, Speculator, SpecState, StepCosts
 from .text_output import TextOutput
 from .worker import BatchRow, Worker, WorkerConfig
@@ -156,7 +156,7 @@ class Engine:
         # Every llama.cpp computation runs on this one thread: OpenMP keeps a thread team per
         # calling thread, and a second team left over from another thread slows each step 2-3x.
         if self.speculator is not None:
-            self._calibrate()
+            self.speculator.calibrate(self.worker)
         while True:
             block = not self.scheduler.has_work()
             try:
@@ -292,23 +292,6 @@ class Engine:
         seq.stream.put(self._stats(seq, spec))
         seq.stream.put(Done(reason, seq.generated))
 
-    def _calibrate(self) -> None:
-        """Time target steps of a few widths so speculation starts from this machine's real costs."""
-        token = self.worker.bos_token if self.worker.bos_token >= 0 else 0
-        assert self.speculator is not None
-        top = self.speculator.config.max_draft + 1
-        widths = sorted({1, 2, 3, (top + 1) // 2, top})  # the rest is interpolated, then measured live
-        self.worker.decode([BatchRow(0, [token] * 4, 0, True)])  # warm up
-        for width in widths:
-            t0 = time.perf_counter()
-            self.worker.decode([BatchRow(0, [token] * width, 4, True)])
-            self.speculator.costs.record(width, time.perf_counter() - t0)
-            self.worker.seq_remove(0, 4, -1)
-        self.worker.seq_remove(0)
-        calibrate_drafter = getattr(self.speculator.drafter, "calibrate", None)
-        if calibrate_drafter:
-            calibrate_drafter()
-
     def _stats(self, seq: Sequence, spec_state: SpecState | None = None) -> Stats:
         end = time.perf_counter()
         first = seq.t_first_token or end
@@ -321,18 +304,7 @@ class Engine:
             tokens_per_s=(n - 1) / (end - first) if n > 1 and end > first else 0.0,
             prefill_tokens_per_s=prefilled / prefill_s if prefill_s > 0 else 0.0,
             total_ms=(end - seq.t_submit) * 1000,
-            spec=self._spec_stats(spec_state),
-        )
-
-    def _spec_stats(self, state: SpecState | None) -> SpecStats | None:
-        if self.speculator is None or state is None:
-            return None
-        passes = state.steps
-        return SpecStats(
-            drafter=self.speculator.drafter.name, drafted=state.drafted, accepted=state.accepted,
-            target_passes=passes, mean_k=state.k_total / passes if passes else 0.0,
-            tokens_per_pass=(state.accepted + passes) / passes if passes else 1.0,
-            predicted_speedup=state.predicted_gain,
+            spec=spec_state.stats(self.speculator.drafter.name) if self.speculator and spec_state else None,
         )
 
     def _apply(self, ops: list[KVOp]) -> None:

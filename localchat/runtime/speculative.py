@@ -8,10 +8,13 @@ How many tokens to draft is chosen per sequence and step from measured costs and
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .events import SpecStats
 from .sequence import Sequence
+from .worker import BatchRow, Worker
 
 
 def expected_tokens(acceptance: float, k: int) -> float:
@@ -74,6 +77,16 @@ class SpecState:
     @property
     def acceptance(self) -> float:
         return self.accepted_weight / self.trials_weight
+
+    def stats(self, drafter: str) -> SpecStats:
+        """The request's speculation numbers for its final Stats event."""
+        passes = self.steps
+        return SpecStats(
+            drafter=drafter, drafted=self.drafted, accepted=self.accepted, target_passes=passes,
+            mean_k=self.k_total / passes if passes else 0.0,
+            tokens_per_pass=(self.accepted + passes) / passes if passes else 1.0,
+            predicted_speedup=self.predicted_gain,
+        )
 
     def observe(self, k: int, accepted: int) -> None:
         """Update after a step that drafted k tokens of which `accepted` were kept."""
@@ -174,6 +187,22 @@ class Speculator:
         sample = seconds / drafted
         prev = self.overhead_per_token
         self.overhead_per_token = sample if prev is None else 0.8 * prev + 0.2 * sample
+
+    def calibrate(self, worker: Worker) -> None:
+        """Time target steps of a few widths so the first choices weigh this machine's real costs."""
+        token = worker.bos_token if worker.bos_token >= 0 else 0
+        top = self.config.max_draft + 1
+        widths = sorted({1, 2, 3, (top + 1) // 2, top})  # the rest is interpolated, then measured live
+        worker.decode([BatchRow(0, [token] * 4, 0, True)])  # warm up
+        for width in widths:
+            t0 = time.perf_counter()
+            worker.decode([BatchRow(0, [token] * width, 4, True)])
+            self.costs.record(width, time.perf_counter() - t0)
+            worker.seq_remove(0, 4, -1)
+        worker.seq_remove(0)
+        calibrate_drafter = getattr(self.drafter, "calibrate", None)
+        if calibrate_drafter:
+            calibrate_drafter()
 
     def draft_cost(self) -> float:
         measured = self.overhead_per_token
