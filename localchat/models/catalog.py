@@ -20,7 +20,7 @@ class ModelFile:
     quant: str
     file: str
     size: int
-    sha256: str
+    sha256: str | None = None  # hub-only entries may leave it out: the hub's LFS sha256 is checked then
     sources: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -61,7 +61,7 @@ def load_catalog(path: Path | None = None) -> dict[str, ModelEntry]:
         entries = {}
         for key, raw in data["models"].items():
             files = {
-                quant: ModelFile(quant=quant, file=f["file"], size=int(f["size"]), sha256=f["sha256"],
+                quant: ModelFile(quant=quant, file=f["file"], size=int(f["size"]), sha256=f.get("sha256"),
                                  sources=list(f.get("sources", [])))
                 for quant, f in raw["files"].items()
             }
@@ -104,15 +104,29 @@ def resolve_model(
     progress: Callable[[int, int], None] | None = None,
 ) -> Path:
     """A model name (catalog key[:QUANT]) or a GGUF path -> a local file, fetching it when needed."""
-    if looks_like_path(name) or Path(name).expanduser().is_file():
-        path = Path(name).expanduser()
-        if not path.is_file():
-            raise ModelNotFoundError(f"no model file at {path}; check the path, or run `localchat models` to see the catalog.")
+    path = Path(name).expanduser()
+    if path.is_file():
         return path.resolve()
+    if looks_like_path(name):
+        from .importers import find_local_model, import_model
+
+        if path.is_dir():
+            return import_model(path).path
+        # 'publisher/repo/file' (LM Studio) or 'user/model:tag' (Ollama) names look like paths too.
+        local = find_local_model(name)
+        if local is not None:
+            return local.path
+        raise ModelNotFoundError(f"no model file at {path}; check the path, or run `localchat models` to see the catalog.")
     catalog = catalog if catalog is not None else load_catalog()
     key, quant = split_name(name)
     entry = catalog.get(key)
     if entry is None:
+        from .importers import find_local_model
+
+        # Not a catalog name: maybe a model the user already has in LM Studio, Ollama or the hub cache.
+        local = find_local_model(name)
+        if local is not None:
+            return local.path
         raise ModelNotFoundError(
             f"unknown model '{name}'. Use a catalog name ({', '.join(sorted(catalog))}) or a path to a .gguf file."
         )

