@@ -66,6 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (_, about) in DELEGATED.items():
         sub.add_parser(name, help=about, add_help=False)
 
+    serve = sub.add_parser("serve", help="serve the OpenAI-compatible API without the UI (127.0.0.1 by default)")
+    _engine_args(serve)
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1; any other needs --listen)")
+    serve.add_argument("--port", type=int, help="port (default 8000, or the next free one after it)")
+    serve.add_argument("--listen", action="store_true",
+                       help="accept connections from other machines (binds 0.0.0.0 unless --host; needs --api-key)")
+    serve.add_argument("--api-key", dest="api_key", help="require 'Authorization: Bearer KEY' on every API request")
+    serve.add_argument("--backend", help="forward to this OpenAI-compatible server (e.g. http://host:8080/v1) "
+                                         "instead of running a local model")
+    serve.add_argument("--backend-key", dest="backend_key", help="bearer token to send to the --backend server")
+
     bench = sub.add_parser("bench", help="run the runtime benchmark (see benchmarks/runtime.py)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats, smaller documents")
     bench.add_argument("--output", help="write the Markdown report here")
@@ -90,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(["chat", *(["--verbose"] if args.verbose else [])])
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "chat": _cmd_chat, "pull": _cmd_pull, "models": _cmd_models, "bench": _cmd_bench,
+        "serve": _cmd_serve,
     }
     return _guarded(lambda: handlers[command](args))
 
@@ -272,6 +284,20 @@ def _cmd_models(args: argparse.Namespace) -> int:
             status = f"local: {local}" if local else "not downloaded"
             print(f"{key + ':' + quant:<28} {quant:<8} {model_file.size / 1e6:>6.0f}MB  {status}")
     return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .server.app import ServeOptions, serve
+    from .server.local import served_name
+
+    options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key,
+                           backend=args.backend, backend_key=args.backend_key)
+    options.bind_host()  # refuse an unsafe address before spending time on a model
+    if args.backend:
+        return serve(options)
+    settings = _settings(args)
+    with open_engine(settings) as engine:
+        return serve(options, engine, served_name(settings.model))
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

@@ -26,9 +26,21 @@ class DownloadError(LocalchatError):
 class RequestError(LocalchatError):
     """A generation request that cannot be served as asked (bad sampling values, too long)."""
 
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param  # the request field at fault, when known (the API reports it)
+
 
 class ContextOverflowError(RequestError):
     """Prompt plus max_tokens does not fit the context window."""
+
+
+class AuthError(LocalchatError):
+    """An API request without the right bearer token."""
+
+
+class BackendError(LocalchatError):
+    """The OpenAI-compatible server localchat forwards to failed or could not be reached."""
 
 
 class EngineError(LocalchatError):

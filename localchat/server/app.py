@@ -1,0 +1,144 @@
+"""`localchat serve`: the API on its own FastAPI app, safe by default (loopback, or a key)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import Response
+
+from ..errors import ConfigError
+from .api import Service, build_router
+from .wire import error_response
+
+DEFAULT_PORT = 8000
+PORT_TRIES = 100  # how far past the default port to look for a free one
+
+
+@dataclass(slots=True)
+class ServeOptions:
+    """Where and how `serve` listens, and what answers."""
+
+    host: str | None = None  # None: loopback, or every interface with --listen
+    port: int | None = None  # None: DEFAULT_PORT or the next free one
+    listen: bool = False
+    api_key: str | None = None
+    backend: str | None = None
+    backend_key: str | None = None
+
+    def bind_host(self) -> str:
+        """The address to bind, after refusing any exposure the user did not ask for with a key."""
+        host = self.host or ("0.0.0.0" if self.listen else "127.0.0.1")
+        if self.port is not None and not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port {self.port} is not a port; use 1-65535 (0: any free port).")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ConfigError("--api-key is empty; give a long random key (e.g. from `openssl rand -hex 24`).")
+        if not is_loopback(host) and not self.listen:
+            raise ConfigError(f"--host {host} would expose the API beyond this machine; add --listen and "
+                              "--api-key KEY if that is what you want.")
+        if self.listen and not self.api_key:
+            raise ConfigError("--listen exposes the API to the network, so it needs --api-key KEY; clients "
+                              "then send 'Authorization: Bearer KEY'.")
+        return host
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def bind_socket(host: str, port: int | None, default_port: int = DEFAULT_PORT) -> socket.socket:
+    """A listening socket on `port`, or on the first free port from `default_port` when none is given."""
+    candidates = [port] if port is not None else range(default_port, default_port + PORT_TRIES)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for candidate in candidates:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        if sys.platform != "win32":  # on Windows this flag lets two servers share a port
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), candidate))
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE or getattr(exc, "winerror", None) == 10048:
+                continue
+            raise ConfigError(f"cannot listen on {host}:{candidate} ({exc.strerror or exc}); "
+                              "choose another --host or --port.") from None
+        sock.listen(128)
+        sock.setblocking(False)
+        return sock
+    if port is not None:
+        raise ConfigError(f"port {port} on {host} is in use; choose another with --port, or leave --port out "
+                          "to take the next free one.")
+    raise ConfigError(f"ports {default_port}-{default_port + PORT_TRIES - 1} on {host} are all in use; "
+                      "choose one with --port.")
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    shown = "127.0.0.1" if host == "0.0.0.0" else "::1" if host == "::" else host
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
+def add_api(app: FastAPI, service: Service, api_key: str | None = None) -> None:
+    """Put the /v1 routes on an existing app (the UI's, or serve's own)."""
+    app.include_router(build_router(service, api_key))
+
+
+async def _invalid(request: HTTPRequest, exc: RequestValidationError) -> Response:
+    first = exc.errors()[0] if exc.errors() else {}
+    param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+    return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}.", param=param)
+
+
+def create_app(service: Service, api_key: str | None = None) -> FastAPI:
+    """The FastAPI app of `localchat serve`: the API alone, closing the service on shutdown."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await service.aclose()
+
+    # No interactive docs: they would be one more unauthenticated page on an exposed server.
+    app = FastAPI(title="localchat", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    add_api(app, service, api_key)
+    # The router parses its own bodies, so FastAPI's 422 never comes from it; any route added
+    # to this app later still answers a bad body like OpenAI does, with a 400.
+    app.add_exception_handler(RequestValidationError, _invalid)
+    return app
+
+
+def serve(options: ServeOptions, engine: Any = None, model_name: str = "") -> int:
+    """Run the API until interrupted; prints the URL once the socket is bound."""
+    import uvicorn
+
+    from .local import LocalService
+    from .proxy import ProxyService
+
+    host = options.bind_host()
+    if options.backend:
+        service: Service = ProxyService(options.backend, options.backend_key, forward_client_auth=not options.api_key)
+        what = f"forwarding to {service.base}"
+    else:
+        service = LocalService(engine, model_name)
+        what = f"model {model_name}"
+    sock = bind_socket(host, options.port)
+    url = url_of(sock)
+    exposed = "" if is_loopback(host) else f" (listening on {host}; clients need the API key)"
+    print(f"localchat: OpenAI-compatible API at {url}/v1, {what}{exposed}. Ctrl-C stops.", flush=True)
+    # A stream left open by a client must not hold Ctrl-C hostage for long.
+    config = uvicorn.Config(create_app(service, options.api_key), log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0

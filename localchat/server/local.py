@@ -1,0 +1,181 @@
+"""The API served by a local engine: OpenAI responses and SSE chunks built from engine events."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..errors import ContextOverflowError, EngineError, ModelNotFoundError
+from ..runtime.engine import Engine
+from ..runtime.events import Done, Failed, Stats, TextDelta
+from .bridge import StreamBridge, wait_for_disconnect
+from .schemas import ChatBody, CompletionBody, parse
+from .wire import error_body, sse
+
+# Proxies (nginx) buffer responses unless told not to; a buffered stream arrives all at once.
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def served_name(model: str) -> str:
+    """The name clients use for a model: the catalog name, or a file's name without .gguf."""
+    path = Path(model)
+    return path.stem if path.suffix.lower() == ".gguf" else model
+
+
+class LocalService:
+    """Answers /v1 requests with a local Engine."""
+
+    def __init__(self, engine: Engine, model_name: str) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.created = int(time.time())
+
+    def _card(self) -> dict[str, Any]:
+        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "localchat",
+                "x_localchat": {"description": self.engine.worker.describe(), "n_ctx": self.engine.n_ctx}}
+
+    async def models(self, request: HTTPRequest) -> Response:
+        return JSONResponse({"object": "list", "data": [self._card()]})
+
+    async def model(self, model_id: str, request: HTTPRequest) -> Response:
+        self._check_model(model_id)
+        return JSONResponse(self._card())
+
+    async def chat(self, data: Any, request: HTTPRequest) -> Response:
+        return await self._generate(parse(ChatBody, data), "chat", request)
+
+    async def completions(self, data: Any, request: HTTPRequest) -> Response:
+        return await self._generate(parse(CompletionBody, data), "text", request)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the engine belongs to whoever made the service."""
+
+    # -- generation ----------------------------------------------------------------------------
+
+    def _check_model(self, name: str | None) -> None:
+        # A missing (or empty) model is accepted: there is one model, and some clients leave it out.
+        if name and name != self.model_name:
+            raise ModelNotFoundError(f"the model '{name}' is not served here; use '{self.model_name}' "
+                                     "(GET /v1/models lists it).")
+
+    async def _generate(self, body: ChatBody | CompletionBody, kind: str, request: HTTPRequest) -> Response:
+        self._check_model(body.model)
+        engine_request = body.to_request()
+        try:
+            # Tokenizing a long document takes a while; keep the event loop free meanwhile.
+            stream = await asyncio.to_thread(self.engine.submit, engine_request)
+        except ContextOverflowError as exc:
+            exc.param = "messages" if kind == "chat" else "prompt"
+            raise
+        reply = _Reply(kind, self.model_name)
+        bridge = StreamBridge(stream)
+        if body.stream:
+            return StreamingResponse(reply.chunks(bridge, body.include_usage), media_type="text/event-stream",
+                                     headers=STREAM_HEADERS)
+        collecting = asyncio.ensure_future(reply.collect(bridge))
+        leaving = asyncio.ensure_future(wait_for_disconnect(request))
+        try:
+            await asyncio.wait({collecting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            leaving.cancel()
+        if not collecting.done():  # the client left: nobody will read the answer
+            bridge.cancel()
+            collecting.cancel()
+            return Response(status_code=499)
+        return JSONResponse(collecting.result())
+
+
+class _Reply:
+    """One response's identity (id, created, model) and its shape for chat or text completions."""
+
+    def __init__(self, kind: str, model: str) -> None:
+        self.chat = kind == "chat"
+        self.id = ("chatcmpl-" if self.chat else "cmpl-") + secrets.token_hex(12)
+        self.created = int(time.time())
+        self.model = model
+
+    def _envelope(self, obj: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": "localchat", "choices": choices, **extra}
+
+    async def collect(self, bridge: StreamBridge) -> dict[str, Any]:
+        """The whole answer as one OpenAI response object."""
+        parts: list[str] = []
+        stats: Stats | None = None
+        async for event in bridge.events():
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+            elif isinstance(event, Stats):
+                stats = event
+            elif isinstance(event, Failed):
+                raise event.error
+            elif isinstance(event, Done):
+                text = "".join(parts)
+                choice: dict[str, Any] = {"index": 0, "finish_reason": event.finish_reason, "logprobs": None}
+                if self.chat:
+                    choice["message"] = {"role": "assistant", "content": text}
+                else:
+                    choice["text"] = text
+                obj = "chat.completion" if self.chat else "text_completion"
+                return self._envelope(obj, [choice], usage=_usage(stats), x_localchat=_extras(stats))
+        raise EngineError("the engine ended this request without an answer; try again.")
+
+    async def chunks(self, bridge: StreamBridge, include_usage: bool) -> AsyncIterator[bytes]:
+        """The answer as server-sent events, ending with [DONE]."""
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        extra: dict[str, Any] = {"usage": None} if include_usage else {}
+
+        def chunk(text: str | None, finish: str | None = None, first: bool = False, **more: Any) -> bytes:
+            if self.chat:
+                delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+                if text:
+                    delta["content"] = text
+                choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            else:
+                choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+            return sse(self._envelope(obj, [choice], **{**extra, **more}))
+
+        stats: Stats | None = None
+        if self.chat:  # OpenAI opens with the role, so clients can start the message at once
+            yield chunk(None, first=True)
+        async for event in bridge.events():
+            if isinstance(event, TextDelta):
+                yield chunk(event.text)
+            elif isinstance(event, Stats):
+                stats = event
+            elif isinstance(event, Failed):
+                # Headers are gone already: the error travels in the stream, as OpenAI's does.
+                yield sse(error_body(str(event.error), "server_error", None, "engine_error"))
+                return
+            elif isinstance(event, Done):
+                yield chunk(None, event.finish_reason, x_localchat=_extras(stats))
+                if include_usage:
+                    yield sse(self._envelope(obj, [], usage=_usage(stats)))
+        yield b"data: [DONE]\n\n"
+
+
+def _usage(stats: Stats | None) -> dict[str, Any]:
+    prompt = stats.prompt_tokens if stats else 0
+    completion = stats.completion_tokens if stats else 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": stats.cached_tokens if stats else 0}}
+
+
+def _extras(stats: Stats | None) -> dict[str, Any] | None:
+    """localchat's own numbers, in a field OpenAI clients ignore."""
+    if stats is None:
+        return None
+    extras: dict[str, Any] = {"ttft_ms": round(stats.ttft_ms, 1), "tokens_per_s": round(stats.tokens_per_s, 1),
+                              "prefill_tokens_per_s": round(stats.prefill_tokens_per_s, 1),
+                              "cached_tokens": stats.cached_tokens}
+    if stats.spec is not None:
+        extras["speculation"] = {"drafter": stats.spec.drafter, "drafted": stats.spec.drafted,
+                                 "accepted": stats.spec.accepted, "acceptance": round(stats.spec.acceptance, 3)}
+    return extras
+

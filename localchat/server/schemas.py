@@ -1,0 +1,177 @@
+"""OpenAI request bodies: parsing, validation, and their translation into engine requests."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import RequestError
+from ..runtime.engine import Request
+from ..runtime.sampling import SamplingParams
+
+
+class _Body(BaseModel):
+    # Clients send fields we have no use for (user, metadata, store...); refusing them would
+    # break ordinary clients, so unknown fields are accepted and ignored.
+    model_config = ConfigDict(extra="allow")
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart | dict[str, Any]] | None = None
+
+
+class _Sampled(_Body):
+    """Fields shared by chat and text completions. None means: the engine's default."""
+
+    model: str | None = None
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    # Not OpenAI's, but llama.cpp front ends (Open WebUI, SillyTavern...) send them.
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0.0, lt=1.0)
+    repeat_penalty: float | None = Field(None, gt=0.0, le=10.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    seed: int | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    n: int | None = None  # some clients send null for "the default"
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    logprobs: bool | int | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    def limit(self) -> int | None:
+        return self.max_tokens
+
+    def check(self) -> None:
+        """Refuse what we cannot do, rather than silently doing something else."""
+        if self.n not in (None, 1):
+            raise RequestError(f"n={self.n} is not supported; this server returns one choice per request (n=1).", "n")
+        if self.logprobs:
+            raise RequestError("logprobs are not supported by this server; leave them out.", "logprobs")
+
+    def sampling(self) -> SamplingParams:
+        """SamplingParams with the fields the client set; the engine's defaults for the rest."""
+        params = SamplingParams()
+        for name in ("temperature", "top_k", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(params, name, value)
+        if self.top_p is not None:
+            if self.top_p == 0.0:  # keep only the most likely token: that is greedy decoding
+                params.temperature = 0.0
+            else:
+                params.top_p = self.top_p
+        # -1 is the llama.cpp servers' "random seed"; OpenAI seeds are 64-bit, llama.cpp's are 32.
+        if self.seed is not None and self.seed != -1:
+            params.seed = self.seed % 2**32
+        params.max_tokens = self.limit()
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        params.stop = [s for s in stops if s]  # an empty stop string would end every answer at once
+        if len(params.stop) > 16:
+            raise RequestError(f"{len(params.stop)} stop strings given; use at most 16.", "stop")
+        return params
+
+
+class ChatBody(_Sampled):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def limit(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def check(self) -> None:
+        _Sampled.check(self)
+        if self.tools:
+            raise RequestError("tool calling is not supported by this server; send the request without tools.", "tools")
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            raise RequestError(f"response_format {kind!r} is not supported; only 'text' is.", "response_format")
+
+    def to_request(self) -> Request:
+        self.check()
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": _text(m, i)}
+                    for i, m in enumerate(self.messages)]
+        return Request(messages=messages, sampling=self.sampling())
+
+
+class CompletionBody(_Sampled):
+    prompt: str | list[str]
+    echo: bool | None = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    def check(self) -> None:
+        _Sampled.check(self)
+        if self.echo:
+            raise RequestError("echo is not supported by this server.", "echo")
+        if self.suffix:
+            raise RequestError("suffix (fill-in-the-middle) is not supported by this server.", "suffix")
+        if self.best_of not in (None, 1):
+            raise RequestError(f"best_of={self.best_of} is not supported; use 1.", "best_of")
+        if isinstance(self.prompt, list) and len(self.prompt) != 1:
+            raise RequestError("send one prompt per request (a string, or a list of exactly one string).", "prompt")
+
+    def to_request(self) -> Request:
+        self.check()
+        prompt = self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+        if not prompt:
+            raise RequestError("prompt is empty; send some text to complete.", "prompt")
+        return Request(prompt=prompt, sampling=self.sampling())
+
+
+def _text(message: ChatMessage, index: int) -> str:
+    """A message's content as one string; text parts are joined, other parts refused."""
+    content = message.content
+    if content is None:
+        return ""  # an assistant turn that only carried tool calls
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        if not isinstance(part, TextPart):
+            kind = part.get("type", "unknown")
+            raise RequestError(f"message {index} has a '{kind}' part; this model reads text only.",
+                               f"messages.{index}.content")
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def parse(model: type[_Sampled], data: Any) -> _Sampled:
+    """Validate a decoded JSON body; the first problem becomes a RequestError naming its field."""
+    if not isinstance(data, dict):
+        raise RequestError("the request body must be a JSON object.")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        # A union adds its member types ("str", "list[str]") to the location; keep field names only.
+        param = ".".join(str(part) for part in error["loc"] if isinstance(part, int) or part in _FIELDS)
+        value = "" if error["type"] == "missing" else f" (got {_short(error.get('input'))})"
+        raise RequestError(f"{param or 'body'}: {error['msg']}{value}.", param or None) from None
+
+
+_FIELDS = {name for body in (ChatBody, CompletionBody, ChatMessage, TextPart, StreamOptions)
+           for name in body.model_fields}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
