@@ -115,7 +115,8 @@ def test_a_server_that_ignores_range_restarts_the_file_cleanly(hub: FakeHub, tin
     hub.ignore_range = True
     path = download_hub_file(REPO, FILE)
     assert hub.downloads()[0].headers["range"] == "bytes=3000000-"
-    assert path.read_bytes() == tiny_bytes  # the checksum restarted with the file
+    assert path.read_bytes() == tiny_bytes
+    assert len(hub.downloads()) == 1  # the checksum restarted with the file: no refetch was needed
 
 
 def test_a_corrupted_file_is_detected_deleted_and_fetched_again(hub: FakeHub, tiny_bytes: bytes,
