@@ -1,0 +1,75 @@
+"""The conversation store: persistence, ordering, and no half-written rows after a kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from localchat.server.store import Store
+
+
+def test_conversations_persist_across_restarts(tmp_path: Path):
+    db = tmp_path / "c.sqlite3"
+    store = Store(db)
+    first = store.create("Trip", system_prompt="Be brief.")
+    store.append(first, "user", "Where is Lyon?")
+    store.append(first, "assistant", "In France.", {"tokens_per_s": 90.5})
+    second = store.create("Recipes")
+    store.append(second, "user", "Soup?")
+    store.close()
+
+    again = Store(db)
+    assert [c.id for c in again.list()] == [second, first]  # most recently changed first
+    conv = again.get(first)
+    assert [(m.role, m.content) for m in conv.messages] == [("user", "Where is Lyon?"), ("assistant", "In France.")]
+    assert conv.messages[1].stats == {"tokens_per_s": 90.5}
+    assert conv.chat_messages()[0] == {"role": "system", "content": "Be brief."}
+
+
+def test_truncate_update_delete(tmp_path: Path):
+    store = Store(tmp_path / "c.sqlite3")
+    conv = store.create()
+    for i in range(4):
+        store.append(conv, "user" if i % 2 == 0 else "assistant", f"m{i}")
+    store.truncate(conv, 3)  # regenerate the last answer
+    store.append(conv, "assistant", "m3'")
+    store.update(conv, title="Renamed", settings={"temperature": 0.2})
+    got = store.get(conv)
+    assert [m.content for m in got.messages] == ["m0", "m1", "m2", "m3'"]
+    assert (got.title, got.settings) == ("Renamed", {"temperature": 0.2})
+    store.delete(conv)
+    assert store.get(conv) is None and store.list() == []
+
+
+WRITER = """
+import sys
+from localchat.server.store import Store
+store = Store(__import__("pathlib").Path(sys.argv[1]))
+conv = store.create("busy")
+print(conv, flush=True)
+i = 0
+while True:
+    store.append(conv, "user", "x" * 5000 + str(i))
+    i += 1
+"""
+
+
+def test_a_killed_writer_leaves_only_whole_messages(tmp_path: Path):
+    db = tmp_path / "c.sqlite3"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    conv = proc.stdout.readline().strip()
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    messages = Store(db).get(conv).messages
+    assert len(messages) > 10
+    assert all(len(m.content) > 5000 and m.content.startswith("x" * 5000) for m in messages)
+    positions = [r[0] for r in sqlite3.connect(db).execute(
+        "SELECT position FROM messages WHERE conversation_id = ? ORDER BY position", (conv,))]
+    assert positions == list(range(len(positions)))
