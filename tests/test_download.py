@@ -22,7 +22,7 @@ BIG_REPO, BIG_FILE = "org/SmolLM2-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture(scope="module")
-def tiny_bytes(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+def tiny_bytes(model_path: Path) -> bytes:
     """A small real GGUF (random weights, SmolLM2's tokenizer): about 8 MB."""
     from localchat.models.derive import random_weights_like
 
