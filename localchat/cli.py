@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import logging
 import sys
 from typing import Any, Callable
@@ -116,6 +117,9 @@ def _guarded(run: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `localchat models | head`: the reader left, nothing is wrong
+        sys.stdout = open(os.devnull, "w")
+        return 0
 
 
 def _settings(args: argparse.Namespace) -> Settings:

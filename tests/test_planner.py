@@ -15,12 +15,12 @@ from localchat.models.gguf_info import read_gguf
 from localchat.models.planner import Wants, plan, quality
 
 GiB = 1 << 30
-PROPOSAL = Path(__file__).resolve().parents[1] / "docs" / "catalog-proposal.yaml"
+CATALOG = Path(__file__).resolve().parents[1] / "models.yaml"
 
 
 @pytest.fixture(scope="module")
 def catalog():
-    return load_facts(PROPOSAL)
+    return load_facts(CATALOG)
 
 
 def cpu_box(ram_gb: int, bandwidth: float = 38e9) -> HardwareInfo:
@@ -165,14 +165,14 @@ def test_the_real_file_plans_with_exact_layer_bytes(model_path: Path):
 def test_cli_plans_a_described_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     machine = tmp_path / "m.json"
     machine.write_text(MACHINES["rtx3060"].to_json())
-    assert planner.main(["--json", "--hardware", str(machine), "--catalog", str(PROPOSAL), "--context", "8192"]) == 0
+    assert planner.main(["--json", "--hardware", str(machine), "--catalog", str(CATALOG), "--context", "8192"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n_ctx"] == 8192 and out["devices"] and out["alternatives"]
-    assert planner.main(["--hardware", str(machine), "--catalog", str(PROPOSAL), "--model", "smollm2"]) == 0
+    assert planner.main(["--hardware", str(machine), "--catalog", str(CATALOG), "--model", "smollm2"]) == 0
     assert "SmolLM2" in capsys.readouterr().out
 
 
-def test_proposal_catalog_is_consistent(catalog):
+def test_catalog_facts_are_consistent(catalog):
     for model in catalog.values():
         assert model.n_head % model.n_head_kv == 0 and model.n_layer > 0 and model.default_quant in model.files
         if model.draft:
