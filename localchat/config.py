@@ -86,7 +86,9 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
             raise ConfigError(f"{path} is not valid TOML ({exc}); fix or delete it.") from None
         _apply(values, data, str(path))
     env = os.environ if environ is None else environ
-    not_settings = {"LOCALCHAT_HOME"}
+    # Variables of the same prefix that are not settings: where files live, the build cache of the
+    # installer, the test suite's home, and the API key (kept out of settings files on purpose).
+    not_settings = {"LOCALCHAT_HOME", "LOCALCHAT_BUILD_CACHE", "LOCALCHAT_TEST_HOME", "LOCALCHAT_API_KEY"}
     from_env = {
         key[len("LOCALCHAT_"):].lower(): value
         for key, value in env.items()
