@@ -22,6 +22,9 @@ DELEGATED = {
 }
 
 
+COMMANDS = {"chat", "pull", "models", "serve", "ui", "bench", *DELEGATED}
+
+
 def _engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="catalog name (see `localchat models`) or a .gguf path")
     parser.add_argument("--n-ctx", type=int, dest="n_ctx", help="context window in tokens")
@@ -73,10 +76,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8000, or the next free one after it)")
     serve.add_argument("--listen", action="store_true",
                        help="accept connections from other machines (binds 0.0.0.0 unless --host; needs --api-key)")
-    serve.add_argument("--api-key", dest="api_key", help="require 'Authorization: Bearer KEY' on every API request")
+    serve.add_argument("--api-key", dest="api_key", default=os.environ.get("LOCALCHAT_API_KEY"),
+                       help="require 'Authorization: Bearer KEY' on every API request (or LOCALCHAT_API_KEY)")
     serve.add_argument("--backend", help="forward to this OpenAI-compatible server (e.g. http://host:8080/v1) "
                                          "instead of running a local model")
     serve.add_argument("--backend-key", dest="backend_key", help="bearer token to send to the --backend server")
+
+    ui = sub.add_parser("ui", help="open the chat window in the browser (the default without a command)")
+    _engine_args(ui)
+    ui.add_argument("--host", help="address to bind (default 127.0.0.1; any other needs --listen)")
+    ui.add_argument("--port", type=int, help="port (default 7860, or the next free one after it)")
+    ui.add_argument("--listen", action="store_true",
+                    help="accept connections from other machines (needs --api-key: the window asks for it "
+                         "as the password of the user 'localchat', the API as a bearer token)")
+    ui.add_argument("--api-key", dest="api_key", default=os.environ.get("LOCALCHAT_API_KEY"),
+                    help="require this key on the window and the API (or LOCALCHAT_API_KEY)")
+    ui.add_argument("--no-browser", dest="browser", action="store_false", help="only print the URL")
 
     bench = sub.add_parser("bench", help="run the runtime benchmark (see benchmarks/runtime.py)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats, smaller documents")
@@ -94,15 +109,17 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger("localchat").setLevel(logging.DEBUG)
         module = importlib.import_module(DELEGATED[rest[0]][0])
         return _guarded(lambda: module.main(rest[1:]))
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not rest or (rest[0] not in COMMANDS and rest[0] not in ("-h", "--help")):
+        # No command: the chat window, with any options given (`localchat --no-browser`).
+        argv = [*(["--verbose"] if verbose else []), "ui", *rest]
+    args = parser.parse_args(argv)
     if args.verbose:
         logging.getLogger("localchat").setLevel(logging.DEBUG)
-    command = args.command or "chat"
-    if args.command is None:
-        args = build_parser().parse_args(["chat", *(["--verbose"] if args.verbose else [])])
+    command = args.command
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "chat": _cmd_chat, "pull": _cmd_pull, "models": _cmd_models, "bench": _cmd_bench,
-        "serve": _cmd_serve,
+        "serve": _cmd_serve, "ui": _cmd_ui,
     }
     return _guarded(lambda: handlers[command](args))
 
@@ -302,6 +319,20 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     with open_engine(settings) as engine:
         return serve(options, engine, served_name(settings.model))
+
+
+def _cmd_ui(args: argparse.Namespace) -> int:
+    from .server.app import ServeOptions
+    from .server.web import run_ui
+
+    options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key)
+    options.bind_host()  # refuse an unsafe address before spending time on a model
+    settings = _settings(args)
+
+    def load(model: str):
+        return open_engine(settings.replace(model=model))
+
+    return run_ui(options, load, settings.model, open_browser=args.browser)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

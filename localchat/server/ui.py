@@ -1,0 +1,210 @@
+"""The chat window: a Gradio Blocks app over ChatCore."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterator
+
+import gradio as gr
+
+from ..errors import LocalchatError
+from .chat import ChatCore, Sampling
+from .uploads import ACCEPTED, store_upload
+
+log = logging.getLogger(__name__)
+ANSWER_DEFAULT = 512  # the meter's answer reserve when the settings are not at hand
+
+CSS = """
+#chat { flex-grow: 1; }
+#meter { font-size: 0.9em; }
+footer { display: none !important; }
+"""
+
+
+def model_choices(current: str) -> list[tuple[str, str]]:
+    """The catalog models present on this machine and GGUF files found by the importers."""
+    from ..models.catalog import load_catalog
+    from ..models.download import cached_file
+    from ..models.importers import list_local_models
+
+    names = [current]
+    try:
+        for key, entry in sorted(load_catalog().items()):
+            names += [f"{key}:{q}" if q != entry.default_quant else key
+                      for q, f in entry.files.items() if cached_file(f)]
+        names += [str(m.path) for m in list_local_models()]
+    except (LocalchatError, OSError) as exc:  # a broken catalog must not keep the window from opening
+        log.warning("listing local models failed: %s", exc)
+    # A file is listed by its name; the full path stays the value that loads it.
+    return [(Path(n).name if n.lower().endswith(".gguf") else n, n) for n in dict.fromkeys(names)]
+
+
+def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
+    """The Blocks app; `defaults` are the settings of a new conversation."""
+    defaults = defaults or Sampling()
+    store = core.store
+
+    def conversations(selected: str | None = None) -> dict[str, Any]:
+        return gr.update(choices=[(c.title, c.id) for c in store.list()], value=selected)
+
+    def guard(exc: Exception) -> gr.Error:
+        return gr.Error(str(exc)) if isinstance(exc, LocalchatError) else exc  # type: ignore[return-value]
+
+    with gr.Blocks(title="localchat", analytics_enabled=False, fill_height=True) as demo:
+        conv_id = gr.State(None)
+        pending = gr.State([])  # stored paths of the documents attached to the next message
+        with gr.Sidebar(open=True):
+            new_btn = gr.Button("New chat", variant="primary", elem_id="new-chat")
+            convs = gr.Radio(label="Conversations", choices=[], elem_id="conversations")
+            delete_btn = gr.Button("Delete this chat", size="sm")
+            model = gr.Dropdown(label="Model", choices=model_choices(core.runtime.model), value=core.runtime.model,
+                                allow_custom_value=True, elem_id="model")
+            status = gr.Markdown(elem_id="status")
+        chatbot = gr.Chatbot(elem_id="chat", label="localchat", sanitize_html=True, allow_tags=False,
+                             height="65vh", buttons=["copy"], feedback_options=None,
+                             placeholder="Ask anything, or attach documents and ask about them.")
+        with gr.Row(equal_height=True):
+            message = gr.Textbox(placeholder="Message (Enter sends, Shift+Enter: new line)", show_label=False,
+                                 scale=8, lines=1, max_lines=8, elem_id="message")
+            send_btn = gr.Button("Send", variant="primary", scale=1, min_width=80, elem_id="send")
+            stop_btn = gr.Button("Stop", variant="stop", scale=1, min_width=80, elem_id="stop")
+        with gr.Row():
+            regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate")
+            edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit")
+            clear_docs_btn = gr.Button("Remove documents", size="sm")
+        meter = gr.Markdown(elem_id="meter")
+        files = gr.File(label="Attach documents (PDF, DOCX, TXT, MD, HTML, source)", file_count="multiple",
+                        file_types=ACCEPTED, height=110, elem_id="files")
+        with gr.Accordion("Settings for this chat", open=False):
+            system = gr.Textbox(label="System prompt", lines=2, elem_id="system")
+            with gr.Row():
+                temperature = gr.Slider(0, 2, value=defaults.temperature, step=0.05, label="Temperature",
+                                        elem_id="temperature")
+                top_p = gr.Slider(0.05, 1, value=defaults.top_p, step=0.05, label="Top p", elem_id="top-p")
+                max_tokens = gr.Slider(16, 4096, value=defaults.max_tokens, step=16, label="Max tokens",
+                                       elem_id="max-tokens")
+
+        # -- handlers ---------------------------------------------------------------------------
+
+        def respond(text: str, cid: str | None, docs: list[str], sys_prompt: str, temp: float, tp: float,
+                    mx: float) -> Iterator[tuple]:
+            text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
+            if not text.strip():
+                yield gr.skip(), gr.skip(), cid, docs, gr.skip(), gr.skip(), gr.skip()
+                return
+            sampling = Sampling(temp, tp, int(mx))
+            try:
+                cid = core.add_user_turn(cid, text, docs, sys_prompt, sampling)
+            except Exception as exc:
+                raise guard(exc) from exc
+            yield from stream_reply(cid, sampling)
+
+        def stream_reply(cid: str, sampling: Sampling) -> Iterator[tuple]:
+            shown = core.display(store.get(cid))
+            try:
+                for reply in core.answer(cid, sampling):
+                    yield (shown + [{"role": "assistant", "content": reply}], "", cid, [], "",
+                           conversations(cid), gr.skip())
+            except Exception as exc:
+                raise guard(exc) from exc
+            # The saved conversation, numbers included, is the final word on what was said.
+            yield core.display(store.get(cid)), gr.skip(), cid, [], gr.skip(), gr.skip(), core.status()
+
+        def regenerate(cid: str | None, temp: float, tp: float, mx: float) -> Iterator[tuple]:
+            conv = store.get(cid) if cid else None
+            if conv is None or not any(m.role == "user" for m in conv.messages):
+                raise gr.Error("nothing to regenerate yet; send a message first.")
+            last_user = max(i for i, m in enumerate(conv.messages) if m.role == "user")
+            store.truncate(conv.id, last_user + 1)
+            yield from stream_reply(conv.id, Sampling(temp, tp, int(mx)))
+
+        def edit_last(cid: str | None) -> tuple:
+            conv = store.get(cid) if cid else None
+            users = [i for i, m in enumerate(conv.messages) if m.role == "user"] if conv else []
+            if not users:
+                raise gr.Error("there is no message to edit yet.")
+            core.stop(cid)
+            last = conv.messages[users[-1]]
+            store.truncate(conv.id, users[-1])
+            docs = list(last.stats.get("documents", []))
+            return (core.display(store.get(conv.id)), last.content, docs,
+                    core.meter(docs, ANSWER_DEFAULT) if docs else "")
+
+        def attach(uploaded: list[str] | None, docs: list[str], mx: float) -> tuple:
+            docs = list(docs)
+            errors = []
+            for path in uploaded or []:
+                try:
+                    stored = store_upload(path)
+                    core.documents([str(stored)])  # type and content check now, not at send time
+                    docs.append(str(stored))
+                except LocalchatError as exc:
+                    errors.append(str(exc))
+            for error in errors:
+                gr.Warning(error)
+            return docs, core.meter(docs, int(mx)), None
+
+        def load(cid: str | None) -> tuple:
+            conv = store.get(cid) if cid else None
+            if conv is None:
+                return [], None, "", *(gr.skip(),) * 3, [], ""
+            s = conv.settings
+            return (core.display(conv), conv.id, conv.system_prompt, s.get("temperature", defaults.temperature),
+                    s.get("top_p", defaults.top_p), s.get("max_tokens", defaults.max_tokens), [], "")
+
+        def new_chat() -> tuple:
+            return [], None, "", defaults.temperature, defaults.top_p, defaults.max_tokens, [], "", \
+                conversations(None)
+
+        def delete(cid: str | None) -> tuple:
+            if cid:
+                core.stop(cid)
+                store.delete(cid)
+            return (*new_chat()[:-1], conversations(None))
+
+        def save_settings(cid: str | None, sys_prompt: str, temp: float, tp: float, mx: float) -> None:
+            if cid and store.get(cid) is not None:
+                store.update(cid, system_prompt=sys_prompt or "",
+                             settings={"temperature": temp, "top_p": tp, "max_tokens": int(mx)})
+
+        def switch_model(name: str) -> str:
+            if name and name != core.runtime.model:
+                try:
+                    core.runtime.switch(name)
+                except LocalchatError as exc:
+                    raise gr.Error(str(exc)) from exc
+                gr.Info(f"Now answering with {name}.")
+            return core.status()
+
+        def on_page_load() -> tuple:
+            return conversations(None), gr.update(choices=model_choices(core.runtime.model),
+                                                  value=core.runtime.model), core.status()
+
+        # -- wiring ---------------------------------------------------------------------------
+
+        settings_inputs = [system, temperature, top_p, max_tokens]
+        reply_outputs = [chatbot, message, conv_id, pending, meter, convs, status]
+        # The engine batches concurrent chats, so several tabs may stream at once.
+        for trigger in (send_btn.click, message.submit):
+            trigger(respond, [message, conv_id, pending, *settings_inputs], reply_outputs,
+                    api_name="send" if trigger == send_btn.click else False, concurrency_limit=8)
+        stop_btn.click(core.stop, [conv_id], None, queue=False, api_name=False)
+        regen_btn.click(regenerate, [conv_id, temperature, top_p, max_tokens], reply_outputs,
+                        api_name=False, concurrency_limit=8)
+        edit_btn.click(edit_last, [conv_id], [chatbot, message, pending, meter], api_name=False)
+        files.upload(attach, [files, pending, max_tokens], [pending, meter, files], api_name=False)
+        clear_docs_btn.click(lambda: ([], ""), None, [pending, meter], api_name=False)
+        convs.input(load, [convs], [chatbot, conv_id, *settings_inputs, pending, meter], api_name=False)
+        new_btn.click(new_chat, None, [chatbot, conv_id, *settings_inputs, pending, meter, convs],
+                      api_name=False)
+        # The chat's own clear icon starts a new chat; the stored one stays in the list.
+        chatbot.clear(new_chat, None, [chatbot, conv_id, *settings_inputs, pending, meter, convs], api_name=False)
+        delete_btn.click(delete, [conv_id], [chatbot, conv_id, *settings_inputs, pending, meter, convs],
+                         api_name=False)
+        gr.on([system.blur, temperature.release, top_p.release, max_tokens.release], save_settings,
+              [conv_id, *settings_inputs], None, api_name=False)
+        model.input(switch_model, [model], [status], api_name=False, concurrency_limit=1)
+        demo.load(on_page_load, None, [convs, model, status], api_name=False)
+    return demo
+

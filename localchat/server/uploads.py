@@ -1,0 +1,69 @@
+"""Attached documents: copied under the app data dir with safe names, checked, then extracted."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+from ..ingest import DEFAULT_MAX_BYTES, Document, DocumentError, DocumentTooLargeError, extract
+from ..paths import data_dir
+
+MAX_UPLOAD_BYTES = DEFAULT_MAX_BYTES  # 50 MB, the same limit the extractor enforces
+# The kinds the extractor reads; the browser's file picker offers these first.
+ACCEPTED = [".pdf", ".docx", ".txt", ".md", ".markdown", ".html", ".htm", ".py", ".js", ".ts", ".json",
+            ".csv", ".c", ".h", ".cpp", ".rs", ".go", ".java", ".rb", ".sh", ".toml", ".yaml", ".yml"]
+_UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
+_MAX_NAME = 120
+
+
+def uploads_dir() -> Path:
+    path = data_dir() / "uploads"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def safe_name(name: str) -> str:
+    """A file name that cannot leave its folder: no separators, no leading dots, no control bytes."""
+    base = re.split(r"[\\/]", name)[-1]  # a Windows path sent from the browser uses backslashes
+    base = _UNSAFE.sub("_", base).strip(" .")
+    if not base:
+        return "document"
+    stem, dot, ext = base.rpartition(".")
+    if dot and len(ext) <= 10:
+        return stem[: _MAX_NAME - len(ext) - 1].rstrip(" .") + "." + ext if stem else "document." + ext
+    return base[:_MAX_NAME]
+
+
+def store_upload(source: str | Path, original_name: str | None = None, root: Path | None = None) -> Path:
+    """Copy an uploaded file into its own folder under the uploads dir; refuse it when too large."""
+    source = Path(source)
+    name = safe_name(original_name or source.name)
+    size = source.stat().st_size
+    if size > MAX_UPLOAD_BYTES:
+        raise DocumentTooLargeError(f"{name}: is {size / 1e6:.0f} MB, over the {MAX_UPLOAD_BYTES // 2**20} MB "
+                                    "limit; attach a smaller file or only the part you need.")
+    # One random folder per upload: two files with the same name never overwrite each other.
+    folder = (root or uploads_dir()) / uuid.uuid4().hex
+    folder.mkdir(parents=True)
+    target = folder / name
+    assert target.resolve().parent == folder.resolve()
+    shutil.copyfile(source, target)
+    return target
+
+
+def is_stored_upload(path: str | Path, root: Path | None = None) -> bool:
+    """Whether `path` lies inside the uploads dir (a document path from the browser is never trusted)."""
+    base = (root or uploads_dir()).resolve()
+    try:
+        return Path(path).resolve().is_relative_to(base)
+    except OSError:
+        return False
+
+
+def read_upload(path: str | Path) -> Document:
+    """Extract a stored upload; DocumentError says what is wrong with it."""
+    if not is_stored_upload(path):
+        raise DocumentError(f"{Path(path).name}: is not an attached document; attach it again.")
+    return extract(path, max_bytes=MAX_UPLOAD_BYTES)

@@ -1,0 +1,78 @@
+"""`localchat` with no command: the chat window and the OpenAI API on one local server."""
+
+from __future__ import annotations
+
+import threading
+import webbrowser
+from typing import Any, Callable
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+
+from ..runtime.engine import Engine
+from .app import ServeOptions, _invalid, add_api, bind_socket, is_loopback, url_of
+from .chat import ChatCore, Runtime, Sampling
+from .local import LocalService, served_name
+from .store import Store
+from .uploads import MAX_UPLOAD_BYTES
+
+DEFAULT_UI_PORT = 7860
+UI_USER = "localchat"  # the login name when --api-key protects the window
+
+
+def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
+                  defaults: Sampling | None = None) -> FastAPI:
+    """FastAPI with the /v1 routes first, then the chat window mounted at "/"."""
+    import gradio as gr
+
+    from .ui import CSS, build_ui
+
+    service = LocalService(runtime.engine, served_name(runtime.model))
+    runtime.service = service
+
+    app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None)
+    # The API routes go first: the mounted window at "/" would otherwise shadow /v1.
+    add_api(app, service, api_key)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    demo = build_ui(ChatCore(runtime, store), defaults)
+    # System fonts only: the default theme fetches web fonts, which an offline machine never gets.
+    theme = gr.themes.Soft(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
+    return gr.mount_gradio_app(
+        app, demo, path="", auth=(UI_USER, api_key) if api_key else None,
+        auth_message="Log in with the user 'localchat' and the API key localchat was started with.",
+        max_file_size=MAX_UPLOAD_BYTES, ssr_mode=False, footer_links=[], theme=theme, css=CSS,
+        mcp_server=False)
+
+
+def run_ui(options: ServeOptions, load: Callable[[str], Engine], model: str, open_browser: bool = True,
+           defaults: Sampling | None = None) -> int:
+    """Serve the window and the API until interrupted; prints the URL and opens the browser."""
+    import uvicorn
+
+    host = options.bind_host()
+    sock = bind_socket(host, options.port, DEFAULT_UI_PORT)  # before the model loads: fail fast
+    engine = load(model)
+    store = Store()
+    runtime = Runtime(engine, model, load)
+    try:
+        app = create_ui_app(runtime, store, options.api_key, defaults)
+        url = url_of(sock)
+        exposed = "" if is_loopback(host) else f" (listening on {host}; log in as '{UI_USER}' with the API key)"
+        print(f"localchat: chat at {url}/ and the OpenAI-compatible API at {url}/v1{exposed}. Ctrl-C stops.",
+              flush=True)
+        if open_browser:
+            # A moment later, so the server accepts the browser's first request.
+            threading.Timer(1.0, _open, (url,)).start()
+        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        runtime.engine.close()
+        store.close()
+    return 0
+
+
+def _open(url: str) -> Any:
+    try:
+        return webbrowser.open(url)
+    except Exception:  # no browser on this machine: the printed URL is enough
+        return False

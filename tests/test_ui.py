@@ -1,0 +1,118 @@
+"""The chat window: its safety helpers, and the running app driven with gradio_client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+from gradio_client import Client
+
+from localchat.ingest import DocumentError
+from localchat.server.render import inert, reply_markdown
+from localchat.server.uploads import MAX_UPLOAD_BYTES, read_upload, safe_name, store_upload
+from ui_server import RunningUI, start_ui
+
+KEY = "ui-test-key-81c3"
+
+
+def test_model_html_is_escaped_outside_code():
+    text = 'Hi <script>alert(1)</script> <img src=x onerror="alert(2)">\n```html\n<b>code</b>\n```'
+    shown = inert(text)
+    assert "<script>" not in shown and "<img" not in shown
+    assert "&lt;script&gt;" in shown and "&lt;img src=x" in shown
+    assert "<b>code</b>" in shown  # inside a fence it is shown as code, not rendered
+    assert "<img" not in reply_markdown(text, {}, included="<img src=x onerror=y>.txt whole")
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("../../etc/passwd", "passwd"), ("..\\..\\boot.ini", "boot.ini"), ("...", "document"),
+    ("report <final>.pdf", "report _final_.pdf"), (".bashrc", "bashrc"), ("a/b/c.txt", "c.txt"),
+])
+def test_upload_names_cannot_leave_their_folder(name: str, expected: str):
+    assert safe_name(name) == expected
+
+
+def test_uploads_are_stored_checked_and_limited(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr("localchat.server.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    note = tmp_path / "note.txt"
+    note.write_text("The vault code is 7341.\n")
+    stored = store_upload(note, "../../note.txt")
+    assert stored.parent.parent == tmp_path / "uploads" and stored.name == "note.txt"
+    assert "7341" in read_upload(stored).text
+    fake = tmp_path / "fake.pdf"
+    fake.write_text("not a pdf")
+    with pytest.raises(DocumentError, match="not a PDF"):
+        read_upload(store_upload(fake))
+    with pytest.raises(DocumentError, match="not an attached document"):
+        read_upload(note)  # a path outside the uploads dir is never read
+    big = tmp_path / "big.txt"
+    with big.open("wb") as f:
+        f.truncate(MAX_UPLOAD_BYTES + 1)
+    with pytest.raises(DocumentError, match="limit"):
+        store_upload(big)
+
+
+@pytest.fixture(scope="module")
+def ui(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
+    yield from start_ui(model_path, tmp_path_factory.mktemp("ui") / "conversations.sqlite3")
+
+
+def test_send_a_message_and_get_a_streamed_reply(ui: RunningUI):
+    client = Client(ui.url + "/", verbose=False)
+    job = client.submit("Which city is the capital of France?", "", 0.0, 1.0, 32, api_name="/send")
+    updates = list(job)
+    chat = job.outputs()[-1][0]
+    assert len(updates) >= 2  # it streamed: more than the final answer arrived
+    assert chat[0]["role"] == "user" and chat[-1]["role"] == "assistant"
+    reply = chat[-1]["content"][0]["text"]
+    assert "Paris" in reply and "TTFT" in reply and "tokens/s" in reply
+    saved = ui.store.list()[0]
+    assert saved.title == "Which city is the capital of France?"
+    messages = ui.store.get(saved.id).messages
+    assert [m.role for m in messages] == ["user", "assistant"] and "Paris" in messages[1].content
+    assert messages[1].stats["completion_tokens"] > 0
+
+
+def test_api_is_served_beside_the_window(ui: RunningUI):
+    body = httpx.get(ui.url + "/v1/models", timeout=10).json()
+    assert body["data"][0]["id"] == "SmolLM2-135M-Instruct.Q4_1"
+    assert "localchat" in httpx.get(ui.url + "/", timeout=10).text
+
+
+def test_a_key_protects_window_and_api(model_path: Path, tmp_path: Path):
+    for running in start_ui(model_path, tmp_path / "c.sqlite3", api_key=KEY):
+        assert httpx.get(running.url + "/v1/models", timeout=10).status_code == 401
+        ok = httpx.get(running.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+        assert ok.status_code == 200
+        config = httpx.get(running.url + "/config", timeout=10)
+        assert config.status_code in (401, 403) or "auth_required" in config.text
+        with pytest.raises(Exception):
+            Client(running.url + "/", verbose=False)
+        client = Client(running.url + "/", auth=("localchat", KEY), verbose=False)
+        assert "/send" in client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+
+
+def test_prefill_line_gives_an_eta():
+    from localchat.server.render import prefill_line
+
+    line = prefill_line(1024, 4096, started=10.0, first_done=0, now=12.0)
+    assert "1,024 / 4,096 tokens (25%)" in line and "about 6 s left" in line
+
+
+def test_stop_cancels_and_keeps_the_partial_answer(ui: RunningUI):
+    from localchat.server.chat import ChatCore, Sampling
+
+    core = ChatCore(ui.runtime, ui.store)
+    sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=200)
+    conv = core.add_user_turn(None, "Count from 1 to 100, separated by commas.", [], "", sampling)
+    shown = []
+    for shown_text in core.answer(conv, sampling):
+        shown.append(shown_text)
+        if len(shown) == 3:
+            core.stop(conv)
+    assert "stopped" in shown[-1]
+    reply = ui.store.get(conv).messages[-1]
+    assert reply.role == "assistant" and reply.stats["finish_reason"] == "cancelled"
+    assert reply.stats["completion_tokens"] < 200

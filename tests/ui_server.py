@@ -1,0 +1,57 @@
+"""The chat window on a real socket with a real engine, started by the tests that need it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import uvicorn
+
+from localchat.runtime.engine import Engine, EngineConfig
+from localchat.runtime.worker import WorkerConfig
+from localchat.server.app import bind_socket, url_of
+from localchat.server.chat import Runtime, Sampling
+from localchat.server.store import Store
+
+# Greedy and short: the answers are deterministic and the tests stay quick on two cores.
+DEFAULTS = Sampling(temperature=0.0, top_p=1.0, max_tokens=48)
+
+
+@dataclass(slots=True)
+class RunningUI:
+    url: str
+    runtime: Runtime
+    store: Store
+
+
+def start_ui(model_path: Path, store_path: Path, api_key: str | None = None) -> Iterator[RunningUI]:
+    """Yield a running app (window + API) and stop it afterwards."""
+    from localchat.server.web import create_ui_app
+
+    def load(path: str) -> Engine:
+        return Engine.load(path, EngineConfig(worker=WorkerConfig(n_ctx=4096, n_threads=1, n_seq_max=4)))
+
+    runtime = Runtime(load(str(model_path)), str(model_path), load)
+    store = Store(store_path)
+    app = create_ui_app(runtime, store, api_key, DEFAULTS)
+    sock = bind_socket("127.0.0.1", None, 17860)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = url_of(sock)
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert time.monotonic() < deadline, "the app did not start within 60 s"
+        time.sleep(0.1)
+    httpx.get(url + "/", timeout=10)
+    try:
+        yield RunningUI(url, runtime, store)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        runtime.engine.close()
+        store.close()
