@@ -2,6 +2,9 @@
 
     python benchmarks/speculative.py [--quick] [--output FILE.md]
 
+With LLAMA_CPP_BIN pointing at a folder holding llama.cpp's own `llama-speculative` (built
+from the same sources, flags and threads), its numbers are reported beside ours.
+
 Each measurement runs in its own process (see localchat.bench.isolated). Greedy outputs are
 identical across modes, so tokens/s compare the same tokens.
 """
@@ -9,7 +12,10 @@ identical across modes, so tokens/s compare the same tokens.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -129,9 +135,43 @@ def main() -> int:
     for k, m in forced_by_k.items():
         predicted = expected_tokens(r, k) * cost(1) / (cost(1 + k) + k * draft_cost)
         emit(f"| {k} | {predicted:.2f}x | {m['tps'] / plain['tps']:.2f}x |")
+    native = os.environ.get("LLAMA_CPP_BIN")
+    if native:
+        emit("")
+        emit("### Ours vs llama.cpp's own `llama-speculative` (F16 target, Q4_1 draft, k=4, raw prompt, 96 tokens)")
+        emit("")
+        emit("| runner | tok/s | acceptance |")
+        emit("|---|---|---|")
+        theirs = [_llama_speculative(Path(native), f16, q4) for _ in range(repeats)]
+        emit(f"| llama-speculative | {statistics.median(t[0] for t in theirs):.1f} | {theirs[0][1]:.0%} |")
+        ours = [isolated(_raw_forced, f16, q4) for _ in range(repeats)]
+        emit(f"| localchat (forced k=4) | {statistics.median(o[0] for o in ours):.1f} | {ours[0][1]:.0%} |")
     if args.output:
         Path(args.output).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
+
+
+RAW_PROMPT = "Once upon a time, a lighthouse keeper"
+
+
+def _llama_speculative(bin_dir: Path, target: Path, draft: Path) -> tuple[float, float]:
+    """Decode speed and acceptance that llama.cpp's own speculative example reports."""
+    out = subprocess.run([str(bin_dir / "llama-speculative"), "-m", str(target), "-md", str(draft),
+                          "-p", RAW_PROMPT, "-n", "96", "--ignore-eos", "--spec-type", "draft-simple",
+                          "--spec-draft-n-max", "4", "-t", str(default_threads()), "--temp", "0", "-fa", "on"],
+                         capture_output=True, text=True, timeout=600).stderr
+    speed = float(re.search(r"decoded\s+\d+ tokens in .*speed:\s+([\d.]+)", out).group(1))
+    accept = float(re.search(r"accept\s+=\s+([\d.]+)%", out).group(1)) / 100
+    return speed, accept
+
+
+def _raw_forced(target: Path, draft: Path) -> tuple[float, float]:
+    worker = WorkerConfig(n_ctx=4096, n_threads=default_threads())
+    with Engine.load(target, EngineConfig(worker=worker, draft_path=draft, spec=SpecConfig(fixed_k=4))) as engine:
+        result = engine.submit(Request(prompt=RAW_PROMPT, sampling=SamplingParams(
+            temperature=0.0, max_tokens=96, ignore_eos=True))).result()
+    spec = result.stats.spec
+    return result.stats.tokens_per_s, spec.acceptance
 
 
 if __name__ == "__main__":

@@ -185,6 +185,20 @@ def follow_up_ttft(path: Path, doc_tokens: int, repeats: int) -> dict[str, float
             "prompt_tokens": prompt_tokens}
 
 
+def llama_bench(bin_dir: Path, model: Path, repeats: int) -> tuple[float, float]:
+    """llama.cpp's own llama-bench on the same file and threads: (decode, prefill-512) tokens/s."""
+    import json
+    import subprocess
+
+    out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(THREADS), "-p", "512",
+                          "-n", "128", "-r", str(repeats), "-fa", "1", "-o", "json"],
+                         capture_output=True, text=True, timeout=900).stdout
+    rows = json.loads(out)
+    decode = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
+    prefill = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)
+    return decode, prefill
+
+
 def machine_facts() -> str:
     import llama_cpp
 
@@ -217,15 +231,21 @@ def run_runtime_benchmark(quick: bool = False, output: str | None = None) -> int
         print(line, flush=True)
         lines.append(line)
 
+    native = os.environ.get("LLAMA_CPP_BIN")
     emit(f"### Single stream, ours vs llama-cpp-python `Llama` (medians of {repeats})")
     emit("")
-    emit("| file | decode ours | decode Llama | ratio | prefill ours | prefill Llama | ratio |")
-    emit("|---|---|---|---|---|---|---|")
+    emit("| file | decode ours | decode Llama | ratio | prefill ours | prefill Llama | ratio |"
+         + (" llama-bench decode / prefill-512 |" if native else ""))
+    emit("|---|---|---|---|---|---|---|" + ("---|" if native else ""))
     for quant, path in files.items():
         s = single_stream(path, repeats, n_decode=64 if quick else 128, n_prefill=512)
-        emit(f"| {quant} | {s['ours_decode']:.1f} tok/s | {s['ref_decode']:.1f} tok/s | "
-             f"{s['ours_decode'] / s['ref_decode']:.3f}x | {s['ours_prefill']:.0f} tok/s | "
-             f"{s['ref_prefill']:.0f} tok/s | {s['ours_prefill'] / s['ref_prefill']:.3f}x |")
+        row = (f"| {quant} | {s['ours_decode']:.1f} tok/s | {s['ref_decode']:.1f} tok/s | "
+               f"{s['ours_decode'] / s['ref_decode']:.3f}x | {s['ours_prefill']:.0f} tok/s | "
+               f"{s['ref_prefill']:.0f} tok/s | {s['ours_prefill'] / s['ref_prefill']:.3f}x |")
+        if native:
+            decode, prefill = llama_bench(Path(native), path, repeats)
+            row += f" {decode:.1f} / {prefill:.0f} tok/s |"
+        emit(row)
     emit("")
     c = isolated(concurrency, q4, repeats, 64 if quick else 128)
     emit(f"### Aggregate decode, Q4_1: {c['n']} concurrent streams vs 1 (medians of {repeats})")
