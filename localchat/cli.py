@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import logging
+import os
 import sys
 from typing import Any, Callable
 
 from .config import Settings, load_settings
-from .errors import LocalchatError
+from .errors import LocalchatError, RequestError
 
 log = logging.getLogger("localchat")
 
@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_args(chat)
     _sampling_args(chat)
     chat.add_argument("--json", action="store_true", help="print one JSON object with the answer and its stats")
+    chat.add_argument("--file", action="append", default=[], dest="files", metavar="PATH",
+                      help="a document to ask about (PDF, DOCX, TXT, MD, HTML, source; repeatable)")
     chat.add_argument("prompt", nargs="?", help="the question; omit it for an interactive chat")
 
     pull = sub.add_parser("pull", help="download a catalog model")
@@ -192,15 +194,45 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     settings = _settings(args)
     sampling = _sampling(args) if hasattr(args, "temperature") else SamplingParams()
     sampling.validate()  # before the model loads: a bad flag fails fast
+    documents = _read_documents(args.files)  # before the model loads: a broken file fails fast
+    if documents and args.prompt is None:
+        raise RequestError("--file needs a question: localchat chat --file PATH \"What does it say about ...?\"")
     with open_engine(settings) as engine:
         if args.prompt is None:
             return _interactive(engine, args.system, sampling)
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
-        messages.append({"role": "user", "content": args.prompt})
-        return _answer_once(engine, messages, sampling, args.json)
+        included = None
+        content = args.prompt
+        if documents:
+            content, included = _fit_documents(engine, messages, args.prompt, documents, sampling.max_tokens)
+            if not args.json:
+                print(f"Included: {included.summary()}", file=sys.stderr)
+        messages.append({"role": "user", "content": content})
+        return _answer_once(engine, messages, sampling, args.json, included)
 
 
-def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool) -> int:
+def _read_documents(paths: list[str]) -> list:
+    from pathlib import Path
+
+    from .ingest import extract
+
+    return [extract(Path(p)) for p in paths]
+
+
+def _fit_documents(engine, messages: list[dict[str, str]], question: str, documents: list, max_tokens: int | None):
+    """The user turn with whole documents or their best chunks, and what was included."""
+    from .ingest import build_prompt, select
+    from .ingest.fit import document_budget
+    from .runtime.engine import Request
+
+    history = len(engine.prompt_tokens(Request(messages=messages))) if messages else 0
+    budget = document_budget(engine.n_ctx, history, max_tokens)
+    selection = select(question, documents, budget,
+                       lambda text: len(engine.worker.tokenize(text, add_special=False, parse_special=False)))
+    return build_prompt(question, selection), selection
+
+
+def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool, included=None) -> int:
     from .runtime.engine import Request
     from .runtime.events import Stats, TextDelta
 
@@ -223,6 +255,8 @@ def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool
                 "mean_k": round(spec.mean_k, 2), "tokens_per_pass": round(spec.tokens_per_pass, 2),
                 "predicted_speedup": round(spec.predicted_speedup, 2),
             }
+        if included is not None:
+            answer["included"] = included.to_dict()
         print(json.dumps(answer, ensure_ascii=False))
         return 0
     for event in stream:

@@ -69,3 +69,47 @@ def test_models_lists_the_catalog(model_path: Path):
     done = run("models")
     assert done.returncode == 0
     assert "smollm2-135m:Q4_1" in done.stdout and "local:" in done.stdout
+
+
+def _notes(lines: int) -> str:
+    filler = [f"Line {i}: the ferry timetable for pier {i % 9} was revised in spring." for i in range(lines)]
+    filler.insert(lines // 2, "The vault code is 7341.")
+    return "\n".join(filler)
+
+
+def test_chat_answers_from_a_document_and_says_what_was_included(tmp_path: Path, model_path: Path):
+    doc = tmp_path / "notes.txt"
+    doc.write_text(_notes(40))
+    done = run("chat", "--json", "--temperature", "0", "--max-tokens", "24", "--file", str(doc), "What is the vault code?")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert "7341" in answer["text"]
+    included = answer["included"]
+    assert included["mode"] == "whole" and included["documents"][0]["name"] == "notes.txt"
+
+
+def test_a_document_beyond_the_context_is_retrieved_not_cut(tmp_path: Path, model_path: Path):
+    doc = tmp_path / "long-notes.txt"
+    doc.write_text(_notes(400))
+    done = run("chat", "--json", "--temperature", "0", "--max-tokens", "24", "--n-ctx", "2048",
+               "--file", str(doc), "What is the vault code?")
+    assert done.returncode == 0, done.stderr
+    included = json.loads(done.stdout)["included"]
+    assert included["mode"] == "retrieved" and included["num_tokens"] <= included["budget_tokens"]
+    chunks = included["documents"][0]["chunks"]
+    assert chunks and len(chunks) < included["documents"][0]["num_chunks"]
+    fact_line = 400 // 2 + 1  # lines are numbered from 1
+    assert any(_covers(anchor, fact_line) for c in chunks for anchor in c["anchors"]), chunks
+
+
+def _covers(anchor: str, line: int) -> bool:
+    numbers = [int(n) for n in anchor.replace("\u2013", " ").replace("-", " ").split() if n.isdigit()]
+    return len(numbers) == 2 and numbers[0] <= line <= numbers[1]
+
+
+def test_a_broken_document_is_one_clear_line(tmp_path: Path):
+    bad = tmp_path / "report.pdf"
+    bad.write_text("this is not a PDF")
+    done = run("chat", "--file", str(bad), "Summarize it.")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "report.pdf" in done.stderr and len(done.stderr.strip().splitlines()) == 1

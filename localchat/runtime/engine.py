@@ -214,20 +214,28 @@ class Engine:
             self.speculator.costs.record(width, seconds)
         if self.step_log is not None:
             self.step_log.append((t0, seconds, width, step.num_decode_rows))
+        emitted = {}
         for row, index in zip(rows, last):
             seq = row.seq
+            before = seq.num_generated
             draft = drafts.get(seq.id)
             if draft:
                 self._verify(seq, row.start, index, draft)
-                continue
-            seq.num_computed = row.end
-            if row.want_logits:
-                token = self.worker.sample(seq.sampler, index)
-                if self.speculator is not None and seq.is_decoding:
-                    self.speculator.settle_plain(seq, token)
-                self._on_token(seq, token)
-            elif seq.num_computed < seq.num_prompt:
-                seq.stream.put(PrefillProgress(seq.num_computed, seq.num_prompt))
+            else:
+                seq.num_computed = row.end
+                if row.want_logits:
+                    token = self.worker.sample(seq.sampler, index)
+                    if self.speculator is not None and seq.is_decoding:
+                        self.speculator.settle_plain(seq, token)
+                    self._on_token(seq, token)
+                elif seq.num_computed < seq.num_prompt:
+                    seq.stream.put(PrefillProgress(seq.num_computed, seq.num_prompt))
+            if before and seq.speculate:
+                emitted[seq.id] = (seq, seq.num_generated - before)
+        if self.speculator is not None:
+            wall = time.perf_counter() - t_step
+            for seq, tokens in emitted.values():
+                self.speculator.record_pace(seq, seq.id in drafts, wall, tokens)
         if drafts:
             # A drafter reading a new prompt is a one-off per request, not a cost per drafted token.
             catch_up = getattr(self.speculator.drafter, "catch_up_seconds", 0.0)

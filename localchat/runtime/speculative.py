@@ -73,6 +73,31 @@ class SpecState:
     probe_interval: int = 0  # grows while probes keep finding speculation unprofitable
     predicted_gain: float = 1.0
     shadow: int | None = None  # a free drafter's guess for the next token while not speculating
+    # Wall seconds per emitted token as this sequence lived them, with and without drafts: the
+    # final word on whether speculation pays, whatever the cost model predicts.
+    plain_spt: float | None = None
+    spec_spt: float | None = None
+    spec_samples: int = 0
+    since_plain: int = 0  # drafting steps since the last plain one
+
+    def record_pace(self, drafted: bool, seconds: float, tokens: int) -> None:
+        """One step took `seconds` of wall time and gave this sequence `tokens` tokens."""
+        if tokens <= 0:
+            return
+        sample = seconds / tokens
+        if drafted:
+            self.spec_spt = sample if self.spec_spt is None else 0.7 * self.spec_spt + 0.3 * sample
+            self.spec_samples += 1
+            self.since_plain += 1
+        else:
+            self.since_plain = 0
+            self.plain_spt = sample if self.plain_spt is None else 0.8 * self.plain_spt + 0.2 * sample
+
+    @property
+    def measured_slower(self) -> bool:
+        """Speculation has been measured, on this sequence, to emit tokens no faster than plain steps."""
+        return (self.spec_samples >= 3 and self.plain_spt is not None and self.spec_spt is not None
+                and self.spec_spt * 1.02 >= self.plain_spt)
 
     @property
     def acceptance(self) -> float:
@@ -223,7 +248,9 @@ class Speculator:
             return 0
         best_k, best_gain = self.best(state.acceptance, base_width, limit)
         state.predicted_gain = best_gain
-        if best_gain >= self.config.min_gain:
+        if best_gain >= self.config.min_gain and not state.measured_slower:
+            if state.since_plain >= (32 if state.plain_spt is not None else 3):
+                return 0  # a plain step now and then keeps the comparison honest
             state.idle_steps = 0
             state.probe_interval = self.config.probe_every
             return best_k
@@ -233,10 +260,10 @@ class Speculator:
         state.probe_interval = state.probe_interval or self.config.probe_every
         if state.idle_steps < state.probe_interval:
             return 0
-        # Probe: acceptance may have changed. Each unprofitable probe doubles the wait for the next.
+        # Probe: acceptance or costs may have changed. Each unprofitable probe doubles the wait.
         state.idle_steps = 0
         state.probe_interval = min(state.probe_interval * 2, 32 * self.config.probe_every)
-        return min(2, limit)
+        return best_k or min(2, limit)
 
     def best(self, acceptance: float, base_width: int, limit: int) -> tuple[int, float]:
         """(k, predicted speedup) with the best expected tokens per second, k in 0..limit."""
@@ -277,6 +304,11 @@ class Speculator:
         if state is not None and state.shadow is not None:
             state.observe(1, int(token == state.shadow))
             state.shadow = None
+
+    def record_pace(self, seq: Sequence, drafted: bool, seconds: float, tokens: int) -> None:
+        state = self.states.get(seq.id)
+        if state is not None:
+            state.record_pace(drafted, seconds, tokens)
 
     def observe(self, seq: Sequence, k: int, accepted: int) -> None:
         state = self.states.get(seq.id)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator
 
 from ..errors import LocalchatError
 from ..ingest import Document, build_prompt, select
+from ..ingest.fit import ANSWER_RESERVE, document_budget
 from ..runtime.engine import Engine, Request
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
 from ..runtime.sampling import SamplingParams
@@ -17,7 +18,6 @@ from . import render
 from .store import Conversation, Store
 from .uploads import read_upload
 
-ANSWER_RESERVE = 512  # tokens kept free for the answer when documents are fitted into the context
 _TITLE_CHARS = 60
 _REDRAW_S = 0.05  # at most ~20 screen updates a second while streaming
 
@@ -135,7 +135,7 @@ class ChatCore:
             assert conv is not None
             history = self.runtime.engine.prompt_tokens(Request(messages=self.engine_messages(conv)
                                                                 or [{"role": "user", "content": ""}]))
-            budget = self.runtime.engine.n_ctx - len(history) - max(sampling.max_tokens, ANSWER_RESERVE) - 32
+            budget = document_budget(self.runtime.engine.n_ctx, len(history), sampling.max_tokens)
             selection = select(message, self.documents(documents), budget, self.count_tokens)
             # The documents open the turn, so every later question shares this prefix in the KV cache.
             stats = {"prompt": build_prompt(message, selection), "included": selection.summary(),
