@@ -51,9 +51,10 @@ def _run(model: Path, prompts: list[str], draft: str | None, lookup: bool, fixed
                 predicted.append(spec.predicted_speedup)
         costs = engine.speculator.costs.table() if engine.speculator else {}
         draft_cost = engine.speculator.drafter.seconds_per_token() if engine.speculator else 0.0
+        fixed = engine.speculator.fixed_overhead if engine.speculator else 0.0
     return {"tps": statistics.median(rates), "drafted": drafted, "accepted": accepted, "passes": passes,
             "mean_k": statistics.mean(ks) if ks else 0.0, "tokens": tokens, "costs": costs,
-            "draft_cost": draft_cost}
+            "draft_cost": draft_cost, "fixed": fixed}
 
 
 def measure(model: Path, prompts: list[str], repeats: int, n: int, draft: Path | None = None,
@@ -117,7 +118,7 @@ def main() -> int:
     emit("")
     reference = forced_by_k[4]
     r = reference["accepted"] / reference["drafted"] if reference["drafted"] else 0.0
-    costs, draft_cost = reference["costs"], reference["draft_cost"]
+    costs, draft_cost, fixed = reference["costs"], reference["draft_cost"], reference["fixed"]
 
     def cost(width: int) -> float:
         known = sorted(costs)
@@ -128,12 +129,12 @@ def main() -> int:
         return costs[lo] + (costs[hi] - costs[lo]) * (width - lo) / (hi - lo) if hi != lo else costs[lo]
 
     emit(f"Measured: acceptance {r:.0%}, target step {', '.join(f'w{w}={s * 1000:.1f} ms' for w, s in costs.items())}, "
-         f"draft {draft_cost * 1000:.1f} ms per token.")
+         f"draft {draft_cost * 1000:.1f} ms per token, {fixed * 1000:.1f} ms per drafting step besides.")
     emit("")
     emit("| k | predicted speedup | measured speedup |")
     emit("|---|---|---|")
     for k, m in forced_by_k.items():
-        predicted = expected_tokens(r, k) * cost(1) / (cost(1 + k) + k * draft_cost)
+        predicted = expected_tokens(r, k) * cost(1) / (cost(1 + k) + fixed + k * draft_cost)
         emit(f"| {k} | {predicted:.2f}x | {m['tps'] / plain['tps']:.2f}x |")
     native = os.environ.get("LLAMA_CPP_BIN")
     if native:

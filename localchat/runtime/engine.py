@@ -240,7 +240,7 @@ class Engine:
             # A drafter reading a new prompt is a one-off per request, not a cost per drafted token.
             catch_up = getattr(self.speculator.drafter, "catch_up_seconds", 0.0)
             outside = time.perf_counter() - t_step - seconds - catch_up
-            self.speculator.record_overhead(sum(len(d) for d in drafts.values()), outside)
+            self.speculator.record_overhead(max(len(d) for d in drafts.values()), outside)
 
     def _drafts(self, step: Step) -> dict[str, list[int]]:
         """Draft tokens for this step's decoding sequences, where speculation is predicted to pay."""

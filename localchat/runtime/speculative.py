@@ -200,18 +200,16 @@ class Speculator:
     costs: StepCosts
     config: SpecConfig = field(default_factory=SpecConfig)
     states: dict[str, SpecState] = field(default_factory=dict)
-    # What speculation really costs per drafted token beyond the target's pass: drafting, catching
-    # the drafter up, verifying, removing rejected KV. Measured on live steps; the drafter's own
-    # estimate until then.
-    overhead_per_token: float | None = None
+    # What a drafting step costs beyond the target's pass and the drafter's rounds: feeding the
+    # drafter the last accepted tokens, verifying, removing rejected KV. Measured on live steps.
+    fixed_overhead: float = 0.0
 
-    def record_overhead(self, drafted: int, seconds: float) -> None:
-        """A step drafted `drafted` tokens and spent `seconds` outside the target's decode."""
-        if drafted <= 0:
+    def record_overhead(self, rounds: int, seconds: float) -> None:
+        """A step ran `rounds` drafting rounds and spent `seconds` outside the target's decode."""
+        if rounds <= 0:
             return
-        sample = seconds / drafted
-        prev = self.overhead_per_token
-        self.overhead_per_token = sample if prev is None else 0.8 * prev + 0.2 * sample
+        sample = max(seconds - rounds * self.drafter.seconds_per_token(), 0.0)
+        self.fixed_overhead = 0.8 * self.fixed_overhead + 0.2 * sample
 
     def calibrate(self, worker: Worker) -> None:
         """Time target steps of a few widths so the first choices weigh this machine's real costs."""
@@ -229,9 +227,9 @@ class Speculator:
         if calibrate_drafter:
             calibrate_drafter()
 
-    def draft_cost(self) -> float:
-        measured = self.overhead_per_token
-        return measured if measured is not None else self.drafter.seconds_per_token()
+    def speculation_cost(self, k: int) -> float:
+        """Seconds a step spends on speculation with k drafts, beyond the target's own pass."""
+        return self.fixed_overhead + k * self.drafter.seconds_per_token()
 
     def state(self, seq: Sequence) -> SpecState:
         return self.states.setdefault(seq.id, SpecState())
@@ -254,8 +252,12 @@ class Speculator:
             state.idle_steps = 0
             state.probe_interval = self.config.probe_every
             return best_k
-        if self.best(1.0, base_width, limit)[1] < self.config.min_gain:
-            return 0  # even perfect acceptance would not pay at these costs: no probing either
+        # Probe only if acceptance could plausibly recover enough to pay. A drafter with a cost of
+        # its own must also catch up on every token since it last drafted, so it gets no benefit of
+        # the doubt beyond halfway to perfect acceptance; a free one is judged on perfect acceptance.
+        hopeful = 1.0 if self.drafter.seconds_per_token() == 0.0 else (1.0 + state.acceptance) / 2
+        if self.best(hopeful, base_width, limit)[1] < self.config.min_gain:
+            return 0
         state.idle_steps += 1
         state.probe_interval = state.probe_interval or self.config.probe_every
         if state.idle_steps < state.probe_interval:
@@ -267,11 +269,10 @@ class Speculator:
 
     def best(self, acceptance: float, base_width: int, limit: int) -> tuple[int, float]:
         """(k, predicted speedup) with the best expected tokens per second, k in 0..limit."""
-        draft_cost = self.draft_cost()
         plain = self.costs.cost(base_width)
         best_k, best_gain = 0, 1.0
         for k in range(1, limit + 1):
-            seconds = self.costs.cost(base_width + k) + k * draft_cost
+            seconds = self.costs.cost(base_width + k) + self.speculation_cost(k)
             gain = expected_tokens(acceptance, k) * plain / seconds
             if gain > best_gain:
                 best_k, best_gain = k, gain
