@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
@@ -19,10 +20,11 @@ log = logging.getLogger("localchat")
 DELEGATED = {
     "probe": ("localchat.hardware.probe", "show this machine's CPU, memory and GPUs"),
     "plan": ("localchat.models.planner", "choose the best model, quant and placement for a machine"),
+    "tune": ("localchat.tune.wizard", "measure this machine and keep the fastest good model (hardware wizard)"),
 }
 
 
-COMMANDS = {"chat", "pull", "models", "serve", "ui", "bench", *DELEGATED}
+COMMANDS = {"chat", "pull", "models", "serve", "ui", "bench", "selftest", *DELEGATED}
 
 
 def _engine_args(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run the runtime benchmark (see benchmarks/runtime.py)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats, smaller documents")
     bench.add_argument("--output", help="write the Markdown report here")
+
+    selftest = sub.add_parser("selftest", help="load the model, generate, serve the window and the API, "
+                                               "then report (offline; exit code 0 when all passed)")
+    selftest.add_argument("--model", help="catalog name or .gguf path (default: the configured model)")
     return parser
 
 
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "chat": _cmd_chat, "pull": _cmd_pull, "models": _cmd_models, "bench": _cmd_bench,
-        "serve": _cmd_serve, "ui": _cmd_ui,
+        "serve": _cmd_serve, "ui": _cmd_ui, "selftest": _cmd_selftest,
     }
     return _guarded(lambda: handlers[command](args))
 
@@ -356,17 +362,44 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
+    from .server import instance
     from .server.app import ServeOptions
-    from .server.web import run_ui
+    from .server.web import DEFAULT_UI_PORT, run_ui
 
+    instance.log_to_file(args.verbose)
+    # A plain start (a double-click) while a window runs opens that one; a start that names a
+    # host, port or --listen asks for a server of its own, which the next plain start ignores.
+    plain = args.host is None and args.port is None and not args.listen
+    if plain:
+        running = instance.running_instance()
+        if running is not None:
+            print(f"localchat is already running at {running.url}/ (process {running.pid}); "
+                  f"{'opening it' if args.browser else 'open that address'} instead of starting another.",
+                  flush=True)
+            if args.browser:
+                instance.open_browser(running.url)
+            return 0
     options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key)
-    options.bind_host()  # refuse an unsafe address before spending time on a model
+    host = options.bind_host()  # refuse an unsafe address before spending time on a model
     settings = _settings(args)
+    options.port, url = instance.reserve_url(host, options.port, DEFAULT_UI_PORT)
 
     def load(model: str):
         return open_engine(settings.replace(model=model))
 
-    return run_ui(options, load, settings.model, open_browser=args.browser)
+    try:
+        with instance.recorded(url) if plain else contextlib.nullcontext():
+            return run_ui(options, load, settings.model, open_browser=args.browser)
+    except LocalchatError as exc:
+        # Into the log file (the console shows it once, below): a bundle's window may close unread.
+        log.info("stopped: %s", exc)
+        raise
+
+
+def _cmd_selftest(args: argparse.Namespace) -> int:
+    from .selftest import run_selftest
+
+    return run_selftest(args.model, open_engine)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

@@ -22,11 +22,23 @@ log = logging.getLogger(__name__)
 CHUNK = 1 << 20
 
 
+def bundled_model_dir() -> Path | None:
+    """Where a desktop bundle carries its embedded model files; None outside a bundle."""
+    base = getattr(sys, "_MEIPASS", None) if getattr(sys, "frozen", False) else None
+    return Path(base) / "models" if base else None
+
+
 def cached_file(model_file: ModelFile) -> Path | None:
     """The local copy of a catalog file if one is present and whole."""
     local = models_dir() / model_file.file
     if local.is_file() and local.stat().st_size == model_file.size:
         return local
+    bundled = bundled_model_dir()
+    if bundled is not None:
+        # Read in place: copying it into the cache would double its size on disk for nothing.
+        embedded = bundled / model_file.file
+        if embedded.is_file() and embedded.stat().st_size == model_file.size:
+            return embedded
     for source in model_file.sources:
         if "hub" in source:
             hub_path = _hub_cached(source["hub"])

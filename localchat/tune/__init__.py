@@ -1,0 +1,1 @@
+"""The auto-tune wizard: probe, plan, fetch, measure on the real runtime, keep the best, save a profile."""

@@ -1,0 +1,78 @@
+"""The planner's prediction for one model file, and efficiency corrections from what was measured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hardware import HardwareInfo
+from ..models.catalog_facts import ModelFacts
+from ..models.placement import DEFAULT_EFFICIENCY, devices_of, options_for
+from ..models.planner import Wants
+
+# Which efficiency factors set the decode and the prefill speed of a placement.
+_DECODE_KEYS = {"cpu": ("bandwidth", "cpu_decode_compute")}
+_PREFILL_KEYS = {"cpu": ("cpu_prefill_compute",)}
+_GPU_DECODE_KEYS = ("bandwidth",)
+_GPU_PREFILL_KEYS = ("gpu_compute", "cpu_prefill_compute")
+# Past these the measurement is more likely broken than the roofline: keep corrections sane.
+EFFICIENCY_RANGE = (0.01, 4.0)
+
+
+@dataclass(slots=True)
+class Prediction:
+    """What the planner expects of a model+quant at a context, without a draft."""
+
+    placement: str
+    decode_tps: float
+    prefill_tps: float
+    weights: int
+    kv: int
+    compute: int
+    n_gpu_layers: int = 0
+
+    @property
+    def memory(self) -> int:
+        """Weights + KV + compute, bytes, over all devices."""
+        return self.weights + self.kv + self.compute
+
+
+def predict(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, quant: str, n_ctx: int,
+            efficiency: dict[str, float] | None = None, placement: str | None = None) -> Prediction | None:
+    """The planner's numbers for one model+quant at n_ctx (f16 KV), or None when it cannot be placed."""
+    wants = Wants(n_ctx=n_ctx, efficiency=dict(efficiency or {}))
+    devices, _ = devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})
+    options = options_for(catalog[key], quant, n_ctx, "f16", devices, catalog, wants)
+    # A placement named after its draft ("draft-on-second-gpu") is still the same layout underneath.
+    matching = [o for o in options if placement in (None, o.placement)] or options
+    if not matching:
+        return None
+    option = matching[0]
+    use = option.usage
+    return Prediction(option.placement, option.plain_decode_tps, option.prefill_tps,
+                      sum(u["weights"] for u in use), sum(u["kv"] for u in use), sum(u["compute"] for u in use),
+                      option.n_gpu_layers)
+
+
+def corrections(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, quant: str, n_ctx: int,
+                placement: str, decode_tps: float, prefill_tps: float,
+                base: dict[str, float] | None = None) -> dict[str, float]:
+    """Efficiency factors under which the planner predicts the measured speeds for this file."""
+    eff = {**DEFAULT_EFFICIENCY, **(base or {})}
+    cpu = placement == "cpu"
+    decode_keys = _DECODE_KEYS["cpu"] if cpu else _GPU_DECODE_KEYS
+    prefill_keys = _PREFILL_KEYS["cpu"] if cpu else _GPU_PREFILL_KEYS
+    low, high = EFFICIENCY_RANGE
+    # Speed is not linear in one factor (max of two bounds plus per-layer overhead): a few
+    # multiplicative rounds converge to within a percent.
+    for _ in range(8):
+        now = predict(hardware, catalog, key, quant, n_ctx, eff, placement)
+        if now is None or now.decode_tps <= 0 or now.prefill_tps <= 0:
+            break
+        ratios = [(decode_keys, decode_tps / now.decode_tps if decode_tps > 0 else 1.0),
+                  (prefill_keys, prefill_tps / now.prefill_tps if prefill_tps > 0 else 1.0)]
+        if all(abs(r - 1) < 0.01 for _, r in ratios):
+            break
+        for keys, ratio in ratios:
+            for name in keys:
+                eff[name] = min(high, max(low, eff[name] * ratio))
+    return {k: round(v, 4) for k, v in eff.items()}
