@@ -14,12 +14,11 @@ import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 
 import uvicorn
 from openai import OpenAI
 
-from localchat.bench import document, machine_facts
+from localchat.bench import Report, document
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.worker import WorkerConfig, default_threads
@@ -63,11 +62,8 @@ def main() -> int:
     repeats, n = (2, 64) if args.quick else (5, 128)
     model = resolve_model("smollm2-135m")
     worker = WorkerConfig(n_ctx=8192, n_threads=default_threads())
-    lines = [f"Machine: {machine_facts()}", ""]
-
-    def emit(line: str = "") -> None:
-        print(line, flush=True)
-        lines.append(line)
+    report = Report()
+    emit = report.emit
 
     with Engine.load(model, EngineConfig(worker=worker)) as engine:
         url, server = start_server(engine)
@@ -96,8 +92,7 @@ def main() -> int:
          f"{follow * 1000:.0f} ms (**{follow / first * 100:.1f}%**): the document's KV is reused.")
     emit(f"- Decode: {api:.1f} tok/s through the API (streaming), {direct:.1f} tok/s from the engine directly: "
          f"API overhead **{(1 - api / direct) * 100:.1f}%**.")
-    if args.output:
-        Path(args.output).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report.save(args.output)
     return 0
 
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from localchat.bench import isolated, machine_facts
+from localchat.bench import Report, isolated
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.speculative import SpecConfig, expected_tokens
@@ -77,11 +77,8 @@ def main() -> int:
     q4 = resolve_model("smollm2-135m")
     f16 = requantize(q4, "F16")
     hostile = random_weights_like(q4)
-    lines = [f"Machine: {machine_facts()}", ""]
-
-    def emit(line: str = "") -> None:
-        print(line, flush=True)
-        lines.append(line)
+    report = Report()
+    emit = report.emit
 
     def acceptance(m: dict) -> str:
         return f"{m['accepted'] / m['drafted']:.0%}" if m["drafted"] else "-"
@@ -147,8 +144,7 @@ def main() -> int:
         emit(f"| llama-speculative | {statistics.median(t[0] for t in theirs):.1f} | {theirs[0][1]:.0%} |")
         ours = [isolated(_raw_forced, f16, q4) for _ in range(repeats)]
         emit(f"| localchat (forced k=4) | {statistics.median(o[0] for o in ours):.1f} | {ours[0][1]:.0%} |")
-    if args.output:
-        Path(args.output).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report.save(args.output)
     return 0
 
 

@@ -218,6 +218,21 @@ def machine_facts() -> str:
             f"llama-cpp-python {llama_cpp.__version__}")
 
 
+class Report:
+    """Benchmark lines: printed as they come, kept for the Markdown file, headed by the machine."""
+
+    def __init__(self) -> None:
+        self.lines = [f"Machine: {machine_facts()}", ""]
+
+    def emit(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def save(self, path: str | None) -> None:
+        if path:
+            Path(path).write_text("\n".join(self.lines) + "\n", encoding="utf-8")
+
+
 def run_runtime_benchmark(quick: bool = False, output: str | None = None) -> int:
     from .models.catalog import resolve_model
     from .models.derive import requantize
@@ -225,12 +240,8 @@ def run_runtime_benchmark(quick: bool = False, output: str | None = None) -> int
     repeats = 3 if quick else 5
     q4 = resolve_model("smollm2-135m")
     files = {"Q4_1": q4, "Q8_0": requantize(q4, "Q8_0")}
-    lines = [f"Machine: {machine_facts()}", ""]
-
-    def emit(line: str = "") -> None:
-        print(line, flush=True)
-        lines.append(line)
-
+    report = Report()
+    emit = report.emit
     native = os.environ.get("LLAMA_CPP_BIN")
     emit(f"### Single stream, ours vs llama-cpp-python `Llama` (medians of {repeats})")
     emit("")
@@ -267,8 +278,7 @@ def run_runtime_benchmark(quick: bool = False, output: str | None = None) -> int
     emit(f"### Follow-up TTFT on an already-read document ({f['prompt_tokens']} tokens), Q4_1")
     emit("")
     emit(f"first turn {f['first_ms']:.0f} ms, follow-up {f['follow_ms']:.0f} ms: **{f['follow_ms'] / f['first_ms'] * 100:.1f}%**")
-    if output:
-        Path(output).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report.save(output)
     return 0
 
 
