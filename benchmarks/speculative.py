@@ -22,7 +22,7 @@ from pathlib import Path
 from localchat.bench import Report, isolated
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.speculative import SpecConfig, expected_tokens
+from localchat.runtime.speculative import SpecConfig, StepCosts, expected_tokens
 from localchat.runtime.worker import WorkerConfig, default_threads
 
 REPORT = """In the spring of 1891 the river authority published its rules for the lower harbour.
@@ -117,13 +117,10 @@ def main() -> int:
     r = reference["accepted"] / reference["drafted"] if reference["drafted"] else 0.0
     costs, draft_cost, fixed = reference["costs"], reference["draft_cost"], reference["fixed"]
 
-    def cost(width: int) -> float:
-        known = sorted(costs)
-        if width in costs:
-            return costs[width]
-        lo = max(w for w in known if w < width)
-        hi = min((w for w in known if w > width), default=lo)
-        return costs[lo] + (costs[hi] - costs[lo]) * (width - lo) / (hi - lo) if hi != lo else costs[lo]
+    step_costs = StepCosts()  # the engine's own interpolation over the measured widths
+    for width, seconds in costs.items():
+        step_costs.record(width, seconds)
+    cost = step_costs.cost
 
     emit(f"Measured: acceptance {r:.0%}, target step {', '.join(f'w{w}={s * 1000:.1f} ms' for w, s in costs.items())}, "
          f"draft {draft_cost * 1000:.1f} ms per token, {fixed * 1000:.1f} ms per drafting step besides.")

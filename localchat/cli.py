@@ -233,8 +233,7 @@ def _fit_documents(engine, messages: list[dict[str, str]], question: str, docume
 
     history = len(engine.prompt_tokens(Request(messages=messages))) if messages else 0
     budget = document_budget(engine.n_ctx, history, max_tokens)
-    selection = select(question, documents, budget,
-                       lambda text: len(engine.worker.tokenize(text, add_special=False, parse_special=False)))
+    selection = select(question, documents, budget, engine.count_tokens)
     return build_prompt(question, selection), selection
 
 

@@ -103,6 +103,10 @@ class Engine:
         add_bos = self.worker.add_bos and not text.startswith(self.template.bos_token or "\0")
         return self.worker.tokenize(text, add_special=add_bos, parse_special=True)
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens `text` takes inside a prompt (no BOS, special tokens as plain text)."""
+        return len(self.worker.tokenize(text, add_special=False, parse_special=False))
+
     def submit(self, request: Request) -> Stream:
         """Queue a request; its events arrive on the returned stream. Bad requests raise here."""
         if self._closed:

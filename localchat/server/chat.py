@@ -77,7 +77,7 @@ class ChatCore:
     # -- documents ------------------------------------------------------------------------
 
     def count_tokens(self, text: str) -> int:
-        return len(self.runtime.engine.worker.tokenize(text, add_special=False, parse_special=False))
+        return self.runtime.engine.count_tokens(text)
 
     def documents(self, paths: list[str]) -> list[Document]:
         return [read_upload(p) for p in paths]
