@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from .config import Settings, load_settings
+from .config import PLACEMENTS, Settings, load_settings
 from .errors import LocalchatError, RequestError
 
 log = logging.getLogger("localchat")
@@ -40,6 +40,11 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
                         help="speculate with prompt lookup (n-grams of the prompt), even if a draft model is paired")
     parser.add_argument("--no-spec", dest="speculation", action="store_false", default=None,
                         help="plain decoding, no speculation")
+    parser.add_argument("--placement", choices=PLACEMENTS,
+                        help="where the model runs: auto (the tuned profile), single, layer-split (two GPUs), "
+                             "pd-split (prefill and decode on two GPUs; two CPU workers without GPUs), "
+                             "draft-gpu (the draft model on a second GPU)")
+    parser.add_argument("--devices", help="GPU indices for the placement, like 0,1 (default: all)")
 
 
 def _sampling_args(parser: argparse.ArgumentParser) -> None:
@@ -148,7 +153,8 @@ def _guarded(run: Callable[[], int]) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    keys = ("model", "n_ctx", "n_threads", "step_budget", "deterministic", "draft", "lookup", "speculation")
+    keys = ("model", "n_ctx", "n_threads", "step_budget", "deterministic", "draft", "lookup", "speculation",
+            "placement", "devices")
     overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
     overrides["verbose"] = args.verbose or None
     return load_settings(overrides)
@@ -181,9 +187,27 @@ def open_engine(settings: Settings):
     if settings.speculation and not settings.lookup:
         draft = (resolve_model(settings.draft, progress=progress_bar(f"fetching {settings.draft}"))
                  if settings.draft else catalog_draft(settings.model))
-    config = EngineConfig(worker=worker, step_budget=settings.step_budget, draft_path=draft,
-                          lookup=settings.speculation and draft is None)
-    return Engine.load(path, config)
+    layout = arrange_workers(settings, worker, path, draft)
+    log.info("placement: %s", layout.description)
+    config = EngineConfig(worker=layout.worker, step_budget=settings.step_budget, draft_path=draft,
+                          lookup=settings.speculation and draft is None, prefill=layout.prefill,
+                          draft_worker=layout.draft)
+    engine = Engine.load(path, config)
+    engine.placement = layout.description
+    return engine
+
+
+def arrange_workers(settings: Settings, worker, path, draft):
+    """The workers of the configured placement; the hardware is probed only when it matters."""
+    from .hardware import HardwareInfo
+    from .runtime.devices import ModelSize, arrange
+
+    if settings.placement in ("auto", "single") and not settings.devices:
+        return arrange("single", HardwareInfo(), worker)
+    from .hardware.probe import probe
+
+    return arrange(settings.placement, probe(measure=False), worker, ModelSize.of(path), settings.devices,
+                   ModelSize.of(draft) if draft else None)
 
 
 def _sampling(args: argparse.Namespace):
@@ -260,6 +284,8 @@ def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool
                 "mean_k": round(spec.mean_k, 2), "tokens_per_pass": round(spec.tokens_per_pass, 2),
                 "predicted_speedup": round(spec.predicted_speedup, 2),
             }
+        if stats.kv_transfer_bytes:
+            answer["kv_transfer"] = {"ms": round(stats.kv_transfer_ms, 1), "bytes": stats.kv_transfer_bytes}
         if included is not None:
             answer["included"] = included.to_dict()
         print(json.dumps(answer, ensure_ascii=False))

@@ -17,6 +17,7 @@ from .errors import ConfigError
 from .paths import config_dir
 
 DEFAULT_MODEL = "smollm2-135m"
+PLACEMENTS = ("auto", "single", "layer-split", "pd-split", "draft-gpu")
 
 
 @dataclass(slots=True)
@@ -36,6 +37,10 @@ class Settings:
     speculation: bool = True  # draft tokens where measured costs say it pays
     draft: str = ""  # a draft model (catalog name or path); default: the catalog's pairing if local
     lookup: bool = False  # use prompt lookup even where a draft model is available
+    # Where the model runs: auto (the tuned profile, else the planner) | single | layer-split |
+    # pd-split (prefill and decode on two devices; two CPU workers on a machine without GPUs) | draft-gpu
+    placement: str = "auto"
+    devices: str = ""  # GPU indices for the placement, comma-separated ("0,1"); empty: all found
     verbose: bool = False
 
     def replace(self, **changes: Any) -> "Settings":
@@ -109,6 +114,9 @@ def validate(settings: Settings) -> None:
         ("n_batch", settings.n_batch >= 1, "at least 1"),
         ("n_seq_max", 1 <= settings.n_seq_max <= 256, "between 1 and 256"),
         ("step_budget", settings.step_budget >= 0, "0 (auto) or more"),
+        ("placement", settings.placement in PLACEMENTS, " | ".join(PLACEMENTS)),
+        ("devices", all(d.strip().isdigit() for d in settings.devices.split(",")) if settings.devices else True,
+         "GPU indices separated by commas, like 0,1"),
     ]
     for name, ok, allowed in checks:
         if not ok:

@@ -47,5 +47,13 @@ class EngineError(LocalchatError):
     """The runtime failed while serving a request."""
 
 
+class KVHandoverError(EngineError):
+    """KV state from a context that is not interchangeable with this one (model, n_ctx, KV types)."""
+
+
+class PlacementError(ConfigError):
+    """A placement this machine cannot run: too few devices, or a model that does not fit."""
+
+
 class DraftIncompatibleError(ModelLoadError):
     """A draft model whose vocabulary differs from the target's."""

@@ -17,6 +17,7 @@ from .events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
 from .kv_slots import KVOp
 from .sampling import SamplingParams
 from .scheduler import Scheduler, Step
+from .disagg import PDSplit
 from .draft_model import DraftModel
 from .sequence import Sequence
 from .speculative import Drafter, PromptLookup, SpecConfig, Speculator, SpecState, StepCosts
@@ -44,6 +45,11 @@ class EngineConfig:
     lookup: bool = False  # prompt-lookup drafting
     draft_path: Path | None = None  # a draft model (same tokenizer); takes precedence over lookup
     spec: SpecConfig = field(default_factory=SpecConfig)
+    # PD split: a second worker prefills prompts of at least `handover_min_tokens` uncached tokens
+    # and hands their KV to the decoding worker (see disagg.py); None runs everything on one worker.
+    prefill: WorkerConfig | None = None
+    handover_min_tokens: int = 128
+    draft_worker: WorkerConfig | None = None  # where the draft model runs; None: like the target
 
 
 _ids = itertools.count(1)
@@ -53,7 +59,8 @@ class Engine:
     """Continuous batching over one Worker: many sequences, one llama_decode per step."""
 
     def __init__(self, worker: Worker, step_budget: int = 0, drafter: Drafter | None = None,
-                 spec_config: SpecConfig | None = None) -> None:
+                 spec_config: SpecConfig | None = None, prefill_worker: Worker | None = None,
+                 handover_min_tokens: int = 128) -> None:
         self.worker = worker
         self.n_ctx = worker.n_ctx
         self.scheduler = Scheduler(worker.n_ctx, worker.config.n_seq_max, worker.config.n_batch, step_budget)
@@ -64,10 +71,15 @@ class Engine:
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._by_id: dict[str, Sequence] = {}
         self.steps = 0  # steps run so far (tests and benchmarks read it)
+        self.placement = "one worker"  # what runs where, in words (the CLI names the devices)
         self.step_log: list[tuple[float, float, int, int]] | None = None  # (start, seconds, tokens, decode rows)
         self.speculator: Speculator | None = None
         if drafter is not None:
             self.speculator = Speculator(drafter, StepCosts(), spec_config or SpecConfig())
+        self.pd: PDSplit | None = None
+        if prefill_worker is not None:
+            self.pd = PDSplit(prefill_worker, worker, self._handed_over, handover_min_tokens)
+            self.placement = "prefill and decode workers"
         self._thread = threading.Thread(target=self._run, name="localchat-engine", daemon=True)
         self._closed = False
         self._thread.start()
@@ -76,19 +88,23 @@ class Engine:
     def load(cls, model_path: str | Path, config: EngineConfig | None = None) -> "Engine":
         """Load a model file into a worker and start the engine thread."""
         config = config or EngineConfig()
-        worker = Worker(model_path, config.worker)
-        drafter: Drafter | None = PromptLookup() if config.lookup else None
-        if config.draft_path is not None:
-            draft_worker = None
-            try:
-                draft_worker = Worker(config.draft_path, config.worker)
-                drafter = DraftModel(draft_worker, worker)
-            except LocalchatError:
-                if draft_worker is not None:
-                    draft_worker.close()
-                worker.close()
-                raise
-        return cls(worker, config.step_budget, drafter, config.spec)
+        loaded: list[Worker] = []
+        try:
+            worker = Worker(model_path, config.worker)
+            loaded.append(worker)
+            drafter: Drafter | None = PromptLookup() if config.lookup else None
+            if config.draft_path is not None:
+                loaded.append(Worker(config.draft_path, config.draft_worker or config.worker))
+                drafter = DraftModel(loaded[-1], worker)
+            prefill = None
+            if config.prefill is not None:
+                prefill = Worker(model_path, config.prefill)
+                loaded.append(prefill)
+            return cls(worker, config.step_budget, drafter, config.spec, prefill, config.handover_min_tokens)
+        except LocalchatError:
+            for each in loaded:
+                each.close()
+            raise
 
     # -- the public, thread-safe surface ----------------------------------------------------
 
@@ -143,6 +159,8 @@ class Engine:
         self._closed = True
         self._inbox.put(("close", None))
         self._thread.join()
+        if self.pd is not None:
+            self.pd.close()
         self.worker.close()
         close_drafter = getattr(self.speculator.drafter, "close", None) if self.speculator else None
         if close_drafter:
@@ -183,15 +201,46 @@ class Engine:
     def _take(self, kind: str, item: Any) -> None:
         if kind == "submit":
             self._by_id[item.id] = item
-            self.scheduler.add(item)
+            if self.pd is not None and self.pd.offer(item, self.scheduler.kv):
+                item.t_start = time.perf_counter()
+                item.stream.put(PrefillProgress(0, item.num_prompt))
+            else:
+                self.scheduler.add(item)
         elif kind == "cancel":
             seq = self._by_id.get(item)
             if seq is not None:
+                if self.pd is not None:
+                    self.pd.cancel(item)
                 self._end(seq, "cancelled", keep_kv=False)
+        elif kind == "handover":
+            self._receive(*item)
+
+    def _handed_over(self, request_id: str, handover: Any, error: LocalchatError | None) -> None:
+        """Called on the prefill thread: the rest happens on this engine's thread."""
+        self._inbox.put(("handover", (request_id, handover, error)))
+
+    def _receive(self, request_id: str, handover: Any, error: LocalchatError | None) -> None:
+        seq = self._by_id.get(request_id)
+        if seq is None or not self.pd.is_away(request_id):
+            return  # cancelled meanwhile: the state is dropped
+        try:
+            if error is not None:
+                raise error
+            self.pd.receive(request_id, handover)
+        except LocalchatError as exc:
+            self.pd.cancel(request_id)
+            self._by_id.pop(request_id, None)
+            seq.sampler.close()
+            seq.stream.put(Failed(exc))
+            return
+        seq.kv_import = handover
+        seq.transfer_ms = handover.export_ms
+        seq.transfer_bytes = len(handover.data)
+        self.scheduler.add(seq)
 
     def _step(self) -> None:
         step = self.scheduler.schedule()
-        self._apply(step.ops)
+        self._apply(step.ops, step)
         now = time.perf_counter()
         for seq, reused in step.admitted:
             if not seq.t_start:
@@ -316,18 +365,39 @@ class Engine:
             tokens_per_s=(n - 1) / (end - first) if n > 1 and end > first else 0.0,
             prefill_tokens_per_s=prefilled / prefill_s if prefill_s > 0 else 0.0,
             total_ms=(end - seq.t_submit) * 1000,
+            kv_transfer_ms=seq.transfer_ms, kv_transfer_bytes=seq.transfer_bytes,
             spec=spec_state.stats(self.speculator.drafter.name) if self.speculator and spec_state else None,
         )
 
-    def _apply(self, ops: list[KVOp]) -> None:
+    def _apply(self, ops: list[KVOp], step: Step | None = None) -> None:
         for op in ops:
             if op.kind == "remove":
                 self.worker.seq_remove(op.seq_id, op.start, op.end)
-            else:
+            elif op.kind == "copy":
                 self.worker.seq_copy(op.src, op.seq_id, op.start, op.end)
+            else:
+                self._import(op.payload, step)
+
+    def _import(self, seq: Sequence, step: Step | None) -> None:
+        """Load handed-over KV into the sequence's slot; if no free run of cells is long enough,
+        drop idle prefixes and retry, and failing that prefill the prompt here after all."""
+        handover, seq.kv_import = seq.kv_import, None
+        t0 = time.perf_counter()
+        loaded = self.worker.import_seq(seq.slot, handover.data)
+        if not loaded:
+            self._apply(self.scheduler.kv.evict(self.n_ctx))
+            loaded = self.worker.import_seq(seq.slot, handover.data)
+        seq.transfer_ms += (time.perf_counter() - t0) * 1000
+        if not loaded:
+            log.warning("no room for %d handed-over KV cells; prefilling %s here", handover.num_tokens, seq.id)
+            seq.num_computed = 0
+            if step is not None:
+                step.rows = [r for r in step.rows if r.seq is not seq]
 
     def _fail_all(self, error: LocalchatError) -> None:
         for seq in list(self._by_id.values()):
+            if self.pd is not None:
+                self.pd.cancel(seq.id)
             self._apply(self.scheduler.finish(seq, keep_kv=False))
             seq.sampler.close()
             seq.stream.put(Failed(error))

@@ -10,20 +10,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import count
-from typing import Iterable
+from typing import Any, Iterable
 
 from .sequence import Sequence
 
 
 @dataclass(slots=True)
 class KVOp:
-    """remove: drop positions [start, end) of `seq_id`; copy: share `src`'s [start, end) into `seq_id`."""
+    """remove: drop positions [start, end) of `seq_id`; copy: share `src`'s [start, end) into `seq_id`;
+    import: load `payload.kv_import` (state handed over by another worker) into `seq_id`."""
 
     kind: str
     seq_id: int
     start: int = 0
     end: int = -1
     src: int = -1
+    payload: Any = None
 
 
 @dataclass(slots=True)
@@ -85,15 +87,16 @@ class KVSlots:
         if not idle:
             return None
         source, reused = self.best_prefix(seq.tokens)
+        handed = seq.kv_import.num_tokens if seq.kv_import is not None else 0
+        imported = handed > reused  # state computed elsewhere replaces any shorter local prefix
+        if imported:
+            source, reused = None, handed
         if source is not None and source.owner is None:
             target = source
         else:
             target = idle[0]
         evictable = sum(len(s.tokens) for s in idle if s is not target and s is not source)
-        if target is source:
-            change = reused - len(target.tokens)
-        else:
-            change = (reused if source is not None else 0) - len(target.tokens)
+        change = reused - len(target.tokens)
         cells_after = self.used_cells() + change - evictable + len(seq.tokens) - reused
         if cells_after > self.n_ctx:
             return None
@@ -103,7 +106,9 @@ class KVSlots:
         else:
             if target.tokens:
                 ops.append(KVOp("remove", target.id, 0, -1))
-            if source is not None and reused:
+            if imported:
+                ops.append(KVOp("import", target.id, payload=seq))
+            elif source is not None and reused:
                 ops.append(KVOp("copy", target.id, 0, reused, src=source.id))
         target.tokens = []
         target.owner = seq

@@ -27,6 +27,9 @@ class Sequence:
     sampler: Any = None
     stream: Any = None
     output: Any = None
+    kv_import: Any = None  # a KVHandover whose state becomes this sequence's prompt KV on admission
+    transfer_ms: float = 0.0  # time spent moving KV state between workers (PD split)
+    transfer_bytes: int = 0
     t_submit: float = field(default_factory=time.perf_counter)
     t_start: float = 0.0
     t_first_token: float = 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from .sampling import Sampler, SamplingParams
 log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
+GGML_TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 30: "bf16"}
 
 
 @dataclass(slots=True)
@@ -29,6 +31,8 @@ class WorkerConfig:
     n_threads: int = 0
     n_gpu_layers: int = 0
     main_gpu: int = 0
+    split_mode: str = "none"  # none: all offloaded layers on main_gpu | layer: spread by tensor_split
+    tensor_split: tuple[float, ...] = ()  # share of the layers per GPU, for split_mode "layer"
     flash_attn: bool = True
     # ggml's CPU flash attention uses a tiled kernel for ubatches of 64+ tokens and a per-row one
     # below that; the two round differently. Deterministic keeps every ubatch per-row, so the same
@@ -81,6 +85,12 @@ class Worker:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = self.config.n_gpu_layers
         mparams.main_gpu = self.config.main_gpu
+        mparams.split_mode = llama_cpp.LLAMA_SPLIT_MODE_LAYER if self.config.split_mode == "layer" \
+            else llama_cpp.LLAMA_SPLIT_MODE_NONE
+        if self.config.tensor_split:
+            slots = llama_cpp.llama_max_devices()
+            self._tensor_split = (ctypes.c_float * slots)(*self.config.tensor_split[:slots])  # llama.cpp keeps the pointer
+            mparams.tensor_split = self._tensor_split
         # Repacked weights use one kernel for a single row and another for several: batch-dependent
         # rounding would make a sequence's greedy output depend on what else is decoding.
         mparams.use_extra_bufts = False
@@ -118,6 +128,7 @@ class Worker:
             raise ModelLoadError(f"could not create a context of {self.config.n_ctx} tokens ({reason}); try a smaller n_ctx.")
         self.ctx = ctx
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
+        self.fingerprint = self._fingerprint(cparams)
         self.memory = llama_cpp.llama_get_memory(ctx)
         self._batch = llama_cpp.llama_batch_init(self.config.n_batch, 0, 1)
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -174,6 +185,17 @@ class Worker:
         llama_cpp.llama_model_desc(self.model, buf, len(buf))
         return buf.value.decode("utf-8", errors="replace")
 
+    def _fingerprint(self, cparams) -> str:
+        """What must agree for one context's KV state to be valid in another: the same weights
+        (size, parameter count, description, first MiB of the file), n_ctx and the KV cell types."""
+        digest = hashlib.sha256()
+        with self.model_path.open("rb") as handle:
+            digest.update(handle.read(1 << 20))
+        weights = f"{self.model_path.stat().st_size}:{llama_cpp.llama_model_n_params(self.model)}:{self.describe()}"
+        digest.update(weights.encode())
+        kv = "/".join(GGML_TYPE_NAMES.get(t, f"type {t}") for t in (cparams.type_k, cparams.type_v))
+        return f"model {digest.hexdigest()[:16]}, n_ctx {self.n_ctx}, KV {kv}"
+
     # -- computation --------------------------------------------------------------------------
 
     def decode(self, rows: list[BatchRow]) -> list[int]:
@@ -214,6 +236,19 @@ class Worker:
     def seq_copy(self, src: int, dst: int, start: int = 0, end: int = -1) -> None:
         """Let `dst` share the cells of `src` over [start, end): no data is copied."""
         llama_cpp.llama_memory_seq_cp(self.memory, src, dst, start, end)
+
+    def export_seq(self, seq_id: int) -> bytes:
+        """The KV state of one sequence, as llama.cpp serialises it."""
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, seq_id)
+        buf = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
+        assert written == size, (written, size)
+        return bytes(buf)
+
+    def import_seq(self, seq_id: int, data: bytes) -> bool:
+        """Replace a sequence's KV with exported state; False when no run of free cells is long enough."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        return llama_cpp.llama_state_seq_set_data(self.ctx, buf, len(data), seq_id) > 0
 
     def seq_pos_max(self, seq_id: int) -> int:
         return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)

@@ -211,4 +211,4 @@ class ChatCore:
         speculation = type(spec.drafter).__name__ if spec is not None else "off"
         model = Path(rt.model).name if rt.model.lower().endswith(".gguf") else rt.model
         return render.status_markdown(model, worker.model_path, worker.describe(), rt.engine.n_ctx,
-                                      worker.config.n_gpu_layers, speculation)
+                                      rt.engine.placement, speculation)

@@ -77,7 +77,7 @@ def prefill_line(done: int, total: int, started: float, first_done: int, now: fl
     return line + " — Stop cancels."
 
 
-def status_markdown(model: str, path: Path, description: str, n_ctx: int, n_gpu_layers: int,
+def status_markdown(model: str, path: Path, description: str, n_ctx: int, placement: str,
                     speculation: str) -> str:
     """The status panel: model, file and quant, context, placement, memory."""
     import psutil
@@ -87,7 +87,6 @@ def status_markdown(model: str, path: Path, description: str, n_ctx: int, n_gpu_
         size = f"{path.stat().st_size / 1e6:,.0f} MB"
     except OSError:
         size = "?"
-    placement = "CPU" if n_gpu_layers == 0 else f"GPU ({'all' if n_gpu_layers < 0 else n_gpu_layers} layers)"
     rows = [("Model", model), ("Weights", description), ("File", f"{path.name} ({size})"),
             ("Context", f"{n_ctx:,} tokens"), ("Placement", placement), ("Speculation", speculation),
             ("Memory", f"{rss / 2**20:,.0f} MiB resident")]
