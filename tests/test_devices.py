@@ -1,0 +1,94 @@
+"""Placements mapped onto described hardware: which workers run where, and what is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from localchat.cli import main
+from localchat.errors import PlacementError
+from localchat.hardware import GPUInfo, HardwareInfo
+from localchat.runtime.devices import ModelSize, arrange
+from localchat.runtime.worker import WorkerConfig
+
+GiB = 1 << 30
+BASE = WorkerConfig(n_ctx=8192, n_threads=8)
+EIGHT_B_Q4 = ModelSize(weights=int(4.6 * GiB), kv_per_token=128 * 1024)  # Llama-3.1-8B Q4_K_M, f16 cache
+
+
+def box(*vram_gb: float) -> HardwareInfo:
+    gpus = [GPUInfo(index=i, name=f"GPU{i}", memory_total=int(v * GiB), memory_free=int(v * GiB * 0.95))
+            for i, v in enumerate(vram_gb)]
+    return HardwareInfo(physical_cores=8, logical_cores=16, ram_total=64 * GiB, gpus=gpus)
+
+
+def test_pd_split_without_gpus_runs_two_cpu_workers_with_half_the_cores_each():
+    layout = arrange("pd-split", box(), BASE, EIGHT_B_Q4)
+    assert layout.prefill is not None and layout.worker.n_threads == layout.prefill.n_threads == 4
+    assert layout.worker.n_gpu_layers == 0 and "CPU" in layout.description
+
+
+def test_pd_split_puts_prefill_and_decode_on_their_own_gpus():
+    layout = arrange("pd-split", box(24, 24), BASE, EIGHT_B_Q4)
+    assert (layout.prefill.main_gpu, layout.worker.main_gpu) == (0, 1)
+    assert layout.worker.split_mode == layout.prefill.split_mode == "none"
+    assert layout.worker.n_gpu_layers == layout.prefill.n_gpu_layers == -1
+    named = arrange("pd-split", box(24, 24, 24), BASE, EIGHT_B_Q4, devices="2,0")
+    assert (named.prefill.main_gpu, named.worker.main_gpu) == (2, 0)
+
+
+@pytest.mark.parametrize("placement", ["pd-split", "layer-split", "draft-gpu"])
+def test_one_gpu_asked_to_split_is_refused(placement):
+    with pytest.raises(PlacementError, match="needs two GPUs.*one GPU"):
+        arrange(placement, box(24), BASE, EIGHT_B_Q4, draft_size=EIGHT_B_Q4)
+
+
+def test_pd_split_is_refused_when_a_gpu_cannot_hold_model_and_kv():
+    with pytest.raises(PlacementError, match="decode copy .*needs 5.6 GiB on GPU 1"):
+        arrange("pd-split", box(24, 6), BASE, EIGHT_B_Q4)
+
+
+def test_layer_split_shares_layers_by_free_memory_and_refuses_what_does_not_fit():
+    layout = arrange("layer-split", box(24, 12), BASE, EIGHT_B_Q4)
+    assert layout.worker.split_mode == "layer" and layout.worker.n_gpu_layers == -1
+    assert layout.worker.tensor_split == pytest.approx((2 / 3, 1 / 3))
+    with pytest.raises(PlacementError, match="to spare together"):
+        arrange("layer-split", box(3, 3), BASE, EIGHT_B_Q4)
+
+
+def test_draft_gpu_needs_a_draft_and_puts_it_on_the_second_gpu():
+    with pytest.raises(PlacementError, match="needs a draft model"):
+        arrange("draft-gpu", box(24, 8), BASE, EIGHT_B_Q4)
+    layout = arrange("draft-gpu", box(24, 8), BASE, EIGHT_B_Q4, draft_size=ModelSize(GiB, 16 * 1024))
+    assert (layout.worker.main_gpu, layout.draft.main_gpu) == (0, 1)
+
+
+def test_unknown_devices_are_named_in_the_refusal():
+    with pytest.raises(PlacementError, match="GPU 3, but this machine's GPUs are: 0, 1"):
+        arrange("pd-split", box(24, 24), BASE, EIGHT_B_Q4, devices="0,3")
+
+
+def test_model_size_comes_from_the_gguf_header(model_path):
+    size = ModelSize.of(model_path)
+    # SmolLM2-135M: 30 layers, 3 KV heads of 64: 23,040 bytes of f16 cache per token (llama.cpp's number)
+    assert size.kv_per_token == 2 * 2 * 30 * 3 * 64
+    assert 0.9 * model_path.stat().st_size < size.weights <= model_path.stat().st_size
+
+
+def test_cli_refuses_an_impossible_placement_in_one_line(capsys):
+    from localchat.hardware.probe import probe
+
+    if len(probe(measure=False).gpus) >= 2:
+        pytest.skip("this machine has two GPUs: layer-split is possible here")
+    assert main(["chat", "--placement", "layer-split", "hi"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("localchat: --placement layer-split needs two GPUs") and "\n" not in err
+
+
+def test_cli_answers_with_pd_split_on_cpu_workers(capsys):
+    code = main(["chat", "--placement", "pd-split", "--temperature", "0", "--max-tokens", "12", "--json",
+                 "--n-ctx", "2048", "--file", __file__, "What does this file test?"])
+    assert code == 0
+    import json
+
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["kv_transfer"]["bytes"] > 0 and answer["completion_tokens"] > 0
