@@ -193,19 +193,20 @@ class PDSplit:
         self.prefill.submit(seq)
         return True
 
-    def is_away(self, request_id: str) -> bool:
-        return request_id in self._away
-
     def cancel(self, request_id: str) -> None:
         if request_id in self._away:
             self._away.discard(request_id)
             self.prefill.cancel(request_id)
 
-    def receive(self, request_id: str, handover: KVHandover) -> bool:
-        """True when the handed-over state belongs to a live request and fits this context."""
+    def take(self, request_id: str, handover: KVHandover | None, error: LocalchatError | None) -> bool:
+        """True when the handed-over state belongs to a live request; raises the prefill's error,
+        or KVHandoverError for state made by a context that is not interchangeable with this one."""
         if request_id not in self._away:
             return False  # cancelled while it was being prefilled: the state is dropped
         self._away.discard(request_id)
+        if error is not None:
+            raise error
+        assert handover is not None
         if handover.fingerprint != self.fingerprint:
             raise KVHandoverError(
                 f"the KV state was made by a different context ({handover.fingerprint}) than this one "
@@ -214,3 +215,19 @@ class PDSplit:
 
     def close(self) -> None:
         self.prefill.close()
+
+
+def load_handover(worker: Worker, seq: Sequence, make_room: Callable[[], None]) -> bool:
+    """Load a sequence's handed-over KV into its slot. llama.cpp needs one free run of cells for
+    it: when there is none, idle prefixes are dropped (`make_room`) and it is tried once more."""
+    handover, seq.kv_import = seq.kv_import, None
+    t0 = time.perf_counter()
+    loaded = worker.import_seq(seq.slot, handover.data)
+    if not loaded:
+        make_room()
+        loaded = worker.import_seq(seq.slot, handover.data)
+    seq.transfer_ms += (time.perf_counter() - t0) * 1000
+    if not loaded:
+        log.warning("no free run of %d KV cells for %s; its prompt is prefilled on the decode worker",
+                    handover.num_tokens, seq.id)
+    return loaded

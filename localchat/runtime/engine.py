@@ -13,14 +13,14 @@ from typing import Any
 
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
 from .chat_template import ChatTemplate
-from .events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
+from .events import Done, Failed, PrefillProgress, Stream, TextDelta
 from .kv_slots import KVOp
 from .sampling import SamplingParams
 from .scheduler import Scheduler, Step
-from .disagg import PDSplit
+from .disagg import PDSplit, load_handover
 from .draft_model import DraftModel
 from .sequence import Sequence
-from .speculative import Drafter, PromptLookup, SpecConfig, Speculator, SpecState, StepCosts
+from .speculative import Drafter, PromptLookup, SpecConfig, Speculator, StepCosts
 from .text_output import TextOutput
 from .worker import BatchRow, Worker, WorkerConfig
 
@@ -221,21 +221,18 @@ class Engine:
 
     def _receive(self, request_id: str, handover: Any, error: LocalchatError | None) -> None:
         seq = self._by_id.get(request_id)
-        if seq is None or not self.pd.is_away(request_id):
+        if seq is None:
             return  # cancelled meanwhile: the state is dropped
         try:
-            if error is not None:
-                raise error
-            self.pd.receive(request_id, handover)
+            if not self.pd.take(request_id, handover, error):
+                return
         except LocalchatError as exc:
-            self.pd.cancel(request_id)
             self._by_id.pop(request_id, None)
             seq.sampler.close()
             seq.stream.put(Failed(exc))
             return
         seq.kv_import = handover
-        seq.transfer_ms = handover.export_ms
-        seq.transfer_bytes = len(handover.data)
+        seq.transfer_ms, seq.transfer_bytes = handover.export_ms, len(handover.data)
         self.scheduler.add(seq)
 
     def _step(self) -> None:
@@ -350,24 +347,8 @@ class Engine:
         if tail:
             seq.stream.put(TextDelta(tail))
         spec = self.speculator.forget(seq) if self.speculator is not None else None
-        seq.stream.put(self._stats(seq, spec))
+        seq.stream.put(seq.stats(spec.stats(self.speculator.drafter.name) if spec is not None else None))
         seq.stream.put(Done(reason, seq.generated))
-
-    def _stats(self, seq: Sequence, spec_state: SpecState | None = None) -> Stats:
-        end = time.perf_counter()
-        first = seq.t_first_token or end
-        n = seq.num_generated
-        prefilled = seq.num_prompt - seq.num_cached
-        prefill_s = first - seq.t_start if seq.t_start else 0.0
-        return Stats(
-            prompt_tokens=seq.num_prompt, cached_tokens=seq.num_cached, completion_tokens=n,
-            ttft_ms=(first - seq.t_submit) * 1000 if seq.t_first_token else 0.0,
-            tokens_per_s=(n - 1) / (end - first) if n > 1 and end > first else 0.0,
-            prefill_tokens_per_s=prefilled / prefill_s if prefill_s > 0 else 0.0,
-            total_ms=(end - seq.t_submit) * 1000,
-            kv_transfer_ms=seq.transfer_ms, kv_transfer_bytes=seq.transfer_bytes,
-            spec=spec_state.stats(self.speculator.drafter.name) if self.speculator and spec_state else None,
-        )
 
     def _apply(self, ops: list[KVOp], step: Step | None = None) -> None:
         for op in ops:
@@ -379,18 +360,8 @@ class Engine:
                 self._import(op.payload, step)
 
     def _import(self, seq: Sequence, step: Step | None) -> None:
-        """Load handed-over KV into the sequence's slot; if no free run of cells is long enough,
-        drop idle prefixes and retry, and failing that prefill the prompt here after all."""
-        handover, seq.kv_import = seq.kv_import, None
-        t0 = time.perf_counter()
-        loaded = self.worker.import_seq(seq.slot, handover.data)
-        if not loaded:
-            self._apply(self.scheduler.kv.evict(self.n_ctx))
-            loaded = self.worker.import_seq(seq.slot, handover.data)
-        seq.transfer_ms += (time.perf_counter() - t0) * 1000
-        if not loaded:
-            log.warning("no room for %d handed-over KV cells; prefilling %s here", handover.num_tokens, seq.id)
-            seq.num_computed = 0
+        if not load_handover(self.worker, seq, lambda: self._apply(self.scheduler.kv.evict(self.n_ctx))):
+            seq.num_computed = 0  # no room for the state after all: the prompt is prefilled here
             if step is not None:
                 step.rows = [r for r in step.rows if r.seq is not seq]
 

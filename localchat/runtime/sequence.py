@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .events import Stats
+
 
 @dataclass(slots=True, eq=False)
 class Sequence:
@@ -54,3 +56,18 @@ class Sequence:
     @property
     def generated(self) -> list[int]:
         return self.tokens[self.num_prompt:]
+
+    def stats(self, spec: Any = None) -> Stats:
+        """The final numbers of this request, from its timers and counters."""
+        end = time.perf_counter()
+        first = self.t_first_token or end
+        n = self.num_generated
+        prefill_s = first - self.t_start if self.t_start else 0.0
+        return Stats(
+            prompt_tokens=self.num_prompt, cached_tokens=self.num_cached, completion_tokens=n,
+            ttft_ms=(first - self.t_submit) * 1000 if self.t_first_token else 0.0,
+            tokens_per_s=(n - 1) / (end - first) if n > 1 and end > first else 0.0,
+            prefill_tokens_per_s=(self.num_prompt - self.num_cached) / prefill_s if prefill_s > 0 else 0.0,
+            total_ms=(end - self.t_submit) * 1000,
+            kv_transfer_ms=self.transfer_ms, kv_transfer_bytes=self.transfer_bytes, spec=spec,
+        )
