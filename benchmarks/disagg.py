@@ -5,93 +5,20 @@
 On a CPU-only machine the split is emulated: two workers with half the threads each, against one
 worker with all of them and chunked prefill. Reported: inter-token latency of the streaming chats
 while the document is read (p50, p99, against the same chats alone), TTFT of chat turns started
-during the read and of the document itself, and the cost of moving KV state per 1k tokens.
+during the read and of the document itself, and the cost of moving KV state per 1k tokens. The
+wizard (`localchat tune`) runs the same workload and keeps a split only where it wins.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import threading
-import time
-from pathlib import Path
 
-from localchat.bench import THREADS, Report, _percentile, document, isolated
-from localchat.runtime.engine import Engine, EngineConfig, Request
-from localchat.runtime.events import TextDelta
-from localchat.runtime.sampling import SamplingParams
+from localchat.bench import THREADS, Report, isolated
+from localchat.hardware import HardwareInfo
+from localchat.runtime.devices import arrange
 from localchat.runtime.worker import WorkerConfig
-
-
-def _engine(path: Path, pd: bool, n_ctx: int) -> Engine:
-    threads = max(1, THREADS // 2) if pd else THREADS
-    worker = WorkerConfig(n_ctx=n_ctx, n_batch=512, n_seq_max=8, n_threads=threads)
-    return Engine.load(path, EngineConfig(worker=worker, prefill=worker if pd else None))
-
-
-def _turn(engine: Engine, n: int, n_chats: int, tokens: int, gaps: list[float], ttfts: list[float],
-          stop: threading.Event | None = None) -> None:
-    """`n_chats` chat answers at once, each read on its own thread so stamps are taken on arrival."""
-    def read(i: int) -> None:
-        t0 = time.perf_counter()
-        stream = engine.submit(Request(prompt=f"Turn {n}.{i}: a short story about a lighthouse keeper:",
-                                       sampling=SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)))
-        last = None
-        for event in stream:
-            if isinstance(event, TextDelta):
-                now = time.perf_counter()
-                if last is None:
-                    ttfts.append((now, now - t0))
-                else:
-                    gaps.append((last, now))
-                last = now
-                if stop is not None and stop.is_set():
-                    stream.cancel()
-
-    readers = [threading.Thread(target=read, args=(i,)) for i in range(n_chats)]
-    for r in readers:
-        r.start()
-    for r in readers:
-        r.join()
-
-
-def mixed_workload(path: Path, pd: bool, doc_tokens: int, turn_tokens: int, n_chats: int) -> dict[str, float]:
-    with _engine(path, pd, n_ctx=doc_tokens + 4096) as engine:
-        idle_gaps: list = []
-        for n in range(2):
-            _turn(engine, n, n_chats, turn_tokens, idle_gaps, [])
-        window: dict[str, float] = {}
-        done = threading.Event()
-        result: dict = {}
-
-        def read_document() -> None:
-            window["start"] = time.perf_counter()
-            result["doc"] = engine.submit(Request(prompt=document(doc_tokens, seed=7),
-                                                  sampling=SamplingParams(temperature=0.0, max_tokens=1))).result()
-            window["end"] = time.perf_counter()
-            done.set()
-
-        busy_gaps: list = []
-        busy_ttfts: list = []
-        reader = threading.Thread(target=read_document)
-        n = 2
-        while not done.is_set():
-            if n == 3:
-                reader.start()
-            _turn(engine, n, n_chats, turn_tokens, busy_gaps, busy_ttfts, done)
-            n += 1
-        reader.join()
-    start, end = window["start"], window["end"]
-    idle = [b - a for a, b in idle_gaps]
-    busy = [b - a for a, b in busy_gaps if a < end and b > start]
-    ttft = [t for stamp, t in busy_ttfts if start < stamp - t < end]
-    stats = result["doc"].stats
-    return {"idle_p50": statistics.median(idle) * 1000, "p50": statistics.median(busy) * 1000,
-            "p99": _percentile(busy, 0.99) * 1000, "max": max(busy) * 1000,
-            "chat_ttft": statistics.median(ttft) * 1000 if ttft else float("nan"),
-            "doc_ttft": stats.ttft_ms, "doc_tokens": stats.prompt_tokens,
-            "transfer_ms": stats.kv_transfer_ms, "transfer_bytes": stats.kv_transfer_bytes}
+from localchat.tune.placements import keep_placement, measure_placement
 
 
 def main() -> int:
@@ -99,31 +26,39 @@ def main() -> int:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=1, help="alternating runs of each layout")
     parser.add_argument("--output")
     args = parser.parse_args()
     path = resolve_model("smollm2-135m")
-    doc_tokens, turn_tokens, n_chats = (2000, 96, 2) if args.quick else (6000, 160, 2)
+    doc_tokens = 2000 if args.quick else 6000
+    base = WorkerConfig(n_ctx=doc_tokens + 2048, n_threads=THREADS)
+    cpu = HardwareInfo()
+    layouts = [arrange("single", cpu, base), arrange("pd-split", cpu, base)]
+    results = {layout.placement: [] for layout in layouts}
+    for _ in range(args.repeats):
+        for layout in layouts:
+            results[layout.placement].append(isolated(measure_placement, path, layout, doc_tokens))
     report = Report()
     emit = report.emit
-    half = max(1, THREADS // 2)
-    runs = {f"one worker, {THREADS} threads, chunked prefill": isolated(mixed_workload, path, False, doc_tokens,
-                                                                        turn_tokens, n_chats),
-            f"PD split, 2 workers x {half} thread(s)": isolated(mixed_workload, path, True, doc_tokens,
-                                                                turn_tokens, n_chats)}
-    emit(f"### Mixed workload, Q4_1: a ~{doc_tokens}-token document read while {n_chats} chats stream")
+    emit(f"### Mixed workload, Q4_1: a ~{doc_tokens}-token document read while 2 chats stream")
     emit("")
-    emit("| layout | idle ITL p50 | busy ITL p50 | busy p99 | busy max | p99 / idle | chat TTFT while busy | "
-         "document TTFT |")
-    emit("|---|---|---|---|---|---|---|---|")
-    for label, m in runs.items():
-        emit(f"| {label} | {m['idle_p50']:.1f} ms | {m['p50']:.1f} ms | {m['p99']:.1f} ms | {m['max']:.0f} ms | "
-             f"{m['p99'] / m['idle_p50']:.2f}x | {m['chat_ttft']:.0f} ms | {m['doc_ttft'] / 1000:.1f} s |")
-    pd = list(runs.values())[1]
-    per_k = 1000 / pd["doc_tokens"]
+    emit("| layout | idle ITL p50 | busy ITL p50 | busy p99 | p99 / idle | chat TTFT while busy | document TTFT |")
+    emit("|---|---|---|---|---|---|---|")
+    for layout in layouts:
+        for r in results[layout.placement]:
+            ttft = r.summary()["busy_chat_ttft_ms"]
+            emit(f"| {layout.description} | {r.idle_p50:.1f} ms | {r.busy_p50:.1f} ms | {r.busy_p99:.1f} ms | "
+                 f"{r.busy_p99 / r.idle_p50:.2f}x | {ttft if ttft is not None else '-'} ms | "
+                 f"{r.doc_ttft_ms / 1000:.1f} s |")
     emit("")
-    emit(f"KV hand-over of the {pd['doc_tokens']}-token document: {pd['transfer_bytes'] / 2**20:.0f} MiB, "
-         f"{pd['transfer_ms']:.0f} ms (export + import) = {pd['transfer_ms'] * per_k:.1f} ms and "
-         f"{pd['transfer_bytes'] * per_k / 2**20:.1f} MiB per 1k tokens.")
+    pd = results["pd-split"][-1]
+    per_k = 1000 / pd.doc_tokens
+    emit(f"KV hand-over of the {pd.doc_tokens}-token document: {pd.transfer_bytes / 2**20:.0f} MiB in "
+         f"{pd.transfer_ms:.0f} ms (export + import): {pd.transfer_ms * per_k:.1f} ms and "
+         f"{pd.transfer_bytes * per_k / 2**20:.1f} MiB per 1k tokens.")
+    kept, why = keep_placement([results["single"][-1], pd])
+    emit("")
+    emit(f"The wizard's rule would keep: {why}.")
     report.save(args.output)
     return 0
 
