@@ -92,3 +92,31 @@ def test_cli_answers_with_pd_split_on_cpu_workers(capsys):
 
     answer = json.loads(capsys.readouterr().out)
     assert answer["kv_transfer"]["bytes"] > 0 and answer["completion_tokens"] > 0
+
+
+def mixed(placement: str, idle_ms: float, busy_p99_ms: float) -> "MixedResult":
+    from localchat.tune.placements import MixedResult
+
+    return MixedResult(placement, idle_gaps_ms=[idle_ms] * 10, busy_gaps_ms=[busy_p99_ms * 0.8] * 50 + [busy_p99_ms])
+
+
+def test_a_split_is_kept_only_when_it_measurably_wins():
+    from localchat.tune.placements import keep_placement
+
+    single = mixed("single", 10, 60)
+    kept, why = keep_placement([single, mixed("pd-split", 10.5, 30)])
+    assert kept.placement == "pd-split" and "50% smoother" in why
+    kept, why = keep_placement([single, mixed("pd-split", 18, 20)])  # smoother, but a chat alone is much slower
+    assert kept is single and "pd-split" in why and "56%" in why
+    kept, _ = keep_placement([single, mixed("pd-split", 10, 55)])  # 8% smoother: noise-level
+    assert kept is single
+
+
+def test_the_mixed_workload_runs_on_both_cpu_layouts(model_path):
+    from localchat.tune.placements import measure_placement
+
+    base = WorkerConfig(n_ctx=2048, n_threads=2)
+    for placement in ("single", "pd-split"):
+        result = measure_placement(model_path, arrange(placement, HardwareInfo(), base), doc_tokens=300)
+        assert result.busy_gaps_ms and result.idle_gaps_ms and result.doc_tokens > 250
+        assert (result.transfer_bytes > 0) == (placement == "pd-split")
