@@ -37,6 +37,9 @@ class FakeHub:
     cut_once: dict[str, int] = field(default_factory=dict)  # file name -> bytes sent before the connection drops
     corrupt: dict[str, int] = field(default_factory=dict)  # file name -> how many next bodies get a flipped byte
     ignore_range: bool = False  # answer 200 with the whole file to Range requests, as some proxies do
+    # Sizes the repo listing reports instead of the bytes' length: a big file's size without its bytes.
+    listed_sizes: dict[tuple[str, str], int] = field(default_factory=dict)
+    down: bool = False  # drop every connection unanswered, as an unreachable hub looks to the client
     requests: list[Seen] = field(default_factory=list)
     _sha: dict[tuple[str, str], str] = field(default_factory=dict)
     _servers: list[ThreadingHTTPServer] = field(default_factory=list)
@@ -116,6 +119,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, head: bool) -> None:
         path = unquote(urlsplit(self.path).path)
         self.hub._record(Seen(self.command, path, {k.lower(): v for k, v in self.headers.items()}))
+        if self.hub.down:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         parts = path.strip("/").split("/")
         if parts[0] == "cdn" and len(parts) == 2:
             return self._serve_bytes(parts[1], head)
@@ -194,8 +201,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:  # /api/models/{repo} and /api/models/{repo}/revision/{rev}
             payload = {"id": repo, "modelId": repo, "sha": COMMIT, "private": False,
                        "gated": "manual" if repo in self.hub.gated else False,
-                       "siblings": [{"rfilename": name, "size": len(data), "lfs": lfs(data)}
-                                    for name, data in files]}
+                       "siblings": [{"rfilename": name, "size": self.hub.listed_sizes.get((repo, name), len(data)),
+                                     "lfs": lfs(data)} for name, data in files]}
         self._reply(200, json.dumps(payload).encode(), {"Content-Type": "application/json"})
 
     def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,

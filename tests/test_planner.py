@@ -165,10 +165,11 @@ def test_the_real_file_plans_with_exact_layer_bytes(model_path: Path):
 def test_cli_plans_a_described_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     machine = tmp_path / "m.json"
     machine.write_text(MACHINES["rtx3060"].to_json())
-    assert planner.main(["--json", "--hardware", str(machine), "--catalog", str(CATALOG), "--context", "8192"]) == 0
+    assert planner.main(["--json", "--hardware", str(machine), "--catalog", str(CATALOG), "--context", "8192",
+                         "--offline"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n_ctx"] == 8192 and out["devices"] and out["alternatives"]
-    assert planner.main(["--hardware", str(machine), "--catalog", str(CATALOG), "--model", "smollm2"]) == 0
+    assert planner.main(["--hardware", str(machine), "--catalog", str(CATALOG), "--model", "smollm2", "--offline"]) == 0
     assert "SmolLM2" in capsys.readouterr().out
 
 
@@ -185,3 +186,56 @@ def test_catalog_facts_are_consistent(catalog):
                 assert sizes[low] < sizes[high], (model.key, low, high)
         bits = sizes[model.default_quant] * 8 / (model.params_b * 1e9)
         assert 3.5 < bits < 9, (model.key, bits)  # the size agrees with the parameter count
+
+
+def _smollm2_on(hw: HardwareInfo, catalog, fill: int, **wants) -> float:
+    from localchat.tune.calibrate import predict
+
+    placement = "cpu" if not hw.gpus else "gpu"
+    return predict(hw, catalog, "smollm2-135m", "Q4_1", 8192, placement=placement, fill=fill, **wants).decode_tps
+
+
+@pytest.mark.parametrize("name", ["cpu-16", "rtx4090"])
+def test_decode_slows_as_the_context_fills(name: str, catalog):
+    """Each token reads the KV cache and attends over it: more context, fewer tokens/s, on CPU and GPU."""
+    hw = MACHINES[name]
+    speeds = [_smollm2_on(hw, catalog, fill) for fill in (0, 512, 2048, 8192)]
+    assert speeds == sorted(speeds, reverse=True) and len(set(speeds)) == 4
+    model = catalog["smollm2-135m"]
+    assert model.attention_flops(2048) == 4 * model.n_layer * model.n_head * model.head_dim * 2048
+    assert model.kv_read_bytes(2048) == model.kv_bytes(2048)  # no sliding window: every cell is read
+
+
+def test_cpu_attention_is_priced_as_compute_not_only_bytes(catalog):
+    """On a CPU the per-cell attention work outweighs the cache's bytes: a faster bus barely narrows the gap
+    between a short and a full context, while slower cores widen it. The 2-core reference machine measured
+    Q4_1 decode falling ~1.9x from 128 to 2,048 cached tokens on one thread; the bytes-only model said ~1.2x."""
+    def box(bandwidth: float = 25e9, mhz: float = 2600, cores: int = 2) -> HardwareInfo:
+        hw = cpu_box(16, bandwidth)
+        hw.physical_cores, hw.logical_cores, hw.cpu_max_mhz = cores, cores, mhz
+        return hw
+
+    def gap(hw: HardwareInfo) -> float:
+        return _smollm2_on(hw, catalog, 128) / _smollm2_on(hw, catalog, 2048)
+
+    assert 1.5 < gap(box()) < 2.5 and 1.5 < gap(box(cores=1)) < 2.5
+    assert gap(box(bandwidth=4 * 25e9)) > gap(box()) * 0.9
+    assert gap(box(mhz=1300)) > gap(box())
+
+
+def test_gemma_sliding_window_layers_attend_over_their_window_only(catalog):
+    gemma = catalog["gemma-3-4b"]
+    assert gemma.sliding_window and gemma.attended_cells(32768) < gemma.n_layer * 32768 / 2
+    assert gemma.attended_cells(256) == gemma.n_layer * 256  # within the window every layer sees all
+
+
+def test_a_measured_acceptance_replaces_the_assumed_one(catalog):
+    hw = MACHINES["h100"]
+    assumed = plan(hw, catalog)
+    assert assumed.draft and any("assumed" in r for r in assumed.reasons)
+    measured_poor = plan(hw, catalog, Wants(measured_acceptance={assumed.model: 0.05}))
+    assert measured_poor.draft is None and any("measured by `localchat tune`" in r for r in measured_poor.reasons)
+    # Measured for another model: this one keeps the assumed figure.
+    assert plan(hw, catalog, Wants(measured_acceptance={"qwen3-0.6b": 0.05})).draft == assumed.draft
+    # The planner stays a pure function: same inputs, same plan.
+    assert plan(hw, catalog, Wants(measured_acceptance={assumed.model: 0.05})) == measured_poor

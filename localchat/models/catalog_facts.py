@@ -31,6 +31,9 @@ class QuantFacts:
     size: int
     sha256: str | None = None
     verified: bool = False
+    repo: str | None = None        # the hub repo that serves it, where the catalog names one
+    repo_file: str | None = None   # its name in that repo
+    revision: str = "main"
 
 
 @dataclass(slots=True)
@@ -87,6 +90,22 @@ class ModelFacts:
             return int(per_token_layer * (n_full * n_ctx + (n_layers - n_full) * swa_cells))
         return int(per_token_layer * n_layers * n_ctx)
 
+    def attended_cells(self, fill: int, n_layers: int | None = None) -> int:
+        """KV cells one new token attends over with `fill` tokens cached, summed over `n_layers` layers."""
+        n_layers = self.n_layer if n_layers is None else n_layers
+        if self.sliding_window and self.swa_pattern:
+            n_full = math.ceil(n_layers / self.swa_pattern)
+            return n_full * fill + (n_layers - n_full) * min(fill, self.sliding_window)
+        return n_layers * fill
+
+    def kv_read_bytes(self, fill: int, type_kv: str = "f16", n_layers: int | None = None) -> int:
+        """KV bytes one decode step reads at `fill` cached tokens (sliding-window layers read their window)."""
+        return int(2 * self.n_head_kv * self.head_dim * KV_TYPE_BYTES[type_kv] * self.attended_cells(fill, n_layers))
+
+    def attention_flops(self, fill: int, n_layers: int | None = None) -> float:
+        """Attention FLOPs of one new token over `fill` cached tokens: Q.K and P.V, 2 FLOPs each per head dim."""
+        return 4.0 * self.n_head * self.head_dim * self.attended_cells(fill, n_layers)
+
     def compute_bytes(self, n_ubatch: int = 512) -> int:
         """Scratch buffer of one llama.cpp context with flash attention: logits plus activations."""
         return int(n_ubatch * 4 * (self.n_vocab + 8 * self.n_embd))
@@ -102,8 +121,10 @@ def _facts(key: str, raw: dict[str, Any]) -> ModelFacts:
     for quant, entry in raw["files"].items():
         sources = entry.get("sources") or []
         verified = any(next(iter(s.values())).get("verified", True) for s in sources)
+        hub = next((s["hub"] for s in sources if "hub" in s), None) or {}
         files[quant] = QuantFacts(quant, entry["file"], int(entry["size"]), entry.get("sha256"),
-                                  verified and bool(entry.get("sha256")))
+                                  verified and bool(entry.get("sha256")), hub.get("repo"),
+                                  hub.get("file", entry["file"]) if hub else None, hub.get("revision", "main"))
     n_layer = int(arch["n_layer"])
     first = next(iter(files.values()))
     # Older entries lack some facts: estimate them from the file size (params ~ 12 * L * d^2).

@@ -14,10 +14,21 @@ N_UBATCH = 512
 DECODE_FILL = 2048             # context tokens already present when decode speed is quoted
 MIN_DRAFT_SPEEDUP = 1.15       # below this a draft costs memory for noise-level gain
 # Fractions of the roofline llama.cpp reaches; the tune wizard measures and overrides them.
-# CPU decode compute is low because quantized kernels spend most cycles dequantizing.
+# CPU decode compute is low because quantized kernels spend most cycles dequantizing. CPU decode
+# attention is lower still: ggml's per-row flash-attention kernel pays a dot product, an exp and a
+# scaled add per cached cell and head (on the 2-core reference machine Q4_1 decode on one thread
+# fell from ~50 to ~26 tok/s between 128 and 2,048 cached tokens: ~0.11 of the FMA peak).
 DEFAULT_EFFICIENCY = {"bandwidth": 0.8, "cpu_decode_compute": 0.25, "cpu_prefill_compute": 0.6,
-                      "gpu_compute": 0.5}
+                      "cpu_attention": 0.11, "gpu_compute": 0.5}
 LAYER_OVERHEAD = {"gpu": 40e-6, "cpu": 5e-6}   # kernel launches and syncs per layer and step
+# Bytes/s (counted like the probe's copy: read + write) one core streams on its own. A core that is
+# dequantizing is not issuing loads, so on few cores load time and math time add up; many cores
+# together hit the memory bus first. ~13 GB/s per thread measured on the 2-core reference machine;
+# current x86 and ARM cores stream 10-20 GB/s each.
+CORE_BANDWIDTH = 12e9
+# Per decode step, the Python engine's own work (sampling, detokenizing, streaming) beside
+# llama_decode: ~1-2 ms measured against llama-bench on the 2-core reference machine.
+ENGINE_STEP_OVERHEAD = 1e-3
 
 
 @dataclass(slots=True)
@@ -32,6 +43,7 @@ class Device:
     bandwidth: float
     flops: float
     unified: bool = False
+    stream: float = 0.0        # CPU: what its cores stream while they also compute (see CORE_BANDWIDTH)
 
 
 @dataclass(slots=True)
@@ -54,6 +66,7 @@ class Option:
     draft_quant: str | None = None
     draft_device: str | None = None
     n_draft: int = 0
+    draft_speedup: float = 0.0     # the best a draft would give here, paying or not (0: no draft to place)
     quality: float = 0.0
     reasons: list[str] = field(default_factory=list)
 
@@ -70,7 +83,8 @@ def devices_of(hw: HardwareInfo, eff: dict[str, float]) -> tuple[list[Device], l
         bandwidth = apple[0] if apple else 20e9
         warnings.append(f"host bandwidth not measured; assuming {bandwidth / 1e9:.0f} GB/s.")
     cpu = Device("cpu", "cpu", -1, hw.ram_available, max(0, int(hw.ram_available * (1 - MARGIN)) - HOST_RESERVE),
-                 bandwidth * eff["bandwidth"], hw.physical_cores * ghz * 1e9 * per_cycle, hw.unified_memory)
+                 bandwidth * eff["bandwidth"], hw.physical_cores * ghz * 1e9 * per_cycle, hw.unified_memory,
+                 stream=hw.physical_cores * CORE_BANDWIDTH * eff["bandwidth"])
     devices = [cpu]
     for gpu in hw.gpus:
         if gpu.memory_total <= 0 or not gpu.bandwidth:
@@ -86,17 +100,32 @@ def devices_of(hw: HardwareInfo, eff: dict[str, float]) -> tuple[list[Device], l
 
 
 def _step_time(model: ModelFacts, quant: str, parts: list[tuple[Device, int, bool]], n_tokens: int,
-               type_kv: str, eff: dict[str, float]) -> float:
-    """Seconds for one llama_decode of n_tokens over a pipeline of (device, layers, holds the head)."""
+               type_kv: str, eff: dict[str, float], fill: int = DECODE_FILL) -> float:
+    """Seconds for one llama_decode of n_tokens, `fill` tokens already cached, over a pipeline of
+    (device, layers, holds the head)."""
+    def rate(key: str) -> float:
+        return eff.get(key, DEFAULT_EFFICIENCY[key])
+
     total = 0.0
     for device, n_layers, head in parts:
-        n_bytes = n_layers * model.layer_bytes(quant) + (model.output_bytes(quant) if head else 0)
-        n_bytes += model.kv_bytes(DECODE_FILL, type_kv, n_layers)
+        weights = n_layers * model.layer_bytes(quant) + (model.output_bytes(quant) if head else 0)
+        kv = model.kv_read_bytes(fill, type_kv, n_layers)
         share = (n_layers + (1 if head else 0)) / (model.n_layer + 1)
         flops = n_tokens * model.flops_per_token() * share
-        key = "gpu_compute" if device.kind == "gpu" else "cpu_decode_compute" if n_tokens <= 16 else "cpu_prefill_compute"
-        compute = device.flops * eff.get(key, DEFAULT_EFFICIENCY[key])
-        total += max(n_bytes / device.bandwidth, flops / compute) + n_layers * LAYER_OVERHEAD[device.kind]
+        attention = n_tokens * model.attention_flops(fill, n_layers)
+        if device.kind == "gpu":
+            compute = device.flops * rate("gpu_compute")
+            # A GPU overlaps loads with math: weights and attention each run at their slower roofline.
+            total += (max(weights / device.bandwidth, flops / compute)
+                      + max(kv / device.bandwidth, attention / compute))
+        else:
+            decode = n_tokens <= 16
+            matmul = device.flops * rate("cpu_decode_compute" if decode else "cpu_prefill_compute")
+            attend = device.flops * rate("cpu_attention" if decode else "cpu_prefill_compute")
+            # Each core alternates between streaming and computing; the bus bounds all cores together.
+            cores = (weights + kv) / (device.stream or device.bandwidth) + flops / matmul + attention / attend
+            total += max((weights + kv) / device.bandwidth, cores)
+        total += n_layers * LAYER_OVERHEAD[device.kind]
     return total
 
 
@@ -164,20 +193,29 @@ def _draft(model: ModelFacts, quant: str, parts: list, usage: list[dict], placem
     main = parts[-1][0]
     used_names = {u["device"] for u in usage}
     spare = [d for d in devices[1:] if d.name not in used_names] if placement == "gpu" else []
-    alpha = min(max(wants.draft_acceptance, 0.0), 0.95)
-    t_plain = _step_time(model, quant, parts, 1, type_kv, eff)
+    # A measured acceptance (the tune wizard's, for this target and its pairing) beats the assumed one.
+    measured = wants.measured_acceptance.get(model.key)
+    alpha = min(max(wants.draft_acceptance if measured is None else measured, 0.0), 0.95)
+    fill = min(wants.decode_fill, n_ctx)
+    t_plain = _step_time(model, quant, parts, 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
     for where, label in [(main, placement), *[(d, "draft-on-second-gpu") for d in spare]]:
         used = next((u["total"] for u in usage if u["device"] == where.name), 0)
         if used + need > where.budget:
             continue
-        t_draft = _step_time(draft, d_quant, [(where, draft.n_layer, True)], 1, type_kv, eff)
+        t_draft = _step_time(draft, d_quant, [(where, draft.n_layer, True)], 1, type_kv, eff, fill)
         # Speculation: k cheap draft steps, one target pass over k+1 tokens, E accepted tokens.
         speedups = [((1 - alpha ** (k + 1)) / (1 - alpha) * t_plain
-                     / (_step_time(model, quant, parts, k + 1, type_kv, eff) + k * t_draft), k) for k in range(1, 9)]
+                     / (_step_time(model, quant, parts, k + 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
+                        + k * t_draft), k) for k in range(1, 9)]
         speedup, k = max(speedups)
         return {"pays": speedup >= MIN_DRAFT_SPEEDUP, "speedup": speedup, "draft": draft.key, "quant": d_quant,
-                "device": where.name, "placement": label, "k": k, "need": need}
+                "device": where.name, "placement": label, "k": k, "need": need, "acceptance": alpha,
+                "measured": measured is not None}
     return None
+
+
+def _how(spec: dict) -> str:
+    return "measured by `localchat tune`" if spec["measured"] else "assumed"
 
 
 _PLACEMENT_WHY = {
@@ -194,11 +232,14 @@ def options_for(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices
                 catalog: dict[str, ModelFacts], wants) -> list[Option]:
     """Every feasible placement of one model+quant at one context and KV type, with speeds and reasons."""
     eff = {**DEFAULT_EFFICIENCY, **wants.efficiency}
+    # Decode is quoted with `fill` tokens cached; prefill over a prompt of that length, whose
+    # tokens attend over fill/2 cached tokens on average.
+    fill = min(wants.decode_fill, n_ctx)
     found = []
     for placement, parts, shared in _layouts(model, quant, n_ctx, type_kv, devices, wants):
         usage = [dict(u) for u in shared]
-        t1 = _step_time(model, quant, parts, 1, type_kv, eff)
-        prefill = N_UBATCH / _step_time(model, quant, parts, N_UBATCH, type_kv, eff)
+        t1 = _step_time(model, quant, parts, 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
+        prefill = N_UBATCH / _step_time(model, quant, parts, N_UBATCH, type_kv, eff, fill // 2)
         gpu_layers = sum(n for d, n, _ in parts if d.kind == "gpu")
         split = [n / model.n_layer for d, n, _ in parts if d.kind == "gpu"] if placement == "layer-split" else []
         why = "" if len(devices) > 1 else " (no usable GPU)"
@@ -211,6 +252,7 @@ def options_for(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices
         if type_kv != "f16":
             option.reasons.append(f"KV cache {type_kv}: an f16 cache of {n_ctx} tokens would not fit.")
         spec = _draft(model, quant, parts, usage, placement, n_ctx, type_kv, devices, catalog, wants, eff)
+        option.draft_speedup = spec["speedup"] if spec else 0.0
         if spec and spec["pays"]:
             option.draft, option.draft_quant, option.draft_device = spec["draft"], spec["quant"], spec["device"]
             option.n_draft, option.placement = spec["k"], spec["placement"]
@@ -225,9 +267,10 @@ def options_for(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices
             target["total"] += spec["need"]
             option.reasons.append(f"draft {spec['draft']} {spec['quant']} on {spec['device']}: same tokenizer, "
                                   f"predicted {spec['speedup']:.2f}x decode with {spec['k']} drafted tokens at "
-                                  f"{wants.draft_acceptance:.0%} acceptance.")
+                                  f"{spec['acceptance']:.0%} acceptance ({_how(spec)}).")
         elif spec:
-            option.reasons.append(f"no draft: {spec['draft']} would give {spec['speedup']:.2f}x, under the "
+            option.reasons.append(f"no draft: {spec['draft']} would give {spec['speedup']:.2f}x at "
+                                  f"{spec['acceptance']:.0%} acceptance ({_how(spec)}), under the "
                                   f"{MIN_DRAFT_SPEEDUP}x that pays for its memory.")
         found.append(option)
     return found

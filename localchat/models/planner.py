@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import ConfigError, ModelNotFoundError
 from ..hardware import HardwareInfo
 from .catalog_facts import ModelFacts, load_facts
-from .placement import DEFAULT_EFFICIENCY, Device, Option, devices_of, options_for
+from .placement import DECODE_FILL, DEFAULT_EFFICIENCY, Device, Option, devices_of, options_for
 
 # Quality is a model's log2 size in billions, plus a family bonus (newer training, same size),
 # minus the quant's loss; one unit ~ doubling the parameters. Penalties follow llama.cpp's
@@ -38,8 +38,11 @@ class Wants:
     min_decode_tps: float = 8.0
     concurrency: int = 1
     long_prompts: bool = False
-    draft_acceptance: float = 0.7
+    draft_acceptance: float = 0.7  # assumed per-token acceptance of a same-tokenizer draft
     efficiency: dict[str, float] = field(default_factory=dict)  # measured corrections (tune wizard)
+    # Measured per-token draft acceptance by target catalog key (tune wizard); beats draft_acceptance.
+    measured_acceptance: dict[str, float] = field(default_factory=dict)
+    decode_fill: int = DECODE_FILL  # cached tokens at which decode speed is predicted
 
 
 @dataclass(slots=True)
@@ -235,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--catalog", type=Path, help="catalog file (default: the built-in models.yaml)")
     parser.add_argument("--min-speed", type=float, default=8.0, help="decode tokens/s floor (default 8)")
     parser.add_argument("--concurrency", type=int, default=1, help="chats served at once (PD split needs > 1)")
+    parser.add_argument("--offline", action="store_true",
+                        help="plan with the catalog's file sizes; do not ask the model hub for current ones")
     args = parser.parse_args(argv)
+    wants = Wants(n_ctx=args.context, family=args.model, min_decode_tps=args.min_speed, concurrency=args.concurrency)
+    notes: list[str] = []
     if args.hardware:
         try:
             hardware = HardwareInfo.from_json(args.hardware.read_text(encoding="utf-8"))
@@ -243,9 +250,19 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"cannot read {args.hardware} ({exc.strerror}); write one with `localchat probe --json`.") from None
     else:
         from ..hardware.probe import probe
+        from ..tune.profile import load_profile, profile_is_current
 
         hardware = probe()
-    wants = Wants(n_ctx=args.context, family=args.model, min_decode_tps=args.min_speed, concurrency=args.concurrency)
-    result = plan(hardware, load_facts(args.catalog), wants)
+        tuned = load_profile()
+        if profile_is_current(tuned, hardware):
+            # This machine was measured: its corrections and draft acceptance beat the defaults.
+            wants.efficiency, wants.measured_acceptance = dict(tuned.efficiency), tuned.measured_acceptance()
+            notes.append(f"speeds corrected by the measurements of `localchat tune` ({tuned.created or 'undated'}).")
+    from .sizes import refresh_sizes
+
+    sized = refresh_sizes(load_facts(args.catalog), network=not args.offline)
+    result = plan(hardware, sized.facts, wants)
+    result.reasons += sized.reasons + notes
+    result.warnings += sized.warnings
     print(json.dumps(result.to_dict(), indent=2) if args.json else format_plan(result))
     return 0
