@@ -6,6 +6,7 @@ import dataclasses
 import io
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,7 +32,20 @@ def test_buffer_lines_are_captured_quietly(caplog: pytest.LogCaptureFixture) -> 
     assert logger.level == logging.NOTSET and logger.propagate
 
 
-def test_wizard_measures_keeps_and_saves(model_path) -> None:
+@pytest.fixture
+def own_profile_home(model_path, tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """A home of its own for the profile a wizard run saves (launches read it), sharing the model files."""
+    from localchat.paths import models_dir
+
+    shared = models_dir()
+    home = tmp_path / "home"
+    (home / "cache").mkdir(parents=True)
+    (home / "cache" / "models").symlink_to(shared, target_is_directory=True)
+    monkeypatch.setenv("LOCALCHAT_HOME", str(home))
+    return home
+
+
+def test_wizard_measures_keeps_and_saves(model_path, own_profile_home) -> None:
     machine = cpu_only()
     out = io.StringIO()
     profile = run_wizard(lambda: machine, download=False, out=out, fill=256)
@@ -70,3 +84,74 @@ def test_chart_is_a_png_with_either_library(tmp_path, monkeypatch: pytest.Monkey
     path = tmp_path / "chart.png"
     assert save_chart(rows, path, "predicted vs measured") == library
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_acceptance_from_inverts_the_planners_expected_tokens() -> None:
+    from localchat.runtime.speculative import expected_tokens
+    from localchat.tune.draft import acceptance_from
+
+    for alpha in (0.1, 0.5, 0.8, 0.95):
+        for k in (1, 2, 4, 6.5):
+            assert acceptance_from(expected_tokens(alpha, int(k)) if k == int(k) else
+                                   (1 - alpha ** (k + 1)) / (1 - alpha), k) == pytest.approx(alpha, abs=1e-3)
+    assert acceptance_from(1.0, 4) == 0.0 and acceptance_from(5.0, 4) == 1.0 and acceptance_from(3.0, 0) == 0.0
+
+
+PAIR_CATALOG = """
+models:
+  smollm2-135m-f16:
+    name: SmolLM2-135M-Instruct F16
+    family: smollm2
+    license: apache-2.0
+    default_quant: F16
+    draft: smollm2-135m
+    architecture: &arch {{arch: llama, n_layer: 30, n_head: 9, n_head_kv: 3, head_dim: 64, n_embd: 576,
+                         n_vocab: 49152, n_ctx_train: 8192, params_b: 0.135, tied_embeddings: true}}
+    files:
+      F16: {{file: {f16}, size: {f16_size}, sources: [{{wheel: {{package: none, version: "0", member: x, verified: true}}}}]}}
+  smollm2-135m:
+    name: SmolLM2-135M-Instruct
+    family: smollm2
+    license: apache-2.0
+    default_quant: Q4_1
+    draft: null
+    architecture: *arch
+    files:
+      Q4_1: {{file: {q4}, size: {q4_size}, sources: [{{wheel: {{package: none, version: "0", member: x, verified: true}}}}]}}
+"""
+
+
+def test_wizard_measures_the_draft_pairing_and_the_planner_uses_it(model_path, tmp_path, own_profile_home) -> None:
+    """An F16 target with its Q4_1 sibling as the catalog's draft: both real files, same tokenizer."""
+    from localchat.config import load_settings
+    from localchat.models.catalog_facts import load_facts
+    from localchat.models.derive import requantize
+    from localchat.models.planner import Wants, plan
+
+    f16 = requantize(model_path, "F16")
+    catalog = tmp_path / "pair.yaml"
+    catalog.write_text(PAIR_CATALOG.format(f16=f16.name, f16_size=f16.stat().st_size, q4=model_path.name,
+                                           q4_size=model_path.stat().st_size))
+    machine = cpu_only()
+    out = io.StringIO()
+    profile = run_wizard(lambda: machine, catalog=catalog, download=False, out=out, fill=256, max_measured=1,
+                         draft_tokens=24)
+    text = out.getvalue()
+    assert (profile.model, profile.quant, profile.draft) == ("smollm2-135m-f16", "F16", "smollm2-135m")
+    assert Path(profile.draft_path).resolve() == model_path.resolve()
+    # Greedy acceptance of a sibling quant is high (the files agree on ~97% of greedy tokens).
+    assert 0.5 < profile.draft_acceptance <= 1.0 and 1.5 < profile.draft_tokens_per_pass <= 5.0
+    assert profile.plain_decode_tps > 0 and profile.draft_decode_tps > 0
+    assert profile.draft_speedup == pytest.approx(profile.draft_decode_tps / profile.plain_decode_tps, abs=0.01)
+    assert profile.predicted_draft_speedup > 0
+    assert "+ draft smollm2-135m" in text and "acceptance" in text and "OUTPUT DIFFERED" not in text
+    assert load_profile() == profile
+
+    # The planner decides on the draft with the measured acceptance instead of its assumed 70%.
+    facts = load_facts(catalog)
+    tuned = plan(machine, facts, Wants(measured_acceptance=profile.measured_acceptance(), decode_fill=256))
+    assert any(f"{profile.draft_acceptance:.0%} acceptance (measured" in r for r in tuned.reasons)
+    # A launch on this machine loads the tuned file, and the draft only where it measured worth its memory.
+    settings = load_settings(environ={}, hardware=lambda: machine)
+    assert settings.model == profile.path and settings.n_ctx == profile.n_ctx
+    assert settings.draft == (profile.draft_path if profile.draft_speedup >= 1.15 else "")

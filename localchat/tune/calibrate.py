@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..hardware import HardwareInfo
 from ..models.catalog_facts import ModelFacts
-from ..models.placement import DEFAULT_EFFICIENCY, devices_of, options_for
+from ..models.placement import DECODE_FILL, DEFAULT_EFFICIENCY, devices_of, options_for
 from ..models.planner import Wants
 
 # Which efficiency factors set the decode and the prefill speed of a placement.
-_DECODE_KEYS = {"cpu": ("bandwidth", "cpu_decode_compute")}
+_DECODE_KEYS = {"cpu": ("bandwidth", "cpu_decode_compute", "cpu_attention")}
 _PREFILL_KEYS = {"cpu": ("cpu_prefill_compute",)}
 _GPU_DECODE_KEYS = ("bandwidth",)
 _GPU_PREFILL_KEYS = ("gpu_compute", "cpu_prefill_compute")
@@ -29,6 +29,8 @@ class Prediction:
     kv: int
     compute: int
     n_gpu_layers: int = 0
+    devices: list[str] = field(default_factory=list)   # where it runs: cpu, cuda:0, ...
+    draft_speedup: float = 0.0   # the catalog draft's predicted speedup here (0: no draft to place)
 
     @property
     def memory(self) -> int:
@@ -37,9 +39,12 @@ class Prediction:
 
 
 def predict(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, quant: str, n_ctx: int,
-            efficiency: dict[str, float] | None = None, placement: str | None = None) -> Prediction | None:
-    """The planner's numbers for one model+quant at n_ctx (f16 KV), or None when it cannot be placed."""
-    wants = Wants(n_ctx=n_ctx, efficiency=dict(efficiency or {}))
+            efficiency: dict[str, float] | None = None, placement: str | None = None,
+            fill: int = DECODE_FILL, acceptance: dict[str, float] | None = None) -> Prediction | None:
+    """The planner's numbers for one model+quant at n_ctx (f16 KV), decode at `fill` cached tokens
+    (a draft at the measured `acceptance` by target key, where given), or None when it cannot be placed."""
+    wants = Wants(n_ctx=n_ctx, efficiency=dict(efficiency or {}), decode_fill=fill,
+                  measured_acceptance=dict(acceptance or {}))
     devices, _ = devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})
     options = options_for(catalog[key], quant, n_ctx, "f16", devices, catalog, wants)
     # A placement named after its draft ("draft-on-second-gpu") is still the same layout underneath.
@@ -50,12 +55,12 @@ def predict(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, qu
     use = option.usage
     return Prediction(option.placement, option.plain_decode_tps, option.prefill_tps,
                       sum(u["weights"] for u in use), sum(u["kv"] for u in use), sum(u["compute"] for u in use),
-                      option.n_gpu_layers)
+                      option.n_gpu_layers, [u["device"] for u in use], option.draft_speedup)
 
 
 def corrections(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, quant: str, n_ctx: int,
                 placement: str, decode_tps: float, prefill_tps: float,
-                base: dict[str, float] | None = None) -> dict[str, float]:
+                base: dict[str, float] | None = None, fill: int = DECODE_FILL) -> dict[str, float]:
     """Efficiency factors under which the planner predicts the measured speeds for this file."""
     eff = {**DEFAULT_EFFICIENCY, **(base or {})}
     cpu = placement == "cpu"
@@ -65,7 +70,7 @@ def corrections(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str
     # Speed is not linear in one factor (max of two bounds plus per-layer overhead): a few
     # multiplicative rounds converge to within a percent.
     for _ in range(8):
-        now = predict(hardware, catalog, key, quant, n_ctx, eff, placement)
+        now = predict(hardware, catalog, key, quant, n_ctx, eff, placement, fill)
         if now is None or now.decode_tps <= 0 or now.prefill_tps <= 0:
             break
         ratios = [(decode_keys, decode_tps / now.decode_tps if decode_tps > 0 else 1.0),

@@ -5,17 +5,32 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import ConfigError
 from ..hardware import HardwareInfo
 from ..paths import config_dir
 
+log = logging.getLogger(__name__)
+
 PROFILE_VERSION = 1
 PROFILE_FILE = "profile.json"
+# The planner names placements by layout; the runtime's `placement` setting by what it starts.
+PLACEMENT_SETTING = {"cpu": "single", "gpu": "single", "partial": "single", "layer-split": "layer-split",
+                     "pd-split": "pd-split", "draft-on-second-gpu": "draft-gpu"}
+# Below this measured speedup a draft model is not worth its memory and load time: the planner's
+# MIN_DRAFT_SPEEDUP, repeated so a launch need not import the planner (a test keeps them equal).
+DRAFT_PAYS = 1.15
+QUICK_PROBE_TIMEOUT = 5.0
+
+
+# Field types checked when a profile is read: a hand-edited value fails here, not deep in a launch.
+_SIMPLE: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": (int, float)}
 
 
 @dataclass(slots=True)
@@ -32,6 +47,7 @@ class Profile:
     n_threads: int
     n_gpu_layers: int = 0
     step_budget: int = 0
+    devices: str = ""                  # GPU indices of a multi-GPU placement ("0,1"); empty: one device
     prefill_tps: float = 0.0
     decode_tps: float = 0.0
     predicted_prefill_tps: float = 0.0
@@ -42,6 +58,15 @@ class Profile:
     chunk_ms: dict[str, float] = field(default_factory=dict)         # prompt chunk step by size
     efficiency: dict[str, float] = field(default_factory=dict)       # for Wants(efficiency=...)
     candidates: list[dict[str, Any]] = field(default_factory=list)   # every candidate and what happened
+    # The catalog's draft pairing for the kept model, when its file was here: measured greedy.
+    draft: str = ""                    # catalog key of the draft
+    draft_path: str = ""
+    draft_acceptance: float = 0.0      # per drafted token, as the planner's model counts it
+    draft_tokens_per_pass: float = 0.0
+    plain_decode_tps: float = 0.0      # plain decoding, in the same run as the draft's numbers
+    draft_decode_tps: float = 0.0      # with the draft, the runtime's adaptive speculation
+    draft_speedup: float = 0.0         # draft_decode_tps / plain_decode_tps
+    predicted_draft_speedup: float = 0.0   # the planner's, with the measured acceptance
     chart: str | None = None
     created: str = ""
     version: int = PROFILE_VERSION
@@ -53,8 +78,18 @@ class Profile:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Profile":
         """Build from `to_dict` output; keys from a newer version are ignored."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        if not isinstance(data, dict):
+            raise TypeError("the profile must be a JSON object")
+        kinds = {f.name: f.type for f in dataclasses.fields(cls)}
+        for name, value in data.items():
+            wanted = _SIMPLE.get(kinds.get(name, ""))
+            if wanted and not (isinstance(value, wanted) and not isinstance(value, bool)):
+                raise TypeError(f"'{name}' is {value!r}, not {kinds[name]}")
+        return cls(**{k: v for k, v in data.items() if k in kinds})
+
+    def measured_acceptance(self) -> dict[str, float]:
+        """For Wants(measured_acceptance=...): the kept model's measured draft acceptance, if any."""
+        return {self.model: self.draft_acceptance} if self.draft and self.draft_acceptance > 0 else {}
 
 
 def fingerprint(hardware: HardwareInfo) -> str:
@@ -92,7 +127,81 @@ def load_profile(path: Path | None = None) -> Profile | None:
                           "delete it or run `localchat tune`.") from None
 
 
+def why_not_current(profile: Profile, hardware: HardwareInfo) -> str | None:
+    """Why the profile does not hold for this machine, or None when it does."""
+    if profile.version != PROFILE_VERSION:
+        return f"it was written by another version of localchat (profile version {profile.version})"
+    if profile.fingerprint != fingerprint(hardware):
+        return f"it was tuned on other hardware ({profile.hardware})"
+    if not Path(profile.path).is_file():
+        return f"its model file {profile.path} is gone"
+    return None
+
+
 def profile_is_current(profile: Profile | None, hardware: HardwareInfo) -> bool:
     """True when the profile was tuned on this hardware by this version of the wizard."""
-    return (profile is not None and profile.version == PROFILE_VERSION
-            and profile.fingerprint == fingerprint(hardware) and Path(profile.path).is_file())
+    return profile is not None and why_not_current(profile, hardware) is None
+
+
+def profile_settings(profile: Profile) -> dict[str, Any]:
+    """The settings a current profile supplies, by Settings field name."""
+    placement = PLACEMENT_SETTING.get(profile.placement)
+    if placement is None:
+        raise ConfigError(f"the tuned profile {profile_path()} names the unknown placement '{profile.placement}'; "
+                          "run `localchat tune` again.")
+    # The exact file that was measured, by path: a catalog name could resolve to another quant later.
+    found: dict[str, Any] = {"model": profile.path, "n_ctx": profile.n_ctx, "n_threads": profile.n_threads,
+                             "n_gpu_layers": profile.n_gpu_layers, "step_budget": profile.step_budget,
+                             "placement": placement}
+    if profile.devices:
+        found["devices"] = profile.devices
+    if profile.draft_path and profile.draft_speedup >= DRAFT_PAYS:
+        # By path too: with the model given as a path the runtime cannot find the catalog's pairing itself.
+        found["draft"] = profile.draft_path
+    return found
+
+
+def quick_hardware() -> HardwareInfo | None:
+    """The facts the fingerprint uses, probed in-process without measuring bandwidth (milliseconds);
+    None when a GPU driver does not answer in time (the thread is a daemon: it cannot hold us)."""
+    from ..hardware.probe import collect
+
+    found: list[HardwareInfo] = []
+    thread = threading.Thread(target=lambda: found.append(collect(measure=False)), daemon=True,
+                              name="localchat-quick-probe")
+    thread.start()
+    thread.join(QUICK_PROBE_TIMEOUT)
+    return found[0] if found else None
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:  # settings load more than once per process (CLI, UI reloads)
+        _warned.add(message)
+        log.warning(message)
+
+
+def launch_profile(hardware: Callable[[], HardwareInfo | None] | None = None) -> Profile | None:
+    """The saved profile when it holds for this machine, for settings at launch. None without one, or
+    when it does not hold (then one warning says to re-tune). A corrupt profile is a ConfigError."""
+    path = profile_path()
+    if not path.exists():
+        return None  # no profile: no probe either, so a plain launch costs nothing
+    profile = load_profile(path)
+    if profile is None:
+        return None
+    profile_settings(profile)  # unusable values are an error even in a stale profile: say so now
+    info = (hardware or quick_hardware)()
+    why = "this machine's hardware could not be read in time" if info is None else why_not_current(profile, info)
+    if why:
+        _warn_once(f"the tuned profile {path} is not used: {why}. Run `localchat tune` again to measure this "
+                   "machine.")
+        return None
+    return profile
+
+
+def names_of(profile: Profile) -> set[str]:
+    """The model names that mean the tuned file: its path, its catalog key, key:quant."""
+    return {profile.path, profile.model, f"{profile.model}:{profile.quant}"}
