@@ -152,10 +152,13 @@ def _guarded(run: Callable[[], int]) -> int:
         return 0
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, model: str | None = None) -> Settings:
+    """The settings for this command; `model` replaces the flag's (values tuned for another model drop out)."""
     keys = ("model", "n_ctx", "n_threads", "step_budget", "deterministic", "draft", "lookup", "speculation",
             "placement", "devices")
     overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
+    if model is not None:
+        overrides["model"] = model
     overrides["verbose"] = args.verbose or None
     return load_settings(overrides)
 
@@ -410,7 +413,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
     options.port, url = instance.reserve_url(host, options.port, DEFAULT_UI_PORT)
 
     def load(model: str):
-        return open_engine(settings.replace(model=model))
+        return open_engine(settings if model == settings.model else _settings(args, model))
 
     try:
         with instance.recorded(url) if plain else contextlib.nullcontext():

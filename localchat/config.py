@@ -1,12 +1,15 @@
-"""Settings: defaults < settings.toml < LOCALCHAT_* environment < CLI flags. Unknown keys are errors."""
+"""Settings: defaults < the tuned profile < settings.toml < LOCALCHAT_* environment < CLI flags.
+
+The tuned profile (profile.json, written by `localchat tune`) counts only while it holds for this
+machine: same hardware fingerprint, its model file still there. Unknown keys are errors.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 try:
     import tomllib
@@ -16,8 +19,13 @@ except ModuleNotFoundError:  # Python 3.10
 from .errors import ConfigError
 from .paths import config_dir
 
+if TYPE_CHECKING:
+    from .hardware import HardwareInfo
+
 DEFAULT_MODEL = "smollm2-135m"
 PLACEMENTS = ("auto", "single", "layer-split", "pd-split", "draft-gpu")
+# Profile values measured for the tuned model: they do not carry over to a model chosen above the profile.
+MODEL_BOUND = ("model", "n_ctx", "n_gpu_layers", "step_budget", "placement", "devices", "draft")
 
 
 @dataclass(slots=True)
@@ -42,10 +50,6 @@ class Settings:
     placement: str = "auto"
     devices: str = ""  # GPU indices for the placement, comma-separated ("0,1"); empty: all found
     verbose: bool = False
-
-    def replace(self, **changes: Any) -> "Settings":
-        """A copy with the given non-None fields changed."""
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
 def settings_file() -> Path:
@@ -80,8 +84,32 @@ def _apply(values: dict[str, Any], changes: Mapping[str, Any], origin: str) -> N
         values[key] = _coerce(key, known[key], raw, origin)
 
 
-def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Merge the settings file, LOCALCHAT_* variables and explicit overrides over the defaults."""
+def _tuned(model: Any, hardware: Callable[[], HardwareInfo | None] | None) -> dict[str, Any]:
+    """The profile's layer: {} without a current profile; only hardware-bound values when a later layer
+    picks another model (a context or GPU layer count tuned for one model can break another)."""
+    from .tune.profile import launch_profile, names_of, profile_path, profile_settings
+
+    profile = launch_profile(hardware)
+    if profile is None:
+        return {}
+    values: dict[str, Any] = {}
+    _apply(values, profile_settings(profile), f"the tuned profile {profile_path()} (run `localchat tune` to remake it)")
+    if model is not None and not _same_model(str(model), names_of(profile)):
+        values = {k: v for k, v in values.items() if k not in MODEL_BOUND}
+    return values
+
+
+def _same_model(model: str, names: set[str]) -> bool:
+    if model in names:
+        return True
+    paths = {Path(n).expanduser().resolve() for n in names if n.lower().endswith(".gguf")}
+    return model.lower().endswith(".gguf") and Path(model).expanduser().resolve() in paths
+
+
+def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None, *,
+                  hardware: Callable[[], HardwareInfo | None] | None = None) -> Settings:
+    """Merge the tuned profile, the settings file, LOCALCHAT_* variables and explicit overrides over the
+    defaults. `hardware` replaces the quick in-process probe that checks the profile (tests)."""
     values: dict[str, Any] = {}
     path = settings_file()
     if path.exists():
@@ -101,6 +129,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
     }
     _apply(values, from_env, "environment")
     _apply(values, {k: v for k, v in (overrides or {}).items() if v is not None}, "command line")
+    values = {**_tuned(values.get("model"), hardware), **values}
     settings = Settings(**values)
     validate(settings)
     return settings

@@ -31,3 +31,129 @@ def test_unknown_keys_and_bad_values_are_errors(tmp_path, monkeypatch):
         load_settings(environ={"LOCALCHAT_N_CTX": "lots"})
     with pytest.raises(ConfigError, match="out of range"):
         load_settings({"n_seq_max": 0}, environ={})
+
+
+# -- the tuned profile: defaults < profile < settings.toml < env < flags ------------------------------
+
+def _machine(ram_gb: int = 16):
+    from localchat.hardware import HardwareInfo
+
+    return HardwareInfo(os="Linux", machine="x86_64", cpu_model="Test CPU", physical_cores=4, logical_cores=8,
+                        cpu_flags=["avx2", "fma"], ram_total=ram_gb << 30, ram_available=(ram_gb - 4) << 30)
+
+
+def _save_profile(tmp_path, machine, **changes):
+    from localchat.tune.profile import Profile, fingerprint, save_profile
+
+    model = tmp_path / "tuned.Q8_0.gguf"
+    model.write_bytes(b"GGUF")  # settings only name the file; nothing loads it here
+    draft = tmp_path / "draft.Q4_1.gguf"
+    draft.write_bytes(b"GGUF")
+    profile = Profile(fingerprint=fingerprint(machine), hardware="Test CPU, 4 cores", model="smollm2-135m",
+                      quant="Q8_0", path=str(model), placement="partial", n_ctx=4096, n_threads=3, n_gpu_layers=12,
+                      step_budget=64, draft="tiny", draft_path=str(draft), draft_acceptance=0.8, draft_speedup=1.4)
+    for key, value in changes.items():
+        setattr(profile, key, value)
+    save_profile(profile)
+    return profile
+
+
+def test_a_current_profile_sets_the_defaults(tmp_path, monkeypatch):
+    from localchat.models.placement import MIN_DRAFT_SPEEDUP
+    from localchat.tune.profile import DRAFT_PAYS
+
+    assert DRAFT_PAYS == MIN_DRAFT_SPEEDUP
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    machine = _machine()
+    untuned = load_settings(environ={}, hardware=lambda: machine)
+    profile = _save_profile(tmp_path, machine)
+    tuned = load_settings(environ={}, hardware=lambda: machine)
+    assert tuned != untuned
+    assert (tuned.model, tuned.n_ctx, tuned.n_threads, tuned.n_gpu_layers, tuned.step_budget) == (
+        profile.path, 4096, 3, 12, 64)
+    assert tuned.placement == "single" and tuned.draft == profile.draft_path  # partial offload is one device
+    # Planner placements map onto the runtime's; a draft that did not pay is not loaded.
+    _save_profile(tmp_path, machine, placement="draft-on-second-gpu", devices="0,1", draft_speedup=1.0)
+    tuned = load_settings(environ={}, hardware=lambda: machine)
+    assert (tuned.placement, tuned.devices, tuned.draft) == ("draft-gpu", "0,1", "")
+    _save_profile(tmp_path, machine, placement="layer-split")
+    assert load_settings(environ={}, hardware=lambda: machine).placement == "layer-split"
+
+
+def test_settings_file_environment_and_flags_win_over_the_profile(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    machine = _machine()
+    profile = _save_profile(tmp_path, machine)
+    settings_file().write_text("n_ctx = 2048\n")
+    assert load_settings(environ={}, hardware=lambda: machine).n_ctx == 2048
+    from_env = load_settings(environ={"LOCALCHAT_STEP_BUDGET": "16"}, hardware=lambda: machine)
+    assert (from_env.n_ctx, from_env.step_budget, from_env.n_gpu_layers) == (2048, 16, 12)
+    flags = load_settings({"n_gpu_layers": 0, "placement": "pd-split"}, environ={}, hardware=lambda: machine)
+    assert (flags.n_gpu_layers, flags.placement, flags.model) == (0, "pd-split", profile.path)
+    # Naming the tuned model another way keeps its tuning ...
+    same = load_settings({"model": "smollm2-135m:Q8_0"}, environ={}, hardware=lambda: machine)
+    assert (same.model, same.n_gpu_layers, same.draft) == ("smollm2-135m:Q8_0", 12, profile.draft_path)
+    # ... another model keeps only what belongs to the machine: a layer count tuned for one model can break another.
+    other = load_settings({"model": "qwen3-8b"}, environ={}, hardware=lambda: machine)
+    assert (other.model, other.n_threads, other.n_gpu_layers, other.step_budget, other.draft) == (
+        "qwen3-8b", 3, 0, 0, "")
+    assert other.n_ctx == 2048  # settings.toml still applies
+
+
+def test_a_profile_for_other_hardware_is_ignored_with_one_warning(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    _save_profile(tmp_path, _machine(16))
+    upgraded = _machine(64)
+    with caplog.at_level("WARNING", logger="localchat"):
+        first = load_settings(environ={}, hardware=lambda: upgraded)
+        second = load_settings(environ={}, hardware=lambda: upgraded)
+    assert first == second
+    assert first.model == "smollm2-135m" and first.n_ctx == 8192  # the defaults
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "other hardware" in warnings[0] and "localchat tune" in warnings[0]
+    # A machine that cannot be read in time cannot confirm the profile either.
+    assert load_settings(environ={}, hardware=lambda: None).n_ctx == 8192
+
+
+def test_a_profile_whose_model_file_is_gone_is_ignored(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    machine = _machine()
+    profile = _save_profile(tmp_path, machine)
+    from pathlib import Path
+
+    Path(profile.path).unlink()
+    with caplog.at_level("WARNING", logger="localchat"):
+        assert load_settings(environ={}, hardware=lambda: machine).model == "smollm2-135m"
+    assert any("is gone" in r.getMessage() for r in caplog.records)
+
+
+def test_the_launch_check_uses_the_quick_in_process_probe(tmp_path, monkeypatch):
+    import time
+
+    from localchat.hardware.probe import collect
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    profile = _save_profile(tmp_path, collect(measure=False))  # this machine, as the fingerprint sees it
+    started = time.perf_counter()
+    assert load_settings(environ={}).model == profile.path
+    assert time.perf_counter() - started < 2.0  # no bandwidth measurement, no child process
+
+
+def test_a_corrupt_profile_is_a_clear_config_error(tmp_path, monkeypatch):
+    from localchat.tune.profile import profile_path
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    machine = _machine()
+    for text in ("{not json", "[1, 2]", '{"model": "x"}'):
+        profile_path().write_text(text)
+        with pytest.raises(ConfigError, match="tuned profile .* is unreadable.*localchat tune"):
+            load_settings(environ={}, hardware=lambda: machine)
+    _save_profile(tmp_path, machine, n_ctx="lots")
+    with pytest.raises(ConfigError, match="tuned profile .* is unreadable .*'n_ctx' is 'lots', not int"):
+        load_settings(environ={}, hardware=lambda: machine)
+    _save_profile(tmp_path, machine, n_ctx=32)  # well-typed, but out of range for a launch
+    with pytest.raises(ConfigError, match="'n_ctx' = 32 is out of range"):
+        load_settings(environ={}, hardware=lambda: machine)
+    _save_profile(tmp_path, machine, placement="teleport")
+    with pytest.raises(ConfigError, match="unknown placement 'teleport'"):
+        load_settings(environ={}, hardware=lambda: machine)
