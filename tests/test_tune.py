@@ -48,7 +48,7 @@ def own_profile_home(model_path, tmp_path, monkeypatch: pytest.MonkeyPatch):
 def test_wizard_measures_keeps_and_saves(model_path, own_profile_home) -> None:
     machine = cpu_only()
     out = io.StringIO()
-    profile = run_wizard(lambda: machine, download=False, out=out, fill=256)
+    profile = run_wizard(lambda: machine, download=False, out=out, fill=256, placement_doc_tokens=300)
     text = out.getvalue()
     assert "plan (top 3, predicted)" in text and "falling back to smollm2-135m" in text
     # The plan's own pick is not here and may not be fetched: noted, not raised.
@@ -60,6 +60,14 @@ def test_wizard_measures_keeps_and_saves(model_path, own_profile_home) -> None:
     assert profile.memory["kv"] > 0 and profile.memory["compute"] > 0
     assert profile.memory["total"] > profile.memory["weights"] > 50e6
     assert profile.step_ms and all(ms > 0 for ms in profile.step_ms.values())
+    # Each placement this machine can run was measured with chats beside a long read; one was kept.
+    status = {row["placement"]: row["status"] for row in profile.placements}
+    assert status["layer-split"].startswith("not possible") and status["draft-gpu"].startswith("not possible")
+    assert {status["single"], status["pd-split"]} <= {"measured", "kept"} and "kept" in status.values()
+    kept = next(row for row in profile.placements if row["status"] == "kept")
+    assert profile.placement == ("pd-split" if kept["placement"] == "pd-split" else "cpu")
+    assert kept["placement"] in profile.placement_reason and "placement:" in text
+    assert next(r for r in profile.placements if r["placement"] == "pd-split")["kv_transfer_bytes"] > 0
 
     saved = load_profile()
     assert saved == profile and profile_path().is_file()
@@ -135,7 +143,7 @@ def test_wizard_measures_the_draft_pairing_and_the_planner_uses_it(model_path, t
     machine = cpu_only()
     out = io.StringIO()
     profile = run_wizard(lambda: machine, catalog=catalog, download=False, out=out, fill=256, max_measured=1,
-                         draft_tokens=24)
+                         draft_tokens=24, placement_doc_tokens=0)
     text = out.getvalue()
     assert (profile.model, profile.quant, profile.draft) == ("smollm2-135m-f16", "F16", "smollm2-135m")
     assert Path(profile.draft_path).resolve() == model_path.resolve()

@@ -12,17 +12,22 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from ..bench import document
-from ..runtime.devices import Arrangement
+from ..errors import LocalchatError, PlacementError
+from ..hardware import HardwareInfo
+from ..runtime.devices import Arrangement, ModelSize, arrange
 from ..runtime.engine import Engine, EngineConfig, Request
 from ..runtime.events import TextDelta
 from ..runtime.sampling import SamplingParams
+from ..runtime.worker import WorkerConfig
 
 # A split must cut the streaming chats' worst latency beside a long read by this much...
 MIN_BUSY_GAIN = 0.25
 # ...without making a chat alone slower than this fraction of one device's speed.
 MIN_IDLE_SPEED = 0.9
+CANDIDATES = ("single", "layer-split", "pd-split", "draft-gpu")
 
 
 @dataclass(slots=True)
@@ -131,10 +136,11 @@ def measure_placement(path: Path, layout: Arrangement, doc_tokens: int, draft: P
         return mixed_workload(engine, layout.placement, doc_tokens)
 
 
-def keep_placement(results: list[MixedResult]) -> tuple[MixedResult, str]:
-    """The single-device result unless a split cuts busy p99 enough without slowing a chat alone."""
-    base = next(r for r in results if r.placement == "single")
-    best, why = base, "one device: no split measured better"
+def keep_placement(results: list[MixedResult], base_name: str = "single") -> tuple[MixedResult, str]:
+    """The baseline's result (one device, or the planner's layout) unless a split cuts busy p99 enough
+    without slowing a chat alone."""
+    base = next((r for r in results if r.placement == base_name), results[0])
+    best, why = base, f"{base.placement}: no other placement measured better"
     for r in results:
         if r is base:
             continue
@@ -144,6 +150,38 @@ def keep_placement(results: list[MixedResult]) -> tuple[MixedResult, str]:
             best, why = r, (f"{r.placement}: chats beside a long read {gain:.0%} smoother (p99 {r.busy_p99:.0f} vs "
                             f"{base.busy_p99:.0f} ms), alone {idle_speed:.0%} of one device's speed")
         elif best is base:
-            why = (f"one device: {r.placement} changed busy p99 by {-gain:+.0%} and ran a chat alone at "
-                   f"{idle_speed:.0%} of one device's speed (needs -{MIN_BUSY_GAIN:.0%} and {MIN_IDLE_SPEED:.0%})")
+            why = (f"{base.placement}: {r.placement} changed busy p99 by {-gain:+.0%} and ran a chat alone at "
+                   f"{idle_speed:.0%} of its speed (needs -{MIN_BUSY_GAIN:.0%} and {MIN_IDLE_SPEED:.0%})")
     return best, why
+
+
+def tune_placement(path: Path, hardware: HardwareInfo, base: WorkerConfig, planned: str, draft: Path | None,
+                   doc_tokens: int, out: TextIO) -> tuple[str, list[dict], str]:
+    """Measure every placement this machine can run for the kept model and keep the winner.
+    Returns (the placement setting kept, each one's numbers, why). One that fails is noted and skipped."""
+    size = ModelSize.of(path)
+    draft_size = ModelSize.of(draft) if draft else None
+    results, rows = [], []
+    for name in CANDIDATES:
+        try:
+            layout = arrange(name, hardware, base, size, draft_size=draft_size)
+        except PlacementError as exc:
+            rows.append({"placement": name, "status": f"not possible: {exc}"})
+            continue
+        print(f"measuring placement {name} ({layout.description}) ...", file=out, flush=True)
+        try:
+            result = measure_placement(path, layout, doc_tokens, draft)
+        except LocalchatError as exc:
+            rows.append({"placement": name, "status": f"failed: {exc}"})
+            continue
+        results.append(result)
+        rows.append({**result.summary(), "status": "measured", "description": layout.description})
+        print(f"  idle ITL p50 {result.idle_p50:.1f} ms; beside a {result.doc_tokens}-token read p50 "
+              f"{result.busy_p50:.1f} ms, p99 {result.busy_p99:.1f} ms", file=out)
+    if not results:
+        return planned, rows, "no placement could be measured; the planner's choice stands"
+    kept, why = keep_placement(results, planned)
+    for row in rows:
+        if row["placement"] == kept.placement:
+            row["status"] = "kept"
+    return kept.placement, rows, why

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 PROFILE_VERSION = 1
 PROFILE_FILE = "profile.json"
 # The planner names placements by layout; the runtime's `placement` setting by what it starts.
-PLACEMENT_SETTING = {"cpu": "single", "gpu": "single", "partial": "single", "layer-split": "layer-split",
+PLACEMENT_SETTING = {"cpu": "single", "gpu": "single", "partial": "single", "single": "single",
+                     "layer-split": "layer-split",
                      "pd-split": "pd-split", "draft-on-second-gpu": "draft-gpu"}
 # Below this measured speedup a draft model is not worth its memory and load time: the planner's
 # MIN_DRAFT_SPEEDUP, repeated so a launch need not import the planner (a test keeps them equal).
@@ -67,6 +68,8 @@ class Profile:
     draft_decode_tps: float = 0.0      # with the draft, the runtime's adaptive speculation
     draft_speedup: float = 0.0         # draft_decode_tps / plain_decode_tps
     predicted_draft_speedup: float = 0.0   # the planner's, with the measured acceptance
+    placements: list[dict[str, Any]] = field(default_factory=list)  # each placement measured, or why not
+    placement_reason: str = ""
     chart: str | None = None
     created: str = ""
     version: int = PROFILE_VERSION

@@ -18,16 +18,22 @@ from ..models.catalog_facts import ModelFacts, load_facts
 from ..models.placement import DECODE_FILL
 from ..models.planner import SPEED_TIE, Wants, plan
 from ..models.sizes import apply_to_entries, refresh_sizes
+from ..runtime.worker import WorkerConfig
 from .calibrate import corrections, predict
 from .candidates import Candidate, candidates_of, gather, print_candidates
 from .chart import ChartRow, save_chart
 from .draft import DraftMeasurement, measure_draft
 from .measure import Measurement, measure
-from .profile import Profile, fingerprint, load_profile, profile_is_current, profile_path, save_profile
+from .placements import tune_placement
+from .profile import (PLACEMENT_SETTING, Profile, fingerprint, load_profile, profile_is_current, profile_path,
+                      save_profile)
 
 # A prompt chunk beside streaming chats may stretch one step to this: 20 tokens/s still reads smoothly.
 LATENCY_TARGET_MS = 50.0
 DRAFT_TOKENS = 64  # tokens per chat when measuring a draft: enough passes for a stable acceptance
+PLACEMENT_DOC_TOKENS = 1500  # the long read of the placement workload: several prefill chunks
+# The runtime's placement names back to the planner's, which the profile keeps.
+PLANNER_NAME = {"draft-gpu": "draft-on-second-gpu"}
 
 
 def _keep_best(measured: list[Candidate], wants: Wants) -> Candidate:
@@ -91,9 +97,10 @@ def _gpu_indices(devices: list[str]) -> str:
 
 def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | None = None, download: bool = True,
                out: TextIO = sys.stdout, *, wants: Wants | None = None, fill: int = DECODE_FILL,
-               max_measured: int = 2, refresh: bool | None = None, draft_tokens: int = DRAFT_TOKENS) -> Profile:
+               max_measured: int = 2, refresh: bool | None = None, draft_tokens: int = DRAFT_TOKENS,
+               placement_doc_tokens: int = PLACEMENT_DOC_TOKENS) -> Profile:
     """Tune this machine end to end and save the profile; returns it. `refresh`: ask the hub for current
-    file sizes (default: when downloading is allowed)."""
+    file sizes (default: when downloading is allowed). `placement_doc_tokens` 0 skips measuring placements."""
     # Predict decode at the fill the measurements use, so predicted and measured compare.
     wants = replace(wants or Wants(), decode_fill=fill)
     hardware = probe_fn()
@@ -137,13 +144,23 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     spec = _measure_draft(best, entries, hardware, facts, efficiency, draft_tokens, out)
     _print_table(measured, best, spec, out)
     p = best.predicted
+    placement, placements, placement_reason = best.placement, [], "not measured"
+    if placement_doc_tokens:
+        planned = PLACEMENT_SETTING[best.placement]
+        base = WorkerConfig(n_ctx=m.n_ctx, n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0)
+        kept, placements, placement_reason = tune_placement(
+            best.path, hardware, base, planned, Path(spec[1].draft_path) if spec else None, placement_doc_tokens, out)
+        print(f"placement: {placement_reason}", file=out)
+        if kept != planned:
+            placement = PLANNER_NAME.get(kept, kept)
     profile = Profile(
         fingerprint=fingerprint(hardware), hardware=f"{hardware.cpu_model}, {hardware.physical_cores} cores",
-        model=best.key, quant=best.quant, path=str(best.path), placement=best.placement, n_ctx=m.n_ctx,
+        model=best.key, quant=best.quant, path=str(best.path), placement=placement, n_ctx=m.n_ctx,
         n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0,
         step_budget=_step_budget(m),
-        devices=_gpu_indices(p.devices) if p and best.placement in ("layer-split", "pd-split", "draft-on-second-gpu")
-        else "",
+        devices=_gpu_indices(p.devices) if p and placement == best.placement
+        and placement in ("layer-split", "pd-split", "draft-on-second-gpu") else "",
+        placements=placements, placement_reason=placement_reason,
         prefill_tps=m.prefill_tps, decode_tps=m.decode_tps,
         predicted_prefill_tps=round(p.prefill_tps, 1) if p else 0.0,
         predicted_decode_tps=round(p.decode_tps, 1) if p else 0.0,
@@ -194,10 +211,14 @@ def main(argv: list[str] | None = None) -> int:
                              "instead of asking the model hub)")
     parser.add_argument("--catalog", type=Path, help="catalog file (default: the built-in models.yaml)")
     parser.add_argument("--min-speed", type=float, default=8.0, help="decode tokens/s floor (default 8)")
+    parser.add_argument("--no-placements", dest="placements", action="store_false",
+                        help="keep the planner's placement instead of measuring each one this machine can run "
+                             "(one device, layer split, PD split, draft on a second GPU) with chats beside a long read")
     args = parser.parse_args(argv)
     out = sys.stderr if args.json else sys.stdout
     profile = run_wizard(catalog=args.catalog, download=args.download, out=out,
-                         wants=Wants(min_decode_tps=args.min_speed))
+                         wants=Wants(min_decode_tps=args.min_speed),
+                         placement_doc_tokens=PLACEMENT_DOC_TOKENS if args.placements else 0)
     if args.json:
         print(json.dumps(profile.to_dict(), indent=2))
     return 0
