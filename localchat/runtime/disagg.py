@@ -10,6 +10,7 @@ is left for the decode side, so the logits the first answer token is sampled fro
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import queue
 import threading
@@ -32,7 +33,7 @@ class KVHandover:
 
     fingerprint: str
     num_tokens: int
-    data: bytes
+    data: ctypes.Array  # llama.cpp's serialised state, in host memory
     prefill_ms: float
     export_ms: float
 

@@ -237,18 +237,18 @@ class Worker:
         """Let `dst` share the cells of `src` over [start, end): no data is copied."""
         llama_cpp.llama_memory_seq_cp(self.memory, src, dst, start, end)
 
-    def export_seq(self, seq_id: int) -> bytes:
-        """The KV state of one sequence, as llama.cpp serialises it."""
+    def export_seq(self, seq_id: int) -> ctypes.Array:
+        """The KV state of one sequence, as llama.cpp serialises it, in a host buffer that
+        import_seq reads as it is (no copy into Python bytes and back)."""
         size = llama_cpp.llama_state_seq_get_size(self.ctx, seq_id)
         buf = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
         assert written == size, (written, size)
-        return bytes(buf)
+        return buf
 
-    def import_seq(self, seq_id: int, data: bytes) -> bool:
+    def import_seq(self, seq_id: int, data: ctypes.Array) -> bool:
         """Replace a sequence's KV with exported state; False when no run of free cells is long enough."""
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        return llama_cpp.llama_state_seq_set_data(self.ctx, buf, len(data), seq_id) > 0
+        return llama_cpp.llama_state_seq_set_data(self.ctx, data, len(data), seq_id) > 0
 
     def seq_pos_max(self, seq_id: int) -> int:
         return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)
