@@ -86,3 +86,32 @@ def test_html_in_a_reply_is_shown_as_text_and_never_runs(page, ui: RunningUI):
     page.wait_for_timeout(500)  # an onerror handler would have fired by now
     assert page.evaluate("window.__pwned") is None
     page.screenshot(path=str(ARTIFACTS / "browser-4-inert-html.png"))
+
+
+def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_model(page, ui: RunningUI, tmp_path,
+                                                                                   monkeypatch):
+    from localchat.paths import models_dir
+
+    # A home of its own (the model files shared): the profile the wizard saves must not reach other tests.
+    home = tmp_path / "home"
+    (home / "cache").mkdir(parents=True)
+    (home / "cache" / "models").symlink_to(models_dir(), target_is_directory=True)
+    monkeypatch.setenv("LOCALCHAT_HOME", str(home))
+    page.reload()
+    note = page.locator("#tune-note")
+    sync_api.expect(note).to_contain_text("has not been tuned yet")  # open on a machine without a profile
+    page.wait_for_timeout(500)  # the sidebar slides in after a reload
+    page.screenshot(path=str(ARTIFACTS / "browser-5-wizard-offered.png"))
+    page.locator("#tune-download input").uncheck()
+    page.locator("#tune-button").click()
+    sync_api.expect(page.locator("#tune-log textarea")).to_have_value(re.compile("measuring smollm2-135m"),
+                                                                      timeout=120_000)
+    sync_api.expect(note).to_contain_text("Tuned", timeout=300_000)
+    sync_api.expect(note).to_contain_text("smollm2-135m Q4_1")
+    log = page.locator("#tune-log textarea").input_value()
+    assert "placement:" in log and "kept smollm2-135m Q4_1" in log
+    assert ui.runtime.model.startswith(str(home))  # now answering with the tuned file
+    sync_api.expect(page.locator("#status")).to_contain_text("SmolLM2")
+    page.screenshot(path=str(ARTIFACTS / "browser-6-wizard-done.png"), full_page=True)
+    ask(page, "Which city is the capital of France?")
+    sync_api.expect(last_reply(page)).to_contain_text("Paris")

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
 
 from ..errors import LocalchatError
+from ..tune.profile import launch_profile
 from .chat import ChatCore, Sampling
+from .tuning import TuneJob, tuned_summary
 from .uploads import ACCEPTED, store_upload
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,13 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             model = gr.Dropdown(label="Model", choices=model_choices(core.runtime.model), value=core.runtime.model,
                                 allow_custom_value=True, elem_id="model")
             status = gr.Markdown(elem_id="status")
+            # Open where the machine is not tuned (checked again on every page load).
+            with gr.Accordion("Hardware wizard", open=not tuned_summary()[0], elem_id="tune") as tune_box:
+                tune_note = gr.Markdown(elem_id="tune-note")
+                tune_download = gr.Checkbox(True, label="May download a better model", elem_id="tune-download")
+                tune_btn = gr.Button("Tune for this machine", size="sm", elem_id="tune-button")
+                tune_log = gr.Textbox(label="Wizard", lines=8, max_lines=8, interactive=False, visible=False,
+                                      autoscroll=True, elem_id="tune-log")
         chatbot = gr.Chatbot(elem_id="chat", label="localchat", sanitize_html=True, allow_tags=False,
                              height="65vh", buttons=["copy"], feedback_options=None,
                              placeholder="Ask anything, or attach documents and ask about them.")
@@ -177,9 +187,35 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 gr.Info(f"Now answering with {name}.")
             return core.status()
 
+        tune_jobs: dict[str, TuneJob] = {}  # one wizard at a time for the whole app, whichever tab started it
+
+        def tune(download: bool) -> Iterator[tuple]:
+            job = tune_jobs.get("current")
+            if job is None or not job.running:
+                job = tune_jobs["current"] = TuneJob(download)
+            while job.running:
+                yield gr.update(value=job.log(), visible=True), gr.skip(), gr.skip(), gr.skip()
+                time.sleep(0.5)
+            job.wait()
+            tuned, note = tuned_summary()
+            if job.returncode != 0 or not tuned:
+                gr.Warning("The wizard stopped before it kept a model; its log says why.")
+                yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip()
+                return
+            kept = launch_profile()
+            try:
+                core.runtime.switch(kept.path)  # the tuned file, with its tuned settings
+            except LocalchatError as exc:
+                raise gr.Error(f"tuned, but loading the kept model failed: {exc}") from exc
+            gr.Info(f"Tuned: now answering with {kept.model} {kept.quant}.")
+            yield (gr.update(value=job.log(), visible=True), note,
+                   gr.update(choices=model_choices(core.runtime.model), value=core.runtime.model), core.status())
+
         def on_page_load() -> tuple:
+            tuned, note = tuned_summary()
             return conversations(None), gr.update(choices=model_choices(core.runtime.model),
-                                                  value=core.runtime.model), core.status()
+                                                  value=core.runtime.model), core.status(), note, \
+                gr.update(open=not tuned)
 
         # -- wiring ---------------------------------------------------------------------------
 
@@ -205,6 +241,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         gr.on([system.blur, temperature.release, top_p.release, max_tokens.release], save_settings,
               [conv_id, *settings_inputs], None, api_name=False)
         model.input(switch_model, [model], [status], api_name=False, concurrency_limit=1)
-        demo.load(on_page_load, None, [convs, model, status], api_name=False)
+        tune_btn.click(tune, [tune_download], [tune_log, tune_note, model, status], api_name=False,
+                       concurrency_limit=1)
+        demo.load(on_page_load, None, [convs, model, status, tune_note, tune_box], api_name=False)
     return demo
 

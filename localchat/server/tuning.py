@@ -1,0 +1,77 @@
+"""The window's hardware wizard: `localchat tune` in a child process, its lines shown as they come.
+
+A child process, not a thread: the wizard loads and measures models with their own llama.cpp
+thread pools, and a broken driver or an out-of-memory load must not take the window down.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from ..errors import LocalchatError
+
+MAX_LINES = 60  # the log the window shows: the latest lines
+
+
+def tune_command(download: bool) -> list[str]:
+    """The wizard's command line: the bundle's own program, or this Python with the package."""
+    base = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "localchat"]
+    return [*base, "tune", *([] if download else ["--no-download"])]
+
+
+class TuneJob:
+    """One wizard run: its output lines so far and, once it ends, its exit code."""
+
+    def __init__(self, download: bool = True, command: list[str] | None = None) -> None:
+        self.lines: list[str] = []
+        self.returncode: int | None = None
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # lines arrive as the wizard prints them
+        self._process = subprocess.Popen(command or tune_command(download), stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True, env=env, errors="replace")
+        self._reader = threading.Thread(target=self._read, name="localchat-tune-log", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            self.lines.append(line.rstrip("\n"))
+        self.returncode = self._process.wait()
+
+    @property
+    def running(self) -> bool:
+        return self.returncode is None
+
+    def log(self) -> str:
+        return "\n".join(self.lines[-MAX_LINES:])
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._reader.join(timeout)
+        return self.returncode
+
+    def stop(self) -> None:
+        if self.running:
+            self._process.terminate()
+
+
+def tuned_summary() -> tuple[bool, str]:
+    """(tuned, a Markdown line): what the profile kept on this machine, or why there is none in use."""
+    from ..tune.profile import launch_profile, profile_path
+
+    try:
+        profile = launch_profile()
+    except LocalchatError as exc:
+        return False, f"The tuned profile cannot be used: {exc}"
+    if profile is None:
+        stale = profile_path().exists()
+        why = "was tuned on other hardware or its model is gone" if stale else "has not been tuned yet"
+        return False, (f"This machine {why}: localchat runs the default model with default settings. "
+                       "The wizard measures this machine (a few minutes; answers are slower meanwhile) and keeps "
+                       "the best model, context, placement and draft it finds.")
+    draft = f", draft {profile.draft} ({profile.draft_speedup:.2f}x)" if profile.draft and profile.draft_speedup else ""
+    return True, (f"Tuned {profile.created[:10]}: **{profile.model} {profile.quant}**, {profile.placement}, "
+                  f"{profile.n_ctx:,} tokens of context, {profile.decode_tps:.0f} tok/s decode{draft}. "
+                  f"Profile: `{Path(profile.path).name}`.")
