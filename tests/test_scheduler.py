@@ -149,3 +149,16 @@ def test_adaptive_budget_shrinks_when_mixed_steps_are_slow_and_grows_back():
     fixed.record(1, 1, 0.01)
     fixed.record(33, 1, 1.0)
     assert fixed.current == 32
+
+
+def test_prefill_only_steps_shrink_when_prompt_tokens_get_expensive():
+    sched = Scheduler(n_ctx=8192, n_seq_max=4, n_batch=512)
+    doc = seq("doc", list(range(5000)))
+    sched.add(doc)
+    assert sched.schedule().rows[0].end == 512  # no cost measured yet: a whole batch
+    for cost, expected in ((0.001, 250), (0.010, 25), (0.100, 8), (0.0001, 512)):
+        doc.prompt_token_seconds = cost  # what the engine measured in the sequence's last step
+        assert sched.budget.idle_tokens(doc) == expected
+    doc.prompt_token_seconds = 0.004
+    step = sched.schedule()
+    assert step.rows[0].end - step.rows[0].start == 62  # 250 ms at 4 ms a token, not n_batch

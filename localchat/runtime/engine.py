@@ -260,6 +260,9 @@ class Engine:
         seconds = time.perf_counter() - t0
         self.steps += 1
         self.scheduler.budget.record(step.num_tokens, step.num_decode_rows, seconds)
+        if step.num_decode_rows == 0:  # prompt tokens alone: their cost grows with the context read so far
+            for row in rows:
+                row.seq.prompt_token_seconds = seconds / step.num_tokens
         if self.speculator is not None and step.num_decode_rows == len(rows):
             self.speculator.costs.record(width, seconds)
         if self.step_log is not None:

@@ -47,15 +47,30 @@ class StepBudget:
 
     Fixed when configured; otherwise it adapts so a mixed step costs about `latency_factor` times
     a decode-only step, measured on this machine: streaming chats stay fluid beside a long prefill.
+
+    With nothing decoding a step may prefill up to n_batch tokens, but no more than fit in
+    `idle_step_seconds` at the sequence's last measured cost per prompt token: late in a long
+    document one token's attention costs far more than early on, and a chat that arrives must not
+    wait seconds for a step to end before its own prompt is read.
     """
 
-    def __init__(self, n_batch: int, fixed: int = 0, latency_factor: float = 2.5, minimum: int = 1) -> None:
+    def __init__(self, n_batch: int, fixed: int = 0, latency_factor: float = 2.5, minimum: int = 1,
+                 idle_step_seconds: float = 0.25, idle_minimum: int = 8) -> None:
         self.n_batch = n_batch
         self.fixed = fixed
         self.latency_factor = latency_factor
         self.minimum = min(minimum, n_batch)
         self.current = fixed or min(4, n_batch)
         self.decode_seconds: float | None = None
+        self.idle_step_seconds = idle_step_seconds
+        self.idle_minimum = min(idle_minimum, n_batch)
+
+    def idle_tokens(self, seq: Sequence) -> int:
+        """Prompt tokens of `seq` for a step with nothing decoding."""
+        cost = seq.prompt_token_seconds
+        if self.fixed or not cost:
+            return self.n_batch
+        return max(self.idle_minimum, min(self.n_batch, int(self.idle_step_seconds / cost)))
 
     def record(self, num_tokens: int, num_decode_rows: int, seconds: float) -> None:
         if num_decode_rows == 0:
@@ -140,7 +155,8 @@ class Scheduler:
         short = self.n_batch // 4
         interactive = bool(decoding) or any(s.num_pending <= short for s in prefilling)
         room = self.n_batch - len(rows)
-        budget = min(self.budget.current, room) if interactive else room
+        budget = min(self.budget.current if interactive else self.budget.idle_tokens(prefilling[0]), room) \
+            if prefilling else 0
         for seq in prefilling:
             if seq.num_pending <= short and interactive:
                 take = min(seq.num_pending, room)  # a short prompt is finished in one step
