@@ -13,11 +13,11 @@ from typing import Any
 
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
 from .chat_template import ChatTemplate
+from .disagg import PDSplit, load_handover
 from .events import Done, Failed, PrefillProgress, Stream, TextDelta
 from .kv_slots import KVOp
 from .sampling import SamplingParams
 from .scheduler import Scheduler, Step
-from .disagg import PDSplit, load_handover
 from .draft_model import DraftModel
 from .sequence import Sequence
 from .speculative import Drafter, PromptLookup, SpecConfig, Speculator, StepCosts
