@@ -34,7 +34,6 @@ class KVHandover:
     fingerprint: str
     num_tokens: int
     data: ctypes.Array  # llama.cpp's serialised state, in host memory
-    prefill_ms: float
     export_ms: float
 
 
@@ -61,7 +60,6 @@ class PrefillWorker:
         self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self._waiting: list[Sequence] = []
         self._running: list[Sequence] = []
-        self._t_start: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name="localchat-prefill", daemon=True)
         self._thread.start()
 
@@ -96,7 +94,6 @@ class PrefillWorker:
                         return
                     if kind == "job":
                         self._waiting.append(item)
-                        self._t_start[item.id] = time.perf_counter()
                     else:
                         self._drop(item)
             except queue.Empty:
@@ -146,8 +143,7 @@ class PrefillWorker:
         t1 = time.perf_counter()
         data = self.worker.export_seq(job.slot)
         done = time.perf_counter()
-        handover = KVHandover(self.worker.fingerprint, len(job.tokens), data,
-                              prefill_ms=(t1 - self._t_start.get(job.id, t0)) * 1000, export_ms=(done - t1) * 1000)
+        handover = KVHandover(self.worker.fingerprint, len(job.tokens), data, export_ms=(done - t1) * 1000)
         self._release(job, keep=True)
         self._deliver(job.id, handover, None)
 
@@ -155,7 +151,6 @@ class PrefillWorker:
         for job in self._waiting:
             if job.id == request_id:
                 self._waiting.remove(job)
-                self._t_start.pop(request_id, None)
                 return
         for job in self._running:
             if job.id == request_id:
@@ -164,7 +159,6 @@ class PrefillWorker:
 
     def _release(self, job: Sequence, keep: bool) -> None:
         self._running.remove(job)
-        self._t_start.pop(job.id, None)
         self._apply(self.kv.release(job, keep))
 
     def _apply(self, ops: list[KVOp]) -> None:
