@@ -163,3 +163,16 @@ def test_wizard_measures_the_draft_pairing_and_the_planner_uses_it(model_path, t
     settings = load_settings(environ={}, hardware=lambda: machine)
     assert settings.model == profile.path and settings.n_ctx == profile.n_ctx
     assert settings.draft == (profile.draft_path if profile.draft_speedup >= 1.15 else "")
+
+
+def test_a_busy_machine_is_noticed_before_measuring() -> None:
+    import subprocess
+
+    from localchat.tune.wizard import BUSY_CORES, _busy_cores
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert _busy_cores(0.5) >= BUSY_CORES  # one core taken by another program
+    finally:
+        spinner.kill()
+        spinner.wait()

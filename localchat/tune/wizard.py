@@ -32,8 +32,20 @@ from .profile import (PLACEMENT_SETTING, Profile, fingerprint, load_profile, pro
 LATENCY_TARGET_MS = 50.0
 DRAFT_TOKENS = 64  # tokens per chat when measuring a draft: enough passes for a stable acceptance
 PLACEMENT_DOC_TOKENS = 1500  # the long read of the placement workload: several prefill chunks
+BUSY_CORES = 0.5    # cores other programs use before measuring that make the numbers doubtful
+SUSPICIOUS = 0.25   # a measured decode speed below this share of the prediction: likely a busy machine
 # The runtime's placement names back to the planner's, which the profile keeps.
 PLANNER_NAME = {"draft-gpu": "draft-on-second-gpu"}
+
+
+def _busy_cores(seconds: float = 1.0) -> float:
+    """How many cores other programs keep busy right now (the wizard itself is idle while it looks)."""
+    try:
+        import psutil
+
+        return psutil.cpu_percent(interval=seconds) / 100 * (psutil.cpu_count() or 1)
+    except (ImportError, OSError):
+        return 0.0
 
 
 def _keep_best(measured: list[Candidate], wants: Wants) -> Candidate:
@@ -121,6 +133,11 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
         tried = "; ".join(f"{c.label}: {c.status}" for c in considered)
         raise ModelNotFoundError(f"no candidate model file is here or could be fetched ({tried}). Connect to the "
                                  "network and run `localchat tune` again, or `localchat pull` a model first.")
+    busy = _busy_cores()
+    if busy >= BUSY_CORES:
+        print(f"warning: other programs keep {busy:.1f} cores busy; llama.cpp's threads wait on each other when a "
+              "core is taken, so the speeds measured now will be low. Close them and run `localchat tune` again "
+              "for a profile that fits an idle machine.", file=out)
     measured = []
     for c in ready:
         print(f"measuring {c.label} (n_ctx {c.n_ctx}, {hardware.physical_cores} threads) ...", file=out, flush=True)
@@ -133,6 +150,9 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
             continue
         c.status = "measured"
         measured.append(c)
+        if c.predicted and c.measurement.decode_tps < SUSPICIOUS * c.predicted.decode_tps:
+            print(f"  warning: {c.measurement.decode_tps:.1f} tok/s is under {SUSPICIOUS:.0%} of the predicted "
+                  f"{c.predicted.decode_tps:.1f}; if the machine was busy, tune again when it is idle.", file=out)
     if not measured:
         raise ModelNotFoundError("no candidate model could be loaded: "
                                  + "; ".join(f"{c.label}: {c.status}" for c in ready))
