@@ -189,8 +189,11 @@ def test_hub_metadata_gives_size_and_sha256(hub: FakeHub, tiny_bytes: bytes):
     assert info.url.startswith(hub.cdn_url)
 
 
+@pytest.mark.parametrize("listed", ["exact", "rounded"])
 def test_a_hub_only_catalog_entry_without_sha256_is_pulled_and_then_found_cached(hub: FakeHub, tmp_path: Path,
-                                                                                 tiny_bytes: bytes):
+                                                                                 tiny_bytes: bytes, listed: str):
+    # "rounded": an unverified entry whose size is the hub listing's rounded figure, not the file's.
+    size, verified = (len(tiny_bytes), "true") if listed == "exact" else (len(tiny_bytes) + 1000, "false")
     catalog_file = tmp_path / "models.yaml"
     catalog_file.write_text(f"""
 models:
@@ -202,9 +205,9 @@ models:
     files:
       Q8_0:
         file: {FILE}
-        size: {len(tiny_bytes)}
+        size: {size}
         sources:
-          - hub: {{repo: {REPO}, file: {FILE}}}
+          - hub: {{repo: {REPO}, file: {FILE}, verified: {verified}}}
 """)
     catalog = load_catalog(catalog_file)
     assert catalog["tiny"].file_for(None).sha256 is None

@@ -41,8 +41,11 @@ def cached_file(model_file: ModelFile) -> Path | None:
             return embedded
     for source in model_file.sources:
         if "hub" in source:
-            hub_path = _hub_cached(source["hub"])
-            if hub_path is not None and hub_path.stat().st_size == model_file.size:
+            spec = source["hub"]
+            hub_path = _hub_cached(spec)
+            # The hub cache holds whole files only (checked against the hub's sha256 when fetched); an
+            # unverified catalog size is a rounded listing figure, so only a verified one must match.
+            if hub_path is not None and (hub_path.stat().st_size == model_file.size or not spec.get("verified", True)):
                 return hub_path
     return None
 
