@@ -162,3 +162,20 @@ def test_prefill_only_steps_shrink_when_prompt_tokens_get_expensive():
     doc.prompt_token_seconds = 0.004
     step = sched.schedule()
     assert step.rows[0].end - step.rows[0].start == 62  # 250 ms at 4 ms a token, not n_batch
+
+
+def test_the_tail_of_a_long_document_keeps_to_the_budget_beside_a_streaming_chat():
+    sched = Scheduler(n_ctx=8192, n_seq_max=4, n_batch=512, step_budget=16)
+    chat = seq("chat", range(5000, 5010), max_tokens=500)
+    sched.add(chat)
+    run_step(sched)
+    doc = seq("doc", range(1, 1201))
+    sched.add(doc)
+    sizes = []
+    while not doc.num_generated:
+        sizes.append(sum(r.end - r.start for r in run_step(sched).rows if r.seq is doc))
+    # 1,200 tokens at 16 a step: the last 128 (no longer than a "short" prompt) are not taken at once.
+    assert set(sizes) == {16} and len(sizes) == 75
+    late = seq("late", range(7000, 7100))  # a short prompt that arrives short is still read in one step
+    sched.add(late)
+    assert [(r.seq.id, r.end - r.start) for r in run_step(sched).rows if r.seq is late] == [("late", 100)]

@@ -141,6 +141,7 @@ class Scheduler:
             if assigned is None:
                 return
             ops, reused = assigned
+            seq.prefill_start = seq.num_computed
             self.waiting.popleft()
             seq.admitted_at = next(self._admissions)
             self.running.append(seq)
@@ -152,13 +153,16 @@ class Scheduler:
         rows = [Row(s, s.num_computed, s.num_computed + 1) for s in decoding]
         # Shortest prompt first: a chat message is not queued behind a long document.
         prefilling = sorted((s for s in self.running if s.num_pending > 1), key=lambda s: s.num_pending)
+        # A short prompt is one that arrived short: the tail of a long document is not, since late in a
+        # long context its last tokens cost far more per token than a chat message does.
         short = self.n_batch // 4
-        interactive = bool(decoding) or any(s.num_pending <= short for s in prefilling)
+        is_short = {s.id: s.num_pending <= short and s.num_computed == s.prefill_start for s in prefilling}
+        interactive = bool(decoding) or any(is_short.values())
         room = self.n_batch - len(rows)
         budget = min(self.budget.current if interactive else self.budget.idle_tokens(prefilling[0]), room) \
             if prefilling else 0
         for seq in prefilling:
-            if seq.num_pending <= short and interactive:
+            if is_short[seq.id]:
                 take = min(seq.num_pending, room)  # a short prompt is finished in one step
             else:
                 take = min(seq.num_pending, budget, room)

@@ -24,6 +24,7 @@ class Sequence:
     num_cached: int = 0  # prompt tokens that were already resident when the sequence started
     slot: int | None = None
     admitted_at: int = -1  # admission order, for preempting the youngest first
+    prefill_start: int = 0  # tokens already in the KV cache when the sequence was admitted
     ignore_eos: bool = False
     speculate: bool = True
     sampler: Any = None
