@@ -132,7 +132,7 @@ def serve(options: ServeOptions, engine: Any = None, model_name: str = "") -> in
         what = f"forwarding to {service.base}"
     else:
         service = LocalService(engine, model_name)
-        what = f"model {model_name}"
+        what = f"model {model_name} ({getattr(engine, 'placement', 'one worker')})"
     sock = bind_socket(host, options.port)
     url = url_of(sock)
     exposed = "" if is_loopback(host) else f" (listening on {host}; clients need the API key)"
