@@ -37,11 +37,6 @@ def document(n_tokens_approx: int, seed: int = 0) -> str:
     return "\n".join(lines)
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 def _ours_single(path: Path, prompt: str, short: str, n_decode: int) -> tuple[float, float]:
     with _engine(path, n_ctx=4096) as engine:
         pre = engine.submit(Request(prompt=prompt, sampling=_greedy(1))).result().stats
@@ -118,54 +113,15 @@ def latency_beside_prefill(path: Path, doc_tokens: int, turn_tokens: int, n_batc
                            step_budget: int) -> dict[str, float]:
     """Inter-token latency of a user chatting while a long document is read beside the chat.
 
-    The user's chat is a series of `turn_tokens`-token answers (a real chat's context stays short).
-    Idle gaps: the same chat alone. Busy gaps: gaps that end while the document is being read, from
-    its submission to its first token; the gap still open when the document finishes counts too.
+    The user's chat is a series of `turn_tokens`-token answers (a real chat's context stays short):
+    the wizard's mixed workload with one chat (see tune/placements.py).
     """
-    import threading
-
-    def turn(engine: Engine, n: int, times: list[list[float]], stop: threading.Event | None = None) -> None:
-        stream = engine.submit(Request(prompt=f"Turn {n}: a short story about a lighthouse keeper:",
-                                       sampling=_greedy(turn_tokens)))
-        stamps: list[float] = []
-        times.append(stamps)
-        for event in stream:
-            if isinstance(event, TextDelta):
-                stamps.append(time.perf_counter())
-                if stop is not None and stop.is_set():
-                    stream.cancel()
+    from .tune.placements import mixed_workload
 
     with _engine(path, n_ctx=8192 + 4096, n_batch=n_batch, step_budget=step_budget) as engine:
-        idle_turns: list[list[float]] = []
-        for n in range(3):
-            turn(engine, n, idle_turns)
-        window: dict[str, float] = {}
-        done = threading.Event()
-
-        def read_document() -> None:
-            window["start"] = time.perf_counter()
-            engine.submit(Request(prompt=document(doc_tokens, seed=7), sampling=_greedy(1))).result()
-            window["end"] = time.perf_counter()
-            done.set()
-
-        busy_turns: list[list[float]] = []
-        reader = threading.Thread(target=read_document)
-        n = 3
-        while not done.is_set():
-            if n == 4:
-                reader.start()
-            turn(engine, n, busy_turns, done)
-            n += 1
-        reader.join()
-
-    def gaps(turns: list[list[float]]) -> list[tuple[float, float]]:
-        return [(a, b) for stamps in turns for a, b in zip(stamps, stamps[1:])]
-
-    idle = [b - a for a, b in gaps(idle_turns)]
-    busy = [b - a for a, b in gaps(busy_turns) if a < window["end"] and b > window["start"]]
-    return {"idle_p50": statistics.median(idle) * 1000, "p50": statistics.median(busy) * 1000,
-            "p99": _percentile(busy, 0.99) * 1000, "max": max(busy) * 1000,
-            "doc_s": window["end"] - window["start"], "n_busy": len(busy), "turns": len(busy_turns)}
+        r = mixed_workload(engine, "single", doc_tokens, turn_tokens, n_chats=1)
+    return {"idle_p50": r.idle_p50, "p50": r.busy_p50, "p99": r.busy_p99, "max": max(r.busy_gaps_ms),
+            "doc_s": r.doc_ttft_ms / 1000}
 
 
 def follow_up_ttft(path: Path, doc_tokens: int, repeats: int) -> dict[str, float]:
