@@ -163,10 +163,7 @@ class PrefillWorker:
 
     def _apply(self, ops: list[KVOp]) -> None:
         for op in ops:
-            if op.kind == "remove":
-                self.worker.seq_remove(op.seq_id, op.start, op.end)
-            else:
-                self.worker.seq_copy(op.src, op.seq_id, op.start, op.end)
+            self.worker.apply(op)
 
 
 class PDSplit:

@@ -355,12 +355,10 @@ class Engine:
 
     def _apply(self, ops: list[KVOp], step: Step | None = None) -> None:
         for op in ops:
-            if op.kind == "remove":
-                self.worker.seq_remove(op.seq_id, op.start, op.end)
-            elif op.kind == "copy":
-                self.worker.seq_copy(op.src, op.seq_id, op.start, op.end)
-            else:
+            if op.kind == "import":
                 self._import(op.payload, step)
+            else:
+                self.worker.apply(op)
 
     def _import(self, seq: Sequence, step: Step | None) -> None:
         if not load_handover(self.worker, seq, lambda: self._apply(self.scheduler.kv.evict(self.n_ctx))):

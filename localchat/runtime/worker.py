@@ -13,6 +13,7 @@ import llama_cpp
 
 from ..errors import EngineError, ModelLoadError
 from . import llama_log
+from .kv_slots import KVOp
 from .sampling import Sampler, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -249,6 +250,14 @@ class Worker:
     def import_seq(self, seq_id: int, data: ctypes.Array) -> bool:
         """Replace a sequence's KV with exported state; False when no run of free cells is long enough."""
         return llama_cpp.llama_state_seq_set_data(self.ctx, data, len(data), seq_id) > 0
+
+    def apply(self, op: KVOp) -> None:
+        """Run one remove or copy the slot table asked for."""
+        if op.kind == "remove":
+            self.seq_remove(op.seq_id, op.start, op.end)
+        else:
+            assert op.kind == "copy", op
+            self.seq_copy(op.src, op.seq_id, op.start, op.end)
 
     def seq_pos_max(self, seq_id: int) -> int:
         return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from ..errors import LocalchatError
+from ..tune.profile import Profile
 
 MAX_LINES = 60  # the log the window shows: the latest lines
 
@@ -57,21 +58,21 @@ class TuneJob:
             self._process.terminate()
 
 
-def tuned_summary() -> tuple[bool, str]:
-    """(tuned, a Markdown line): what the profile kept on this machine, or why there is none in use."""
+def tuned_summary() -> tuple[Profile | None, str]:
+    """(the profile in use or None, a Markdown line): what it kept on this machine, or why there is none."""
     from ..tune.profile import launch_profile, profile_path
 
     try:
         profile = launch_profile()
     except LocalchatError as exc:
-        return False, f"The tuned profile cannot be used: {exc}"
+        return None, f"The tuned profile cannot be used: {exc}"
     if profile is None:
         stale = profile_path().exists()
         why = "was tuned on other hardware or its model is gone" if stale else "has not been tuned yet"
-        return False, (f"This machine {why}: localchat runs the default model with default settings. "
+        return None, (f"This machine {why}: localchat runs the default model with default settings. "
                        "The wizard measures this machine (a few minutes; answers are slower meanwhile) and keeps "
                        "the best model, context, placement and draft it finds.")
     draft = f", draft {profile.draft} ({profile.draft_speedup:.2f}x)" if profile.draft and profile.draft_speedup else ""
-    return True, (f"Tuned {profile.created[:10]}: **{profile.model} {profile.quant}**, {profile.placement}, "
+    return profile, (f"Tuned {profile.created[:10]}: **{profile.model} {profile.quant}**, {profile.placement}, "
                   f"{profile.n_ctx:,} tokens of context, {profile.decode_tps:.0f} tok/s decode{draft}. "
                   f"Profile: `{Path(profile.path).name}`.")

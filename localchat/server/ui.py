@@ -10,7 +10,6 @@ from typing import Any, Iterator
 import gradio as gr
 
 from ..errors import LocalchatError
-from ..tune.profile import launch_profile
 from .chat import ChatCore, Sampling
 from .tuning import TuneJob, tuned_summary
 from .uploads import ACCEPTED, store_upload
@@ -65,7 +64,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                                 allow_custom_value=True, elem_id="model")
             status = gr.Markdown(elem_id="status")
             # Open where the machine is not tuned (checked again on every page load).
-            with gr.Accordion("Hardware wizard", open=not tuned_summary()[0], elem_id="tune") as tune_box:
+            with gr.Accordion("Hardware wizard", open=tuned_summary()[0] is None, elem_id="tune") as tune_box:
                 tune_note = gr.Markdown(elem_id="tune-note")
                 tune_download = gr.Checkbox(True, label="May download a better model", elem_id="tune-download")
                 tune_btn = gr.Button("Tune for this machine", size="sm", elem_id="tune-button")
@@ -197,12 +196,11 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 yield gr.update(value=job.log(), visible=True), gr.skip(), gr.skip(), gr.skip()
                 time.sleep(0.5)
             job.wait()
-            tuned, note = tuned_summary()
-            if job.returncode != 0 or not tuned:
+            kept, note = tuned_summary()
+            if job.returncode != 0 or kept is None:
                 gr.Warning("The wizard stopped before it kept a model; its log says why.")
                 yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip()
                 return
-            kept = launch_profile()
             try:
                 core.runtime.switch(kept.path)  # the tuned file, with its tuned settings
             except LocalchatError as exc:
@@ -212,10 +210,10 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                    gr.update(choices=model_choices(core.runtime.model), value=core.runtime.model), core.status())
 
         def on_page_load() -> tuple:
-            tuned, note = tuned_summary()
+            profile, note = tuned_summary()
             return conversations(None), gr.update(choices=model_choices(core.runtime.model),
                                                   value=core.runtime.model), core.status(), note, \
-                gr.update(open=not tuned)
+                gr.update(open=profile is None)
 
         # -- wiring ---------------------------------------------------------------------------
 
