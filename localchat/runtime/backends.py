@@ -1,0 +1,299 @@
+"""Which llama.cpp CPU kernels this process runs.
+
+The wheel carries llama.cpp's CPU backend once per ISA level (scripts/install-runtime.sh): fast
+ones with llamafile's sgemm in llama_cpp/lib, exact ones without it in llama_cpp/lib/exact for
+--deterministic. The best variant the CPU claims to run is first proven in a child process on the
+model about to be loaded (ggml's AMX kernels have crashed on virtualised CPUs), falling back to the
+next best; the verdict is kept per machine in the cache dir. A wheel without variants (an older
+build, an architecture without them) carries its CPU backend built in: nothing to choose then.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import json
+import logging
+import platform
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import llama_cpp
+
+from .. import paths
+
+log = logging.getLogger(__name__)
+
+PROVE_TIMEOUT_S = 300.0  # a child that hangs proves nothing; a big model on a slow disk loads for long
+_MODULE_SUFFIXES = (".so", ".dll", ".dylib")
+
+
+@dataclass(slots=True)
+class CpuBackend:
+    """The CPU kernels in use, and why these."""
+
+    variant: str  # "icelake", or "built-in" when the wheel has no variant modules
+    exact: bool  # built without llamafile's sgemm (the deterministic mode's kernels)
+    module: str = ""  # file name of the variant module
+    reason: str = ""
+    refused: list[str] = field(default_factory=list)  # better variants that failed their proof, and how
+
+
+def lib_dir() -> Path:
+    return Path(llama_cpp.__file__).parent / "lib"
+
+
+def variant_modules(exact: bool) -> list[Path]:
+    folder = lib_dir() / "exact" if exact else lib_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if "ggml-cpu-" in p.name and p.suffix in _MODULE_SUFFIXES)
+
+
+def variant_name(module: Path) -> str:
+    return module.name.split("ggml-cpu-", 1)[1].split(".", 1)[0]
+
+
+@functools.cache
+def _ggml() -> ctypes.CDLL:
+    """libggml as libllama links it. A wheel holds copies, not links, of libggml.so, .so.0 and
+    .so.0.x.y: opening another name than libllama's would give a second ggml with its own registry."""
+    lib = lib_dir()
+    names = sorted((p.name for p in lib.iterdir() if p.name.startswith(("libggml.so.", "libggml.")) and
+                    p.name.count(".") >= 2 and "-" not in p.name), key=len)
+    for name in [*names, "libggml.so", "libggml.dylib", "ggml.dll"]:
+        if (lib / name).is_file():
+            libggml = ctypes.CDLL(str(lib / name))
+            break
+    else:
+        from llama_cpp._ggml import libggml
+    libggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
+    libggml.ggml_backend_load.restype = ctypes.c_void_p
+    libggml.ggml_backend_unload.argtypes = [ctypes.c_void_p]
+    libggml.ggml_backend_unload.restype = None
+    return libggml
+
+
+def score(module: Path) -> int:
+    """ggml's own verdict of a variant on this CPU: 0 when the CPU lacks an instruction it needs,
+    higher for more capable variants. Opening a module runs none of its kernels."""
+    try:
+        fn = ctypes.CDLL(str(module)).ggml_backend_score
+    except (OSError, AttributeError):
+        return 0
+    fn.restype = ctypes.c_int
+    return int(fn())
+
+
+def ranked(exact: bool) -> list[Path]:
+    """The variants this CPU claims to run, best first."""
+    scored = [(score(m), m) for m in variant_modules(exact)]
+    return [m for s, m in sorted(scored, key=lambda sm: -sm[0]) if s > 0]
+
+
+# -- proving a variant in a child process ------------------------------------------------------
+
+MODEL_FAILED = 3  # the child's exit code when the model itself would not load: no verdict on kernels
+PROVE_FLAG = "--localchat-prove-cpu"  # how a desktop bundle's own program is asked to prove (entry.py)
+
+
+def prove_in_child(argv: list[str]) -> int:
+    """The child's side: load the variant and the model, run a prompt batch and single decode steps."""
+    import os
+    import signal
+
+    from ..errors import LocalchatError
+
+    module, model, crash = Path(argv[0]), argv[1], argv[2:] == ["crash"]
+    mark_proving(module, exact=module.parent.name == "exact")
+    if crash:  # the fault a broken kernel causes, for tests of the fallback (no such CPU here)
+        os.kill(os.getpid(), signal.SIGILL)
+    from .worker import BatchRow, Worker, WorkerConfig
+
+    try:
+        worker = Worker(model, WorkerConfig(n_ctx=256, n_batch=64, n_seq_max=1, n_threads=2,
+                                            deterministic=module.parent.name == "exact"))
+    except LocalchatError:
+        return MODEL_FAILED
+    token = worker.bos_token if worker.bos_token >= 0 else 1
+    worker.decode([BatchRow(0, [token] * 64, 0, want_logits=True)])
+    for pos in range(64, 67):
+        worker.decode([BatchRow(0, [token], pos, want_logits=True)])
+    worker.close()
+    return 0
+
+
+def prove(module: Path, model: Path, crash: bool = False) -> str | None:
+    """None when the variant ran the model in a child process; else what went wrong."""
+    import subprocess
+
+    base = [sys.executable, PROVE_FLAG] if getattr(sys, "frozen", False) \
+        else [sys.executable, "-m", "localchat.runtime.backends"]
+    try:
+        done = subprocess.run([*base, str(module), str(model), *(["crash"] if crash else [])],
+                              capture_output=True, timeout=PROVE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"no answer in {PROVE_TIMEOUT_S:.0f} s"
+    if done.returncode == 0:
+        return None
+    if done.returncode == MODEL_FAILED:
+        return "model"
+    if done.returncode < 0:
+        return f"crashed ({_signal_name(-done.returncode)})"
+    tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+    return f"failed (exit code {done.returncode}{': ' + tail[0] if tail else ''})"
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+# -- choosing, remembering, loading ------------------------------------------------------------
+
+def _machine_key(modules: list[Path]) -> str:
+    """What a verdict holds for: this CPU (its model and flags) and these module files."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpu = "".join(line for line in f if line.startswith(("model name", "flags")))[:8192]
+    except OSError:
+        pass
+    digest = hashlib.sha256(cpu.encode())
+    for m in modules:
+        stat = m.stat()
+        digest.update(f"{m.name}:{stat.st_size}:{int(stat.st_mtime)}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _verdict_file() -> Path:
+    return paths.cache_dir() / "cpu-backend.json"
+
+
+def _remembered(key: str, exact: bool) -> CpuBackend | None:
+    try:
+        data = json.loads(_verdict_file().read_text(encoding="utf-8"))
+        entry = data[key]["exact" if exact else "fast"]
+        return CpuBackend(**entry)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _remember(key: str, backend: CpuBackend) -> None:
+    file = _verdict_file()
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    data.setdefault(key, {})["exact" if backend.exact else "fast"] = asdict(backend)
+    tmp = file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    tmp.replace(file)
+
+
+def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset()) -> CpuBackend:
+    """The best variant that this CPU runs, proven once per machine; remembered in the cache dir."""
+    candidates = ranked(exact)
+    if not candidates:
+        return CpuBackend("built-in", exact=False, reason="this llama.cpp build has its CPU backend built in")
+    key = _machine_key(variant_modules(exact))
+    remembered = _remembered(key, exact) if not simulate_crash else None
+    if remembered is not None and (lib_dir() / ("exact" if exact else "") / remembered.module).is_file():
+        return remembered
+    refused: list[str] = []
+    for module in candidates:
+        problem = prove(module, model, crash=variant_name(module) in simulate_crash)
+        if problem == "model":  # the file would not load: the worker says why; judge kernels next time
+            return CpuBackend(variant_name(module), exact, module.name, "not yet proven", refused)
+        if problem is None:
+            best = variant_name(candidates[0])
+            reason = (f"the best of {len(candidates)} variants this CPU supports" if not refused
+                      else f"{best} {refused[0].split(': ', 1)[1]} on this machine; the next best that runs")
+            backend = CpuBackend(variant_name(module), exact, module.name, reason, refused)
+            _remember(key, backend)
+            return backend
+        log.warning("CPU kernels %s %s in a test run; trying the next best", variant_name(module), problem)
+        refused.append(f"{variant_name(module)}: {problem}")
+    from ..errors import ModelLoadError
+
+    raise ModelLoadError("no CPU variant of llama.cpp ran here (" + "; ".join(refused) + "); reinstall "
+                         "localchat (`bash scripts/setup.sh`) and report this with `localchat probe`.")
+
+
+_active: CpuBackend | None = None
+_active_reg: int | None = None
+
+
+def _load_module(module: Path) -> int:
+    llama_cpp.llama_backend_init()
+    reg = _ggml().ggml_backend_load(str(module).encode())
+    if not reg:
+        raise RuntimeError(f"llama.cpp could not load its CPU kernels from {module}")
+    return reg
+
+
+def _load_other_backends() -> None:
+    """GPU backends built as modules (CUDA, Vulkan, ...): ggml keeps those the machine can't use out."""
+    lib = _ggml()
+    for module in sorted(lib_dir().iterdir()):
+        name = module.name
+        if (module.suffix in _MODULE_SUFFIXES and name.startswith(("libggml-", "ggml-")) and "ggml-cpu" not in name
+                and not name.startswith(("libggml-base", "ggml-base"))):
+            lib.ggml_backend_load(str(module).encode())
+
+
+def active() -> CpuBackend | None:
+    return _active
+
+
+def activate(exact: bool, model: Path, live_workers: int) -> CpuBackend:
+    """Make this process run the CPU kernels of the given mode, choosing them on first use.
+
+    A process switches modes only while no model is loaded: llama.cpp binds a model to the CPU
+    backend registered when it was loaded.
+    """
+    global _active, _active_reg
+    if _active is not None and (_active.exact == exact or _active.variant == "built-in"):
+        return _active
+    if _active is not None and live_workers:
+        from ..errors import EngineError
+
+        raise EngineError("this process already runs models in the "
+                          f"{'deterministic' if _active.exact else 'default'} mode; a model in the other mode "
+                          "needs a process of its own (close the loaded models first).")
+    backend = choose(exact, model)
+    if _active_reg is not None:
+        _ggml().ggml_backend_unload(_active_reg)
+        _active_reg = None
+    else:
+        llama_cpp.llama_backend_init()
+        if backend.variant != "built-in":
+            _load_other_backends()
+    if backend.variant != "built-in":
+        folder = lib_dir() / "exact" if exact else lib_dir()
+        _active_reg = _load_module(folder / backend.module)
+    _active = backend
+    log.info("CPU kernels: %s (%s)", backend.variant, backend.reason)
+    return backend
+
+
+def mark_proving(module: Path, exact: bool) -> None:
+    """In a proving child: load just this variant and use it."""
+    global _active, _active_reg
+    _active_reg = _load_module(module)
+    _active = CpuBackend(variant_name(module), exact, module.name, "being proven")
+
+
+if __name__ == "__main__":
+    # Through the package's own module object, which the worker's import shares (not __main__).
+    from localchat.runtime.backends import prove_in_child as run
+
+    sys.exit(run(sys.argv[1:]))
