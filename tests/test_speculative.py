@@ -12,7 +12,7 @@ from localchat.models.derive import random_weights_like, requantize
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.sequence import Sequence
-from localchat.runtime.speculative import NgramIndex, SpecConfig, Speculator, StepCosts, expected_tokens
+from localchat.runtime.speculative import NgramIndex, PromptLookup, SpecConfig, Speculator, StepCosts, expected_tokens
 from localchat.runtime.worker import WorkerConfig
 
 QUOTE = ("The harbour master wrote: 'The northern pier closes at dusk on Fridays, and boats "
@@ -158,8 +158,21 @@ def test_adaptive_engine_keeps_output_and_reports_its_choice(model_path):
         expected = plain.submit(Request(messages=chat(PROMPTS[0]), sampling=SamplingParams(temperature=0.0, max_tokens=48))).result()
     assert result.token_ids == expected.token_ids
     spec = result.stats.spec
-    assert spec.drafter == "prompt-lookup" and spec.predicted_speedup >= 1.0
-    assert spec.accepted <= spec.drafted
+    assert spec.drafter == "prompt-lookup" and spec.accepted <= spec.drafted
+    assert spec.predicted_speedup is None if spec.drafted == 0 else spec.predicted_speedup >= 1.0
+
+
+def test_no_predicted_speedup_is_claimed_when_nothing_was_drafted():
+    spec = Speculator(PromptLookup(), measured_costs())
+    seq = decoding_seq()  # distinct tokens: prompt lookup finds no n-gram to continue
+    assert spec.draft([(seq, 1)], room=64) == {}
+    state = spec.state(seq)
+    assert state.predicted_gain > 1.05  # the cost model did promise a speedup ...
+    assert spec.forget(seq).stats("prompt-lookup").predicted_speedup is None  # ... that was never earned
+    drafting = decoding_seq()
+    spec.draft([(drafting, 1)], room=64)
+    spec.observe(drafting, 2, 1)
+    assert spec.forget(drafting).stats("prompt-lookup").predicted_speedup > 1.0
 
 
 def test_expected_tokens_and_cost_interpolation():

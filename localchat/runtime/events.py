@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Iterator, Union
+from typing import Callable, ClassVar, Iterable, Iterator, Union
 
 from ..errors import LocalchatError
 
@@ -53,7 +53,7 @@ class SpecStats:
     target_passes: int  # target steps that carried drafts
     mean_k: float
     tokens_per_pass: float  # tokens emitted per target pass that carried drafts
-    predicted_speedup: float
+    predicted_speedup: float | None  # None when nothing was drafted: no speedup was earned
 
     @property
     def acceptance(self) -> float:
@@ -119,15 +119,20 @@ class Stream:
 
     def result(self) -> Result:
         """Wait for the end; raise the request's error if it failed."""
-        parts, stats, done = [], None, None
-        for event in self:
-            if isinstance(event, TextDelta):
-                parts.append(event.text)
-            elif isinstance(event, Stats):
-                stats = event
-            elif isinstance(event, Done):
-                done = event
-            elif isinstance(event, Failed):
-                raise event.error
-        assert done is not None
-        return Result("".join(parts), done.finish_reason, done.token_ids, stats)
+        return collect(self)
+
+
+def collect(events: Iterable[Event]) -> Result:
+    """The whole of a request's events (a stream, or a view of one); raise its error if it failed."""
+    parts, stats, done = [], None, None
+    for event in events:
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+        elif isinstance(event, Stats):
+            stats = event
+        elif isinstance(event, Done):
+            done = event
+        elif isinstance(event, Failed):
+            raise event.error
+    assert done is not None
+    return Result("".join(parts), done.finish_reason, done.token_ids, stats)

@@ -110,7 +110,8 @@ class SpecState:
             drafter=drafter, drafted=self.drafted, accepted=self.accepted, target_passes=passes,
             mean_k=self.k_total / passes if passes else 0.0,
             tokens_per_pass=(self.accepted + passes) / passes if passes else 1.0,
-            predicted_speedup=self.predicted_gain,
+            # The cost model's figure is a promise; with nothing drafted it was never put to the test.
+            predicted_speedup=self.predicted_gain if self.drafted else None,
         )
 
     def observe(self, k: int, accepted: int) -> None:
