@@ -6,6 +6,7 @@ import json
 import sys
 import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -85,11 +86,76 @@ def test_nvml_facts_become_gpus_with_spec_bandwidth_and_peer_pairs(monkeypatch: 
     assert info.peer_access == [[0, 1], [0, 2], [1, 2]]
 
 
-def test_a_dead_driver_means_no_gpus_and_a_warning(monkeypatch: pytest.MonkeyPatch):
+def _devices(root: Path, pci: dict[str, tuple[str, str]] | None = None, nodes: tuple[str, ...] = ()) -> Path:
+    """A made-up Linux device tree: PCI functions (address: (vendor, class)) and /dev nodes."""
+    for address, (vendor, pci_class) in (pci or {}).items():
+        device = root / "sys" / "bus" / "pci" / "devices" / address
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "class").write_text(pci_class + "\n")
+    (root / "sys" / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
+    (root / "dev").mkdir()
+    for node in nodes:
+        (root / "dev" / node).write_text("")
+    return root
+
+
+INTEL_HOST_BRIDGE = ("0x8086", "0x060000")
+NVIDIA_VGA, NVIDIA_AUDIO = ("0x10de", "0x030000"), ("0x10de", "0x040300")
+
+
+def _driver_warnings(info: HardwareInfo) -> list[str]:
+    return [w for w in info.warnings if "NVIDIA" in w or "driver" in w]
+
+
+def test_no_nvidia_gpu_is_the_normal_case_and_not_warned_about(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(init_fails=True))
     monkeypatch.setattr(probe_module.platform, "system", lambda: "Linux")
+    # An NVIDIA HDMI audio function alone is no GPU.
+    root = _devices(tmp_path, {"0000:00:00.0": INTEL_HOST_BRIDGE, "0000:00:1f.3": NVIDIA_AUDIO})
+    monkeypatch.setattr(probe_module, "DEVICE_ROOT", root)
     info = probe_module.collect(measure=False)
-    assert info.gpus == [] and any("DRIVER_NOT_LOADED" in w for w in info.warnings)
+    assert info.gpus == [] and _driver_warnings(info) == []
+
+
+@pytest.mark.parametrize("where", ["pci", "device-node"])
+def test_a_gpu_without_a_working_driver_is_warned_about_with_the_fix(where: str, monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(init_fails=True))
+    monkeypatch.setattr(probe_module.platform, "system", lambda: "Linux")
+    root = (_devices(tmp_path, {"0000:01:00.0": NVIDIA_VGA}) if where == "pci"
+            else _devices(tmp_path, nodes=("nvidia0", "nvidiactl")))
+    monkeypatch.setattr(probe_module, "DEVICE_ROOT", root)
+    info = probe_module.collect(measure=False)
+    (warning,) = _driver_warnings(info)
+    assert info.gpus == [] and "DRIVER_NOT_LOADED" in warning and "nvidia-smi" in warning
+    assert ("PCI 0000:01:00.0" if where == "pci" else "/dev/nvidia0") in warning
+    assert "nvidiactl" not in warning  # the control node is no card
+
+
+def test_a_gpu_without_the_nvml_package_is_warned_about(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    monkeypatch.setattr(probe_module.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(probe_module, "DEVICE_ROOT", _devices(tmp_path, {"0000:01:00.0": NVIDIA_VGA}))
+    (warning,) = _driver_warnings(probe_module.collect(measure=False))
+    assert "pip install nvidia-ml-py" in warning
+
+
+def test_without_a_device_list_only_a_failing_driver_library_is_warned_about(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path: Path):
+    nvml = _fake_nvml(init_fails=True)
+    nvml.NVMLError_LibraryNotFound = type("NVMLError_LibraryNotFound", (Exception,), {})
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(probe_module.platform, "system", lambda: "Windows")
+    monkeypatch.setattr(probe_module, "DEVICE_ROOT", tmp_path)  # no sys/ tree: nothing to look at
+    (warning,) = _driver_warnings(probe_module.collect(measure=False))
+    assert "installed but not usable" in warning and "DRIVER_NOT_LOADED" in warning
+
+    def no_library() -> None:
+        raise nvml.NVMLError_LibraryNotFound("NVML Shared Library Not Found")
+
+    nvml.nvmlInit = no_library
+    assert _driver_warnings(probe_module.collect(measure=False)) == []
 
 
 def test_apple_silicon_is_one_unified_gpu_with_the_chip_bandwidth():

@@ -25,6 +25,11 @@ _APPLE_BANDWIDTH = {"M1": 68e9, "M1 Pro": 200e9, "M1 Max": 400e9, "M1 Ultra": 80
                     "M2 Pro": 200e9, "M2 Max": 400e9, "M2 Ultra": 800e9, "M3": 100e9, "M3 Pro": 150e9,
                     "M3 Max": 400e9, "M3 Ultra": 819e9, "M4": 120e9, "M4 Pro": 273e9, "M4 Max": 546e9}
 _DATACENTER = ("A100", "H100", "H200", "H800", "A800", "B100", "B200", "GH200", "GB200")
+# Where Linux lists devices (sys/, dev/); tests point it at a made-up tree with or without a card.
+DEVICE_ROOT = Path("/")
+_NVIDIA_PCI_VENDOR = "0x10de"
+_DRIVER_FIX = ("install or repair the NVIDIA driver (`nvidia-smi` should list the GPU), then run "
+               "`localchat probe` again; until then localchat plans for the CPU only.")
 
 
 def _run(cmd: list[str]) -> str:
@@ -83,15 +88,50 @@ def _apple_gpu(info: HardwareInfo) -> None:
                              unified=True))
 
 
+def nvidia_cards(root: Path | None = None) -> list[str] | None:
+    """NVIDIA cards the OS sees without any driver (PCI display controllers, /dev/nvidia* nodes);
+    None where the OS offers no such view (only Linux does)."""
+    root = DEVICE_ROOT if root is None else root
+    pci = root / "sys" / "bus" / "pci" / "devices"
+    if not pci.is_dir():
+        return None
+    found = []
+    for device in sorted(pci.iterdir()):
+        try:
+            vendor = (device / "vendor").read_text().strip().lower()
+            pci_class = (device / "class").read_text().strip().lower()
+        except OSError:
+            continue
+        # Class 0x03 is a display controller (VGA or 3D); NVIDIA's audio and bridge functions are not GPUs.
+        if vendor == _NVIDIA_PCI_VENDOR and pci_class.startswith("0x03"):
+            found.append(f"PCI {device.name}")
+    found += [f"/dev/{node.name}" for node in sorted((root / "dev").glob("nvidia[0-9]*"))]
+    return found
+
+
 def _nvidia_gpus(info: HardwareInfo) -> None:
+    # Most laptops and every Mac have no NVIDIA GPU: NVML failing there is normal, not worth a word.
+    # A warning is for a card the OS sees that the driver cannot use.
     try:
         import pynvml
     except ImportError:
+        cards = nvidia_cards()
+        if cards:
+            info.warnings.append(f"an NVIDIA GPU is present ({', '.join(cards)}) but the nvidia-ml-py package "
+                                 "that reads it is missing; `pip install nvidia-ml-py`, then run "
+                                 "`localchat probe` again.")
         return
     try:
         pynvml.nvmlInit()
     except Exception as exc:  # no driver, or a driver that does not answer: CPU only
-        info.warnings.append(f"NVIDIA driver not usable ({exc}); planning without the GPU(s).")
+        cards = nvidia_cards()
+        if cards:
+            info.warnings.append(f"an NVIDIA GPU is present ({', '.join(cards)}) but its driver is not usable "
+                                 f"({exc}); {_DRIVER_FIX}")
+        elif cards is None and not isinstance(exc, getattr(pynvml, "NVMLError_LibraryNotFound", ())):
+            # No device list to look at (Windows, Intel Macs): a driver library that is there but
+            # fails says a GPU was meant to be used; no library at all says there is none.
+            info.warnings.append(f"the NVIDIA driver is installed but not usable ({exc}); {_DRIVER_FIX}")
         return
     try:
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
