@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from localchat.errors import ModelNotFoundError
+from localchat.errors import ConfigError, ModelNotFoundError
 from localchat.hardware import GPUInfo, HardwareInfo
 from localchat.models import planner
 from localchat.models.catalog_facts import facts_from_gguf, load_facts
@@ -171,6 +171,39 @@ def test_cli_plans_a_described_machine(tmp_path: Path, capsys: pytest.CaptureFix
     assert out["n_ctx"] == 8192 and out["devices"] and out["alternatives"]
     assert planner.main(["--hardware", str(machine), "--catalog", str(CATALOG), "--model", "smollm2", "--offline"]) == 0
     assert "SmolLM2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("drop, named", [
+    (("ram_available",), "ram_available"),
+    (("ram_total", "ram_available"), "ram_total, ram_available"),
+    (("gpus.0.spec_bandwidth",), "gpus[0].spec_bandwidth"),
+    (("gpus.0.memory_free",), "gpus[0].memory_free"),
+])
+def test_a_described_machine_that_lacks_a_field_is_told_which(drop, named, tmp_path: Path):
+    described = json.loads(MACHINES["rtx3060"].to_json())
+    for key in drop:
+        if key.startswith("gpus."):
+            del described["gpus"][0][key.split(".")[2]]
+        else:
+            del described[key]
+    machine = tmp_path / "m.json"
+    machine.write_text(json.dumps(described))
+    with pytest.raises(ConfigError) as caught:
+        planner.main(["--hardware", str(machine), "--catalog", str(CATALOG), "--offline"])
+    message = str(caught.value)
+    assert message.startswith(f"{machine}: the hardware description lacks {named};")
+    assert '"ram_available": ' in message and "localchat probe --json" in message  # an example and the way to get one
+    example = json.loads(message.split("needs at least ")[1].split(" (bytes")[0])
+    assert planner.plan(HardwareInfo.from_description(json.dumps(example)), load_facts(CATALOG)).model  # it plans
+
+
+def test_plan_help_documents_the_description_format(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit):
+        planner.main(["--help"])
+    shown = capsys.readouterr().out
+    for field in ("ram_total", "ram_available", "physical_cores", "memory_total", "spec_bandwidth",
+                  "ram_bandwidth", "localchat probe --json"):
+        assert field in shown
 
 
 def test_catalog_facts_are_consistent(catalog):

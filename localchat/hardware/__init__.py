@@ -75,12 +75,51 @@ class HardwareInfo:
 
     @classmethod
     def from_json(cls, text: str) -> "HardwareInfo":
-        """Parse `to_json` output (or a hand-written machine description)."""
-        try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"the hardware description is not valid JSON ({exc}); "
-                              "write it like `localchat probe --json` prints.") from None
+        """Parse `to_json` output; missing keys take defaults (see `from_description` for planning)."""
+        return cls.from_dict(_load_json(text))
+
+    @classmethod
+    def from_description(cls, text: str) -> "HardwareInfo":
+        """Parse a machine description to plan for: every fact the planner needs must be given."""
+        data = _load_json(text)
+        if isinstance(data, dict):
+            missing = [k for k in DESCRIPTION_REQUIRED if data.get(k) is None]  # null says "unknown" too
+            for i, gpu in enumerate(data.get("gpus") or []):
+                if isinstance(gpu, dict):
+                    missing += [f"gpus[{i}].{k}" for k in GPU_REQUIRED if gpu.get(k) is None]
+                    if gpu.get("spec_bandwidth") is None and gpu.get("measured_bandwidth") is None:
+                        missing.append(f"gpus[{i}].spec_bandwidth")
+            if missing:
+                raise ConfigError(f"the hardware description lacks {', '.join(missing)}; a described machine "
+                                  f"needs at least {DESCRIPTION_EXAMPLE} (bytes and bytes/s; `localchat plan "
+                                  "--help` lists every field, `localchat probe --json` prints this machine's).")
+        return cls.from_dict(data)
+
+
+# What the planner cannot guess: without them a plan would be made for a machine with no memory,
+# one core, or a GPU it must skip. The rest (ram_bandwidth, cpu_flags, ...) has safe defaults.
+DESCRIPTION_REQUIRED = ("ram_total", "ram_available", "physical_cores")
+GPU_REQUIRED = ("index", "name", "memory_total", "memory_free")
+DESCRIPTION_EXAMPLE = ('{"ram_total": 17179869184, "ram_available": 12884901888, "physical_cores": 8, '
+                       '"gpus": [{"index": 0, "name": "RTX 4070", "memory_total": 12884901888, '
+                       '"memory_free": 12348030976, "spec_bandwidth": 504e9}]}')
+DESCRIPTION_HELP = f"""\
+The machine description (--hardware FILE) is JSON, as `localchat probe --json` prints it.
+Required: ram_total, ram_available (bytes), physical_cores; for each GPU in "gpus": index, name,
+memory_total, memory_free (bytes) and spec_bandwidth or measured_bandwidth (bytes/s).
+Optional: ram_bandwidth (bytes/s; 20 GB/s assumed), cpu_flags (like ["avx2", "fma"]),
+cpu_max_mhz, logical_cores, unified_memory, peer_access ([[0, 1]]: GPU pairs with P2P reads),
+and per GPU fp16_tflops, fp32_tflops, compute_capability, pcie_gen, pcie_width, unified.
+Example (a 16 GB, 8-core machine with one 12 GB GPU):
+  {DESCRIPTION_EXAMPLE}"""
+
+
+def _load_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"the hardware description is not valid JSON ({exc}); "
+                          "write it like `localchat probe --json` prints.") from None
 
 
 def _build(cls: type, data: Any, where: str) -> Any:
@@ -97,4 +136,4 @@ def _build(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"{where} of the hardware description is incomplete ({exc}).") from None
 
 
-__all__ = ["GPUInfo", "HardwareInfo"]
+__all__ = ["DESCRIPTION_HELP", "GPUInfo", "HardwareInfo"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, ModelNotFoundError
-from ..hardware import HardwareInfo
+from ..hardware import DESCRIPTION_HELP, HardwareInfo
 from .catalog_facts import ModelFacts, load_facts
 from .placement import DECODE_FILL, DEFAULT_EFFICIENCY, Device, Option, devices_of, options_for
 
@@ -230,9 +230,12 @@ def format_plan(result: Plan) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`localchat plan [--json] [--hardware FILE.json] [--context N] [--model FAMILY]`."""
-    parser = argparse.ArgumentParser(prog="localchat plan", description="Plan the best model for a machine.")
+    parser = argparse.ArgumentParser(prog="localchat plan", description="Plan the best model for a machine.",
+                                     epilog=DESCRIPTION_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    parser.add_argument("--hardware", type=Path, help="plan for the machine this JSON describes (`localchat probe --json`)")
+    parser.add_argument("--hardware", type=Path,
+                        help="plan for the machine this JSON file describes (format below; this machine's: "
+                             "`localchat probe --json > FILE`)")
     parser.add_argument("--context", type=int, help="context length in tokens (default: the longest that fits)")
     parser.add_argument("--model", help="limit to a model family (qwen3, qwen2.5, llama3, gemma3, smollm2) or key")
     parser.add_argument("--catalog", type=Path, help="catalog file (default: the built-in models.yaml)")
@@ -245,9 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     if args.hardware:
         try:
-            hardware = HardwareInfo.from_json(args.hardware.read_text(encoding="utf-8"))
+            hardware = HardwareInfo.from_description(args.hardware.read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError(f"cannot read {args.hardware} ({exc.strerror}); write one with `localchat probe --json`.") from None
+        except ConfigError as exc:
+            raise ConfigError(f"{args.hardware}: {exc}") from None
     else:
         from ..hardware.probe import probe
         from ..tune.profile import load_profile, profile_is_current
