@@ -1,16 +1,24 @@
-"""Chat messages -> prompt text, with the model's own Jinja template rendered in a sandbox."""
+"""Chat messages -> prompt text, with the model's own Jinja template rendered in a bounded sandbox.
+
+The template comes from the model file, so it is untrusted: it renders in Jinja2's immutable
+sandbox with limits on loops, sizes, output and time. The rendered prompt remembers which
+stretches are the template's own text: only those may turn into special tokens, so a message
+cannot forge a control token (a fake system turn).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+import secrets
 from datetime import datetime
-from typing import Any
+from typing import Any, Iterator
 
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import RequestError
+from .template_sandbox import Budget, BoundedEnvironment, current_budget
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +29,30 @@ CHATML = (
 )
 
 ROLES = {"system", "user", "assistant", "tool"}
+
+MAX_OUTPUT_SLACK = 1_000_000  # characters of template text a render may add to the messages'
+MAX_CHARS_PER_TOKEN = 32  # a request over n_ctx times this many characters cannot fit
+# Characters every special-token family starts or ends with (<|im_start|>, <start_of_turn>, [INST]).
+_MARKER_CHARS = frozenset("<[|")
+
+
+class Prompt(str):
+    """Prompt text with its pieces: (text, True) for the template's own text, (text, False) for messages."""
+
+    pieces: tuple[tuple[str, bool], ...]
+
+    def __new__(cls, text: str, pieces: tuple[tuple[str, bool], ...]) -> "Prompt":
+        prompt = super().__new__(cls, text)
+        prompt.pieces = pieces
+        return prompt
+
+    def each_piece(self) -> Iterator[tuple[str, bool]]:
+        """The pieces, checking the request's time budget before each (tokenizing may be long)."""
+        budget = current_budget()
+        for piece in self.pieces:
+            if budget is not None:
+                budget.check("reading the prompt")
+            yield piece
 
 
 def _raise(message: str) -> None:
@@ -34,7 +66,7 @@ class ChatTemplate:
         if not source:
             log.info("the model has no chat template; using ChatML")
         self.source = source or CHATML
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -46,16 +78,81 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Prompt:
         """The prompt text for `messages`, ending where the assistant's answer starts."""
+        budget = current_budget()
+        if budget is None:  # a caller without a budget of its own (CLI, tests) still gets the bounds
+            return Budget().run(self.render, messages, add_generation_prompt)
         validate_messages(messages)
+        contents = [m["content"] for m in messages]
+        limit = sum(map(len, contents)) * 2 + MAX_OUTPUT_SLACK
+        with budget.watching():
+            text = self._render(messages, add_generation_prompt, limit)
+            # The same messages with each content replaced by a unique mark: what is left is the
+            # template's own text, and the marks say where each message's text goes.
+            nonce = secrets.token_hex(6)
+            marked = [dict(m, content=f"\ue000{nonce}:{i}\ue001") for i, m in enumerate(messages)]
+            skeleton = self._render(marked, add_generation_prompt, limit)
+        pieces = _pieces(text, skeleton, nonce, contents)
+        if pieces is None:
+            if any(_MARKER_CHARS.intersection(c) for c in contents):
+                raise RequestError("the model's chat template changes message text, so localchat cannot keep "
+                                   "it apart from the template's control tokens; remove '<', '[' and '|' from "
+                                   "the messages or use another model.", "messages")
+            pieces = ((text, True),)
+        return Prompt(text, pieces)
+
+    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, limit: int) -> str:
+        parts, size = [], 0
         try:
-            return self._template.render(
-                messages=messages, add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token, eos_token=self.eos_token,
-            )
+            for part in self._template.generate(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                bos_token=self.bos_token, eos_token=self.eos_token):
+                size += len(part)
+                if size > limit:
+                    raise TemplateError(f"its output passed {limit:,} characters")
+                parts.append(part)
         except TemplateError as exc:
             raise RequestError(f"the model's chat template rejected these messages: {exc}") from None
+        except (OverflowError, MemoryError, RecursionError) as exc:  # the sandbox's own limits
+            raise RequestError(f"the model's chat template failed on these messages ({type(exc).__name__}); "
+                               "use another model or shorter messages.") from None
+        return "".join(parts)
+
+
+_MARK = re.compile("\ue000([0-9a-f]{12}):([0-9]+)\ue001")
+
+
+def _pieces(text: str, skeleton: str, nonce: str, contents: list[str]) -> tuple[tuple[str, bool], ...] | None:
+    """Split `text` into template text and message text by the marks in `skeleton`; None if they disagree."""
+    slots: list[str | int] = []  # template text, or the index of the message printed there
+    last = 0
+    for match in _MARK.finditer(skeleton):
+        if match.group(1) != nonce or int(match.group(2)) >= len(contents):
+            return None
+        slots += [skeleton[last:match.start()], int(match.group(2))]
+        last = match.end()
+    slots.append(skeleton[last:])
+    pieces: list[tuple[str, bool]] = []
+    pos = 0
+    for n, slot in enumerate(slots):
+        if isinstance(slot, str):
+            if not text.startswith(slot, pos):
+                return None
+            if slot:
+                pieces.append((slot, True))
+            pos += len(slot)
+            continue
+        # Templates often trim a message (`content | trim`); the mark has no spaces to trim.
+        after = slots[n + 1] if n + 1 < len(slots) and isinstance(slots[n + 1], str) else ""
+        for candidate in dict.fromkeys((contents[slot], contents[slot].strip())):
+            if text.startswith(candidate, pos) and text.startswith(after, pos + len(candidate)):
+                if candidate:
+                    pieces.append((candidate, False))
+                pos += len(candidate)
+                break
+        else:
+            return None
+    return tuple(pieces) if pos == len(text) else None
 
 
 def validate_messages(messages: Any) -> None:
@@ -66,3 +163,17 @@ def validate_messages(messages: Any) -> None:
             raise RequestError(f"message {i} needs a role, one of {', '.join(sorted(ROLES))}.")
         if not isinstance(message.get("content"), str):
             raise RequestError(f"message {i} needs its content as a string.")
+
+
+def check_prompt_size(texts: list[str], n_ctx: int) -> None:
+    """Refuse, before any tokenizing, a request that cannot fit the context whatever its tokens."""
+    # Each message costs at least its role markers; a token is rarely more than a few characters.
+    max_messages, max_chars = max(n_ctx // 2, 1), n_ctx * MAX_CHARS_PER_TOKEN
+    if len(texts) > max_messages:
+        raise RequestError(f"{len(texts):,} messages cannot fit this model's context of {n_ctx:,} tokens; "
+                           f"send at most {max_messages:,}.", "messages")
+    chars = sum(map(len, texts))
+    if chars > max_chars:
+        raise RequestError(f"the request holds {chars:,} characters, far more than this model's context of "
+                           f"{n_ctx:,} tokens can take; shorten it (at most {max_chars:,} characters).")
+

@@ -140,6 +140,17 @@ class Worker:
     # -- vocabulary -------------------------------------------------------------------------
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Token ids of `text`. A rendered chat prompt (chat_template.Prompt) goes piece by piece: only
+        the template's own text may become special tokens, a message's text never does."""
+        pieces = getattr(text, "pieces", None)
+        if pieces is None:
+            return self._tokenize(text, add_special, parse_special)
+        tokens: list[int] = []
+        for i, (piece, own) in enumerate(text.each_piece()):  # type: ignore[attr-defined]
+            tokens += self._tokenize(piece, add_special and i == 0, parse_special and own)
+        return tokens
+
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         data = text.encode("utf-8")
         capacity = len(data) + 8
         buf = (llama_cpp.llama_token * capacity)()
