@@ -31,6 +31,10 @@ class RequestError(LocalchatError):
         self.param = param  # the request field at fault, when known (the API reports it)
 
 
+class PayloadTooLargeError(RequestError):
+    """A request body over the server's size limit."""
+
+
 class ContextOverflowError(RequestError):
     """Prompt plus max_tokens does not fit the context window."""
 

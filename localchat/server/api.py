@@ -15,7 +15,7 @@ from fastapi import APIRouter
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
-from ..errors import AuthError, LocalchatError, RequestError
+from ..errors import AuthError, LocalchatError, PayloadTooLargeError, RequestError
 from .wire import error_from, error_response
 
 log = logging.getLogger(__name__)
@@ -44,19 +44,42 @@ def check_key(request: HTTPRequest, api_key: str | None) -> None:
         raise AuthError("missing or wrong API key; send the server's key as 'Authorization: Bearer KEY'.")
 
 
+async def read_body(request: HTTPRequest, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body, counted as it arrives: a chunked body has no Content-Length to trust."""
+    too_large = PayloadTooLargeError(f"the request body is over the {limit / 1e6:.0f} MB limit; send less "
+                                     "(attach long documents in the window, or send only the part you need).")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request._body = body  # Starlette's cache: request.body() now returns it (the proxy forwards it as sent)
+    return body
+
+
 async def read_json(request: HTTPRequest) -> Any:
     """The request body as JSON, or a RequestError that says what is wrong with it."""
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise RequestError(f"the request body is {int(length) / 1e6:.0f} MB; the limit is "
-                           f"{MAX_BODY_BYTES / 1e6:.0f} MB.")
-    body = await request.body()
+    body = await read_body(request)
     if not body:
         raise RequestError("the request has no body; send a JSON object.")
     try:
-        return json.loads(body)
+        data = json.loads(body)
+        # JSON may spell a lone UTF-16 surrogate (\ud800), which no UTF-8 text can hold.
+        if b"\\u" in body:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestError(f"the request body is not valid JSON ({exc}).") from None
+    except UnicodeEncodeError:
+        raise RequestError("the request body holds a lone UTF-16 surrogate (such as \\ud800), which is not "
+                           "text; send valid Unicode.") from None
+    except RecursionError:
+        raise RequestError("the request body nests too deeply; send a flat JSON object.") from None
+    return data
 
 
 def build_router(service: Service, api_key: str | None = None, prefix: str = "/v1") -> APIRouter:

@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from ..errors import ConfigError
 from .api import Service, build_router
+from .origins import LOOPBACK_NAMES, OriginPolicy, install
 from .wire import error_response
 
 DEFAULT_PORT = 8000
@@ -33,6 +34,19 @@ class ServeOptions:
     api_key: str | None = None
     backend: str | None = None
     backend_key: str | None = None
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (--cors-origin)
+
+    def policy(self, port: int | None) -> OriginPolicy:
+        """Which Host names and browser origins the server on `port` serves."""
+        for origin in self.cors_origins:
+            if origin == "*" or not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
+                raise ConfigError(f"--cors-origin {origin!r} is not an origin; give one like http://localhost:3000 "
+                                  "(scheme, host and port, no path).")
+        host = (self.host or "127.0.0.1").lower()
+        bound = f"[{host.strip('[]')}]" if ":" in host else host  # as a browser writes it in Host
+        names = tuple(dict.fromkeys((*LOOPBACK_NAMES, bound)))
+        return OriginPolicy(names=names, port=port, any_host=self.listen,
+                            cors_origins=tuple(o.rstrip("/") for o in self.cors_origins))
 
     def bind_host(self) -> str:
         """The address to bind, after refusing any exposure the user did not ask for with a key."""
@@ -102,7 +116,7 @@ async def _invalid(request: HTTPRequest, exc: RequestValidationError) -> Respons
     return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}.", param=param)
 
 
-def create_app(service: Service, api_key: str | None = None) -> FastAPI:
+def create_app(service: Service, api_key: str | None = None, policy: OriginPolicy | None = None) -> FastAPI:
     """The FastAPI app of `localchat serve`: the API alone, closing the service on shutdown."""
 
     @contextlib.asynccontextmanager
@@ -116,6 +130,7 @@ def create_app(service: Service, api_key: str | None = None) -> FastAPI:
     # The router parses its own bodies, so FastAPI's 422 never comes from it; any route added
     # to this app later still answers a bad body like OpenAI does, with a 400.
     app.add_exception_handler(RequestValidationError, _invalid)
+    install(app, policy or OriginPolicy())
     return app
 
 
@@ -138,7 +153,8 @@ def serve(options: ServeOptions, engine: Any = None, model_name: str = "") -> in
     exposed = "" if is_loopback(host) else f" (listening on {host}; clients need the API key)"
     print(f"localchat: OpenAI-compatible API at {url}/v1, {what}{exposed}. Ctrl-C stops.", flush=True)
     # A stream left open by a client must not hold Ctrl-C hostage for long.
-    config = uvicorn.Config(create_app(service, options.api_key), log_level="warning", access_log=False,
+    app = create_app(service, options.api_key, options.policy(sock.getsockname()[1]))
+    config = uvicorn.Config(app, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])
     return 0

@@ -11,7 +11,9 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..errors import ContextOverflowError, EngineError, ModelNotFoundError
+from ..errors import ContextOverflowError, EngineError, ModelNotFoundError, RequestError
+from ..runtime.chat_template import check_prompt_size
+from ..runtime.template_sandbox import Budget
 from ..runtime.engine import Engine
 from ..runtime.events import Done, Failed, Stats, TextDelta
 from .bridge import StreamBridge, wait_for_disconnect
@@ -35,6 +37,7 @@ class LocalService:
         self.engine = engine
         self.model_name = model_name
         self.created = int(time.time())
+        self._budgets: set[Budget] = set()  # requests being rendered and tokenized right now
 
     def _card(self) -> dict[str, Any]:
         return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "localchat",
@@ -54,7 +57,9 @@ class LocalService:
         return await self._generate(parse(CompletionBody, data), "text", request)
 
     async def aclose(self) -> None:
-        """Nothing to release: the engine belongs to whoever made the service."""
+        """Stop prompts still being prepared (shutdown must not wait on them); the engine is not ours."""
+        for budget in list(self._budgets):
+            budget.cancel()
 
     # -- generation ----------------------------------------------------------------------------
 
@@ -67,9 +72,11 @@ class LocalService:
     async def _generate(self, body: ChatBody | CompletionBody, kind: str, request: HTTPRequest) -> Response:
         self._check_model(body.model)
         engine_request = body.to_request()
+        texts = ([m["content"] for m in engine_request.messages] if engine_request.messages is not None
+                 else [engine_request.prompt or ""])
+        check_prompt_size(texts, self.engine.n_ctx)
         try:
-            # Tokenizing a long document takes a while; keep the event loop free meanwhile.
-            stream = await asyncio.to_thread(self.engine.submit, engine_request)
+            stream = await self._submit(engine_request, request)
         except ContextOverflowError as exc:
             exc.param = "messages" if kind == "chat" else "prompt"
             raise
@@ -89,6 +96,30 @@ class LocalService:
             collecting.cancel()
             return Response(status_code=499)
         return JSONResponse(collecting.result())
+
+    async def _submit(self, engine_request: Any, request: HTTPRequest) -> Any:
+        """engine.submit off the event loop, within a time budget, stopped when the client leaves."""
+        budget = Budget()
+        self._budgets.add(budget)
+        # Rendering and tokenizing a long prompt take a while; the event loop stays free meanwhile.
+        submitting = asyncio.ensure_future(asyncio.to_thread(budget.run, self.engine.submit, engine_request))
+        leaving = asyncio.ensure_future(wait_for_disconnect(request))
+        try:
+            await asyncio.wait({submitting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            leaving.cancel()
+            if not submitting.done():
+                budget.cancel()
+            self._budgets.discard(budget)
+        if not submitting.done():  # the client left: the thread stops at its next check
+            submitting.add_done_callback(_cancel_stream)
+            raise RequestError("the client went away before its prompt was read.")
+        return submitting.result()
+
+
+def _cancel_stream(done: "asyncio.Future[Any]") -> None:
+    if not done.cancelled() and done.exception() is None:
+        done.result().cancel()  # submitted after all, for nobody
 
 
 class _Reply:

@@ -160,6 +160,8 @@ def parse(model: type[_Sampled], data: Any) -> _Sampled:
         raise RequestError("the request body must be a JSON object.")
     try:
         return model.model_validate(data)
+    except RecursionError:
+        raise RequestError("the request body nests too deeply; send a flat JSON object.") from None
     except ValidationError as exc:
         error = exc.errors()[0]
         # A union adds its member types ("str", "list[str]") to the location; keep field names only.

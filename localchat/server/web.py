@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import webbrowser
 from typing import Any, Callable
@@ -13,16 +14,20 @@ from ..runtime.engine import Engine
 from .app import ServeOptions, _invalid, add_api, bind_socket, is_loopback, url_of
 from .chat import ChatCore, Runtime, Sampling
 from .local import LocalService, served_name
+from .origins import OriginPolicy, install
 from .store import Store
-from .uploads import MAX_UPLOAD_BYTES
+from .uploads import MAX_UPLOAD_BYTES, received_dir
 
 DEFAULT_UI_PORT = 7860
 UI_USER = "localchat"  # the login name when --api-key protects the window
 
 
 def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
-                  defaults: Sampling | None = None) -> FastAPI:
+                  defaults: Sampling | None = None, policy: OriginPolicy | None = None) -> FastAPI:
     """FastAPI with the /v1 routes first, then the chat window mounted at "/"."""
+    # Gradio's upload route writes here (read when the app is made); the window attaches
+    # only files from this folder, which is ours and private.
+    os.environ["GRADIO_TEMP_DIR"] = str(received_dir())
     import gradio as gr
 
     from .ui import CSS, build_ui
@@ -37,11 +42,13 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
     demo = build_ui(ChatCore(runtime, store), defaults)
     # System fonts only: the default theme fetches web fonts, which an offline machine never gets.
     theme = gr.themes.Soft(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
-    return gr.mount_gradio_app(
+    app = gr.mount_gradio_app(
         app, demo, path="", auth=(UI_USER, api_key) if api_key else None,
         auth_message="Log in with the user 'localchat' and the API key localchat was started with.",
         max_file_size=MAX_UPLOAD_BYTES, ssr_mode=False, footer_links=[], theme=theme, css=CSS,
         mcp_server=False)
+    install(app, policy or OriginPolicy())
+    return app
 
 
 def run_ui(options: ServeOptions, load: Callable[[str], Engine], model: str, open_browser: bool = True,
@@ -55,7 +62,7 @@ def run_ui(options: ServeOptions, load: Callable[[str], Engine], model: str, ope
     store = Store()
     runtime = Runtime(engine, model, load)
     try:
-        app = create_ui_app(runtime, store, options.api_key, defaults)
+        app = create_ui_app(runtime, store, options.api_key, defaults, options.policy(sock.getsockname()[1]))
         url = url_of(sock)
         exposed = "" if is_loopback(host) else f" (listening on {host}; log in as '{UI_USER}' with the API key)"
         print(f"localchat: chat at {url}/ and the OpenAI-compatible API at {url}/v1{exposed}. Ctrl-C stops.",

@@ -8,7 +8,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from ..errors import (AuthError, BackendError, ContextOverflowError, EngineError, LocalchatError,
-                      ModelNotFoundError, RequestError)
+                      ModelNotFoundError, PayloadTooLargeError, RequestError)
 
 
 def error_body(message: str, kind: str, param: str | None, code: str | None) -> dict[str, Any]:
@@ -26,6 +26,8 @@ def error_from(exc: LocalchatError) -> JSONResponse:
     message = str(exc)
     if isinstance(exc, ContextOverflowError):
         return error_response(400, message, param=exc.param, code="context_length_exceeded")
+    if isinstance(exc, PayloadTooLargeError):
+        return error_response(413, message, code="payload_too_large")
     if isinstance(exc, RequestError):
         return error_response(400, message, param=exc.param, code="invalid_value" if exc.param else None)
     if isinstance(exc, ModelNotFoundError):

@@ -1,0 +1,122 @@
+"""Who may talk to the server: requests that name it, from itself or from no browser at all.
+
+Any web page the user opens can make the browser send requests to 127.0.0.1. Two ways in are
+closed here, in front of the API and the window alike:
+
+* DNS rebinding: a hostile name that resolves to 127.0.0.1 arrives with that name in `Host`.
+  Only the names of this server are served (on loopback; a server opened with --listen is
+  guarded by its key instead).
+* Cross-site requests: a page's form or fetch arrives with its own `Origin` (and, in current
+  browsers, `Sec-Fetch-Site: cross-site`). A state-changing request is served only from this
+  server's own pages, from an origin named with --cors-origin, or from no browser at all; a
+  /v1 POST must be JSON, which a page cannot send to another origin without a CORS preflight.
+
+CORS stays off unless an origin is named; then Starlette's CORSMiddleware answers for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+from urllib.parse import urlsplit
+
+from .wire import error_response
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_SAME = frozenset({"same-origin", "none"})  # none: typed into the address bar, a bookmark
+
+Scope = dict[str, Any]
+ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
+
+
+@dataclass(slots=True, frozen=True)
+class OriginPolicy:
+    """The Host names this server answers to and the browser origins it serves."""
+
+    names: tuple[str, ...] = LOOPBACK_NAMES  # host names, without port
+    port: int | None = None  # None: any port (a test server on a port the OS picked)
+    any_host: bool = False  # --listen: the API key, not the name, guards the server
+    cors_origins: tuple[str, ...] = ()  # e.g. "http://localhost:3000"
+
+    def host_ok(self, host: str) -> bool:
+        """Whether a Host header (name[:port]) names this server."""
+        if self.any_host:
+            return True
+        name, port = split_host(host)
+        if name not in self.names:
+            return False
+        return self.port is None or port == str(self.port) or (port == "" and self.port == 80)
+
+    def origin_ok(self, origin: str, host: str) -> bool:
+        """Whether a browser page at `origin` may change things here: this server's own page, or a named one."""
+        if origin in self.cors_origins:
+            return True
+        parts = urlsplit(origin)
+        return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower() and self.host_ok(host)
+
+
+def split_host(host: str) -> tuple[str, str]:
+    """("name", "port") of a Host header; the port is "" when absent."""
+    host = host.strip().lower()
+    if host.startswith("["):  # IPv6 literal: [::1]:8000
+        name, _, rest = host.partition("]")
+        return name + "]", rest[1:] if rest.startswith(":") else ""
+    name, _, port = host.partition(":")
+    return name, port
+
+
+class OriginGuard:
+    """ASGI middleware applying an OriginPolicy to every HTTP and WebSocket request."""
+
+    def __init__(self, app: ASGIApp, policy: OriginPolicy) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
+        if scope["type"] in ("http", "websocket"):
+            refusal = self.refusal(scope)
+            if refusal is not None:
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope: Scope) -> Any:
+        """The error response for a request this server must not serve, or None."""
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        host = headers.get("host", "")
+        if not self.policy.host_ok(host):
+            return error_response(403, f"this server answers only to its own address (127.0.0.1 or localhost), "
+                                  f"not to the host name {host[:80]!r}; open it by that address.",
+                                  kind="permission_error", code="host_not_allowed")
+        method = scope.get("method", "GET")
+        if method in SAFE_METHODS and scope["type"] == "http":
+            return None
+        origin = headers.get("origin")
+        fetch_site = headers.get("sec-fetch-site")
+        from_elsewhere = (origin is not None and not self.policy.origin_ok(origin, host)) or (
+            fetch_site is not None and fetch_site not in _SAME and origin not in self.policy.cors_origins)
+        if from_elsewhere:
+            return error_response(403, f"a page from another site ({(origin or fetch_site or '')[:80]}) may not "
+                                  "use this server; to allow a web app, start localchat with --cors-origin "
+                                  "ITS_ORIGIN.", kind="permission_error", code="cross_site_request")
+        if scope["type"] == "http" and method == "POST" and scope.get("path", "").startswith("/v1/"):
+            kind = headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                return error_response(415, f"the request body must be JSON, sent with 'Content-Type: "
+                                      f"application/json' (got {kind or 'none'!r}).", code="unsupported_media_type")
+        return None
+
+
+def install(app: Any, policy: OriginPolicy) -> None:
+    """Put the guard (outermost) and, when origins are named, CORS for them in front of a Starlette app."""
+    if policy.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(policy.cors_origins),
+                           allow_methods=["GET", "POST", "OPTIONS"],
+                           allow_headers=["authorization", "content-type"])
+    app.add_middleware(OriginGuard, policy=policy)  # added last: runs first
