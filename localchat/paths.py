@@ -1,4 +1,8 @@
-"""Where localchat keeps its files: platformdirs locations, all relocatable by LOCALCHAT_HOME."""
+"""Where localchat keeps its files: platformdirs locations, all relocatable by LOCALCHAT_HOME.
+
+Conversations, documents, logs and settings are the user's own: on POSIX every folder here is
+0700 and every file localchat writes 0600, whatever the umask says.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,25 @@ from pathlib import Path
 import platformdirs
 
 APP_NAME = "localchat"
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a folder only its owner can enter, made when missing."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    if os.name == "posix":
+        os.chmod(path, PRIVATE_DIR_MODE)  # mkdir's mode is cut by the umask; an old folder keeps its own
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Create `path` (empty) if missing and make it readable by its owner only; returns it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
+    os.close(fd)
+    if os.name == "posix":
+        os.chmod(path, PRIVATE_FILE_MODE)
+    return path
 
 
 def _home() -> Path | None:
@@ -21,8 +44,7 @@ def _dir(kind: str) -> Path:
         path = home / kind
     else:
         path = Path(getattr(platformdirs, f"user_{kind}_dir")(APP_NAME, appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(path)
 
 
 def config_dir() -> Path:
@@ -47,6 +69,4 @@ def log_dir() -> Path:
 
 def models_dir() -> Path:
     """Model files fetched by localchat itself (not the shared hub cache)."""
-    path = cache_dir() / "models"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(cache_dir() / "models")

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator
 from ..errors import LocalchatError
 from ..ingest import Document, build_prompt, select
 from ..ingest.fit import ANSWER_RESERVE, document_budget
+from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Engine, Request
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
 from ..runtime.sampling import SamplingParams
@@ -20,6 +21,7 @@ from .uploads import read_upload
 
 _TITLE_CHARS = 60
 _REDRAW_S = 0.05  # at most ~20 screen updates a second while streaming
+_DOCUMENTS_KEPT = 32  # extracted documents kept in memory, oldest dropped first
 
 
 @dataclass(slots=True)
@@ -73,6 +75,8 @@ class ChatCore:
         self.runtime = runtime
         self.store = store
         self.active: dict[str, Stream] = {}  # conversation id -> its answer in progress
+        self._documents: dict[str, Document] = {}  # stored upload path -> its text (uploads never change)
+        self._documents_lock = threading.Lock()
 
     # -- documents ------------------------------------------------------------------------
 
@@ -80,7 +84,18 @@ class ChatCore:
         return self.runtime.engine.count_tokens(text)
 
     def documents(self, paths: list[str]) -> list[Document]:
-        return [read_upload(p) for p in paths]
+        """The attached documents, extracted once each (the meter and every question read them)."""
+        docs = []
+        for path in paths:
+            doc = self._documents.get(path)
+            if doc is None:
+                doc = read_upload(path)
+                with self._documents_lock:
+                    while len(self._documents) >= _DOCUMENTS_KEPT:
+                        self._documents.pop(next(iter(self._documents)))
+                    self._documents[path] = doc
+            docs.append(doc)
+        return docs
 
     def meter(self, paths: list[str], max_tokens: int) -> str:
         """The token meter: each attached document against the context, and whole or retrieved."""
@@ -124,6 +139,7 @@ class ChatCore:
     def add_user_turn(self, conv_id: str | None, message: str, documents: list[str], system: str,
                       sampling: Sampling) -> str:
         """Save the user's message (with its documents fitted in) and return the conversation id."""
+        check_prompt_size([message, system], self.runtime.engine.n_ctx)
         settings = {"temperature": sampling.temperature, "top_p": sampling.top_p, "max_tokens": sampling.max_tokens}
         if conv_id is None or self.store.get(conv_id) is None:
             conv_id = self.store.create(title_of(message), system, settings)

@@ -19,9 +19,12 @@ from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Iterator
 
+from urllib.parse import urlsplit
+
 from .. import __version__
-from ..paths import data_dir, log_dir
+from ..paths import data_dir, log_dir, private_file
 from .app import bind_socket, url_of
+from .origins import LOOPBACK_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,7 @@ class Instance:
     url: str
     pid: int
     started: float
+    port: int = 0
 
 
 def instance_file() -> Path:
@@ -45,7 +49,7 @@ def instance_file() -> Path:
 
 def log_to_file(verbose: bool = False) -> Path:
     """Add a rotating log file in the log dir; the console keeps showing warnings only."""
-    path = log_dir() / LOG_FILE
+    path = private_file(log_dir() / LOG_FILE)
     handler = RotatingFileHandler(path, maxBytes=1_000_000, backupCount=3, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -58,20 +62,63 @@ def log_to_file(verbose: bool = False) -> Path:
         logging.getLogger("localchat").setLevel(logging.INFO)
     root.addHandler(handler)
     log.info("localchat %s started (pid %d%s): %s", __version__, os.getpid(),
-             ", bundle" if getattr(sys, "frozen", False) else "", " ".join(sys.argv[1:]) or "ui")
+             ", bundle" if getattr(sys, "frozen", False) else "", " ".join(redacted(sys.argv[1:])) or "ui")
     return path
+
+
+SECRET_FLAGS = ("--api-key", "--backend-key")
+
+
+def redacted(argv: list[str]) -> list[str]:
+    """A command line fit for a log: the values of key options replaced by ***."""
+    shown, hide_next = [], False
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if hide_next:
+            shown.append("***")
+        elif flag in SECRET_FLAGS and "=" in arg:
+            shown.append(flag + "=***")
+        else:
+            shown.append(arg)
+        hide_next = not hide_next and arg in SECRET_FLAGS
+    return shown
 
 
 def running_instance() -> Instance | None:
     """The recorded window if it still answers; None when there is none (or only a stale record)."""
     try:
         raw = json.loads(instance_file().read_text(encoding="utf-8"))
-        found = Instance(url=str(raw["url"]), pid=int(raw["pid"]), started=float(raw["started"]))
+        found = Instance(url=str(raw["url"]), pid=int(raw["pid"]), started=float(raw["started"]),
+                         port=int(raw.get("port", 0)))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if found.pid == os.getpid() or not _answers(found.url):
+    # The record is a file anyone with access to the data dir could write: trust it only when it
+    # names a live localchat process of this user and a loopback address on the recorded port.
+    if found.pid == os.getpid() or not _ours(found) or not _loopback_url(found) or not _answers(found.url):
         return None
     return found
+
+
+def _ours(found: Instance) -> bool:
+    import psutil
+
+    try:
+        process = psutil.Process(found.pid)
+        same_user = os.name != "posix" or process.uids().real == os.getuid()
+        # A recycled pid belongs to a process started after the record was written.
+        return same_user and process.create_time() <= found.started + 1 and "localchat" in " ".join(process.cmdline())
+    except (psutil.Error, OSError):
+        return False
+
+
+def _loopback_url(found: Instance) -> bool:
+    try:
+        parts = urlsplit(found.url)
+        return (parts.scheme == "http" and (parts.hostname or "") in {n.strip("[]") for n in LOOPBACK_NAMES}
+                and parts.port == found.port and not parts.path.strip("/") and not parts.query
+                and parts.username is None)
+    except ValueError:
+        return False
 
 
 def _answers(url: str) -> bool:
@@ -105,8 +152,8 @@ def reserve_url(host: str, port: int | None, default_port: int) -> tuple[int, st
 def recorded(url: str) -> Iterator[Path]:
     """Record this process as the running window while the block runs."""
     path = instance_file()
-    record = Instance(url=url, pid=os.getpid(), started=time.time())
-    partial = path.with_name(path.name + f".{os.getpid()}")
+    record = Instance(url=url, pid=os.getpid(), started=time.time(), port=urlsplit(url).port or 0)
+    partial = private_file(path.with_name(path.name + f".{os.getpid()}"))
     partial.write_text(json.dumps(asdict(record)), encoding="utf-8")
     os.replace(partial, path)  # atomic: a second start never reads half a record
     log.info("chat window at %s/", url)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..paths import data_dir
+from ..paths import data_dir, private_file
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -63,7 +63,8 @@ class Store:
     """A small thread-safe conversation store."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self.path = path or data_dir() / "conversations.sqlite3"
+        # SQLite gives its -wal and -shm files the database file's mode: private too.
+        self.path = private_file(path or data_dir() / "conversations.sqlite3")
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")

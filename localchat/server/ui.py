@@ -12,7 +12,7 @@ import gradio as gr
 from ..errors import LocalchatError
 from .chat import ChatCore, Sampling
 from .tuning import TuneJob, tuned_summary
-from .uploads import ACCEPTED, store_upload
+from .uploads import ACCEPTED, received_upload, store_upload
 
 log = logging.getLogger(__name__)
 ANSWER_DEFAULT = 512  # the meter's answer reserve when the settings are not at hand
@@ -145,7 +145,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             errors = []
             for path in uploaded or []:
                 try:
-                    stored = store_upload(path)
+                    # The path comes from the client: only what our upload route received is taken.
+                    stored = store_upload(received_upload(path))
                     core.documents([str(stored)])  # type and content check now, not at send time
                     docs.append(str(stored))
                 except LocalchatError as exc:
@@ -179,6 +180,10 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
 
         def switch_model(name: str) -> str:
             if name and name != core.runtime.model:
+                # The name comes from the client: only a model this window lists may load.
+                if name not in {value for _, value in model_choices(core.runtime.model)}:
+                    raise gr.Error("that model is not in the list; choose one of the listed models, or start "
+                                   "localchat with --model to use another file.")
                 try:
                     core.runtime.switch(name)
                 except LocalchatError as exc:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import uuid
 from pathlib import Path
 
-from ..ingest import DEFAULT_MAX_BYTES, Document, DocumentError, DocumentTooLargeError, extract
-from ..paths import data_dir
+from ..ingest import DEFAULT_MAX_BYTES, Document, DocumentError, DocumentTooLargeError, extract_isolated
+from ..paths import PRIVATE_FILE_MODE, data_dir, private_dir
 
 MAX_UPLOAD_BYTES = DEFAULT_MAX_BYTES  # 50 MB, the same limit the extractor enforces
 # The kinds the extractor reads; the browser's file picker offers these first.
@@ -19,9 +20,28 @@ _MAX_NAME = 120
 
 
 def uploads_dir() -> Path:
-    path = data_dir() / "uploads"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Attached documents, each copied into a folder of its own."""
+    return private_dir(data_dir() / "uploads")
+
+
+def received_dir() -> Path:
+    """Where the window's upload route puts what the browser sends, before it is attached."""
+    return private_dir(data_dir() / "received")
+
+
+def received_upload(path: str | Path, root: Path | None = None) -> Path:
+    """The file the window's upload route received at `path`; any other path a client names is refused."""
+    given = Path(path)
+    refusal = DocumentError(f"{safe_name(given.name)}: did not arrive through this window's upload; attach it "
+                            "with the attach button.")
+    try:
+        resolved = given.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise refusal from None
+    # resolve() follows links, so a link in the folder that points out of it is refused too.
+    if given.is_symlink() or not resolved.is_relative_to((root or received_dir()).resolve()):
+        raise refusal
+    return resolved
 
 
 def safe_name(name: str) -> str:
@@ -45,11 +65,11 @@ def store_upload(source: str | Path, original_name: str | None = None, root: Pat
         raise DocumentTooLargeError(f"{name}: is {size / 1e6:.0f} MB, over the {MAX_UPLOAD_BYTES // 2**20} MB "
                                     "limit; attach a smaller file or only the part you need.")
     # One random folder per upload: two files with the same name never overwrite each other.
-    folder = (root or uploads_dir()) / uuid.uuid4().hex
-    folder.mkdir(parents=True)
+    folder = private_dir((root or uploads_dir()) / uuid.uuid4().hex)
     target = folder / name
     assert target.resolve().parent == folder.resolve()
     shutil.copyfile(source, target)
+    os.chmod(target, PRIVATE_FILE_MODE)
     return target
 
 
@@ -63,7 +83,7 @@ def is_stored_upload(path: str | Path, root: Path | None = None) -> bool:
 
 
 def read_upload(path: str | Path) -> Document:
-    """Extract a stored upload; DocumentError says what is wrong with it."""
+    """Extract a stored upload (in a child process: a hostile file must not stall the server)."""
     if not is_stored_upload(path):
         raise DocumentError(f"{Path(path).name}: is not an attached document; attach it again.")
-    return extract(path, max_bytes=MAX_UPLOAD_BYTES)
+    return extract_isolated(path, max_bytes=MAX_UPLOAD_BYTES)
