@@ -4,6 +4,7 @@ from .chunking import Chunk, chunk_document, describe_anchors, estimate_tokens
 from .extract import (DEFAULT_MAX_BYTES, BrokenDocumentError, Document, DocumentError,
                       DocumentTooLargeError, EmptyDocumentError, EncryptedDocumentError, Section,
                       UnsupportedDocumentError, detect_kind, extract)
+from .isolate import extract_isolated
 from .retrieve import (DocumentPart, Embedder, Selection, bm25_scores, build_context, build_prompt,
                        marker, select)
 
@@ -11,6 +12,6 @@ __all__ = [
     "DEFAULT_MAX_BYTES", "BrokenDocumentError", "Chunk", "Document", "DocumentError", "DocumentPart",
     "DocumentTooLargeError", "Embedder", "EmptyDocumentError", "EncryptedDocumentError", "Section",
     "Selection", "UnsupportedDocumentError", "bm25_scores", "build_context", "build_prompt",
-    "chunk_document", "describe_anchors", "detect_kind", "estimate_tokens", "extract", "marker",
+    "chunk_document", "describe_anchors", "detect_kind", "estimate_tokens", "extract", "extract_isolated", "marker",
     "select",
 ]

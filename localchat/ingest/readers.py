@@ -1,4 +1,8 @@
-"""Per-format readers behind extract(): PDF pages, DOCX/Markdown/HTML headings, text line ranges."""
+"""Per-format readers behind extract(): PDF pages, DOCX/Markdown/HTML headings, text line ranges.
+
+Every reader is linear in its input (no backtracking regexes on document text) and bounded: a
+zip may unpack only to a multiple of its own size, a PDF is read up to a page and character cap.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,12 @@ START_ANCHOR = "beginning"
 # Text and source files are cut into line ranges so that a citation points somewhere useful.
 _LINES_SOFT, _LINES_HARD = 40, 120
 _CHARS_SOFT, _CHARS_HARD = 2000, 6000
+# A Word file of text unpacks to 5-20x its size; a zip bomb to thousands of times.
+MAX_UNPACK_RATIO, MIN_UNPACK_BYTES, MAX_ZIP_ENTRIES = 40, 16 * 1024 * 1024, 10_000
+MAX_PDF_PAGES, MAX_PDF_CHARS = 2_000, 20_000_000
+
+
+_TITLE_CHARS = 400
 
 
 def heading_anchor(title: str) -> str:
@@ -61,13 +71,19 @@ def read_pdf(name: str, data: bytes) -> Document:
     sections: list[Section] = []
     warnings: list[str] = []
     failed: list[int] = []
+    chars = 0
     for number, page in enumerate(pages, start=1):
+        if number > MAX_PDF_PAGES or chars > MAX_PDF_CHARS:
+            warnings.append(f"{name}: read the first {number - 1} of its {len(pages)} pages, as much text as "
+                            "this app takes from one file; attach the rest as a separate PDF.")
+            break
         try:
             text = page.extract_text() or ""
         except Exception:
             failed.append(number)
             continue
         text = "\n".join(line.rstrip() for line in text.splitlines())
+        chars += len(text)
         sections.append(Section(text=text, anchor=f"p. {number}"))
     if failed and len(failed) == len(pages):
         raise BrokenDocumentError(f"{name}: no page of the PDF could be read; {fix}.")
@@ -84,14 +100,18 @@ def read_docx(name: str, data: bytes, *, max_bytes: int) -> Document:
 
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            unpacked = sum(info.file_size for info in zf.infolist())
+            entries = zf.infolist()
+            # zipfile reads a member only up to its recorded size, so these numbers bound the work.
+            unpacked = sum(info.file_size for info in entries)
     except zipfile.BadZipFile:
         raise BrokenDocumentError(f"{name}: the Word file is damaged; open it in Word or "
                                   "LibreOffice, save it again and attach the new copy.") from None
     # A small .docx can unpack to gigabytes (a zip bomb); refuse before parsing.
-    if unpacked > 4 * max_bytes:
-        raise DocumentTooLargeError(f"{name}: unpacks to {unpacked // (1024 * 1024)} MB, more than "
-                                    "this app reads; split it into smaller documents.")
+    allowed = min(4 * max_bytes, max(MIN_UNPACK_BYTES, MAX_UNPACK_RATIO * len(data)))
+    if unpacked > allowed or len(entries) > MAX_ZIP_ENTRIES:
+        raise DocumentTooLargeError(f"{name}: unpacks to {unpacked // (1024 * 1024)} MB in {len(entries):,} parts, "
+                                    "far more than a Word file of its size holds; open it in Word, save it "
+                                    "again (or split it) and attach that.")
     sections: list[Section] = []
     # Paragraphs are kept apart by a blank line, as the chunker expects of paragraphs.
     anchor, paragraphs = START_ANCHOR, []
@@ -148,7 +168,6 @@ def line_sections(text: str, first_line: int = 1) -> list[Section]:
     return sections
 
 
-_ATX = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)\s*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
@@ -171,10 +190,11 @@ def markdown_sections(text: str) -> list[Section]:
         if opened:
             fence = opened.group(1)
             continue
-        if m := _ATX.match(line):
-            starts.append((i, m.group(2)))
+        if (title := atx_heading(line)) is not None:
+            starts.append((i, title))
         elif (_SETEXT.match(line) and i > skip_to and lines[i - 1].strip()
-              and not (_SETEXT.match(lines[i - 1]) or _FENCE.match(lines[i - 1]) or _ATX.match(lines[i - 1]))):
+              and not (_SETEXT.match(lines[i - 1]) or _FENCE.match(lines[i - 1])
+                       or atx_heading(lines[i - 1]) is not None)):
             starts.append((i - 1, lines[i - 1]))
     if not starts:
         return line_sections(text)
@@ -187,7 +207,23 @@ def markdown_sections(text: str) -> list[Section]:
     return sections
 
 
+def atx_heading(line: str) -> str | None:
+    """The title of an ATX heading line (`## Title ##`), or None; linear in the line."""
+    indent = len(line) - len(line.lstrip(" "))
+    body = line[indent:]
+    level = len(body) - len(body.lstrip("#"))
+    rest = body[level:]
+    if indent > 3 or not 1 <= level <= 6 or not rest[:1].isspace():
+        return None
+    title = rest.strip()
+    closing = title.rstrip("#")  # a closing run of #s after a space is not part of the title
+    if not closing:
+        return ""
+    return closing.rstrip() if closing != title and closing[-1].isspace() else title
+
+
 def _plain(markdown: str) -> str:
+    markdown = markdown[:_TITLE_CHARS]  # only the start names the anchor; a bound keeps the regex cheap
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", markdown)
     return re.sub(r"[*_`]+", "", text).strip()
 
@@ -262,7 +298,7 @@ class _HTMLText(HTMLParser):
             self.heading.append(data)
 
     def _flush(self) -> None:
-        text = re.sub(r"[ \t]*\n[ \t]*", "\n", "".join(self.parts))
+        text = "\n".join(line.strip(" \t") for line in "".join(self.parts).split("\n"))
         text = re.sub(r"\n{3,}", "\n\n", text).strip().replace("\x01", " ").replace("\x02", "\t")
         self.sections.append(Section(text, self.anchor))
         self.parts = []
