@@ -2,24 +2,101 @@
 
 from __future__ import annotations
 
+import bisect
 import html
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..runtime.events import Stats
 
-# Fenced code blocks and inline code spans render their content as text already; escaping it
-# too would show "&lt;" inside code.
-_CODE = re.compile(r"(```.*?(?:```|\Z)|`[^`\n]+`)", re.S)
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#|])")
+_BACKTICKS = re.compile(r"`+")
 
 
 def inert(text: str) -> str:
-    """Markdown whose HTML shows as text: no tag in model output ever becomes an element."""
-    parts = _CODE.split(text)
-    return "".join(part if i % 2 else html.escape(part, quote=False) for i, part in enumerate(parts))
+    """Markdown that shows model output as text: no HTML element, no image, nothing fetched.
+
+    Code (fenced blocks, inline spans) renders its content as text already; escaping it too
+    would show "&lt;" in code, so code is found the way CommonMark finds it, in one linear pass.
+    Where this scanner and the browser's Markdown could disagree, it errs towards escaping.
+    """
+    return "".join(part if code else _defuse(part) for code, part in code_parts(text))
+
+
+def _defuse(text: str) -> str:
+    # An image would be fetched as soon as it is shown (a remote one tells its server what the
+    # page holds); "\\![alt](url)" shows "!" and a link the user may choose to follow.
+    return html.escape(text, quote=False).replace("![", "\\![")
+
+
+def code_parts(text: str) -> Iterator[tuple[bool, str]]:
+    """(is_code, text) pieces of Markdown, in order; joined they give `text` back."""
+    lines = text.split("\n")
+    prose: list[str] = []
+    i = 0
+    while i < len(lines):
+        fence = _fence(lines[i])
+        if fence is None:
+            prose.append(lines[i])
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if _closes(lines[j], fence)), len(lines) - 1)
+        if prose:
+            yield from _inline_parts("\n".join(prose) + "\n")
+            prose = []
+        yield True, "\n".join(lines[i:end + 1]) + ("\n" if end + 1 < len(lines) else "")
+        i = end + 1
+    if prose:
+        yield from _inline_parts("\n".join(prose))
+
+
+def _fence(line: str) -> str | None:
+    """The fence a line opens (a run of 3+ backticks or tildes after at most 3 spaces), or None."""
+    indent = len(line) - len(line.lstrip(" "))
+    body = line[indent:]
+    if indent > 3 or not body.startswith(("```", "~~~")):
+        return None
+    run = len(body) - len(body.lstrip(body[0]))
+    if body[0] == "`" and "`" in body[run:]:  # a backtick fence's info string holds no backtick
+        return None
+    return body[:run]
+
+
+def _closes(line: str, fence: str) -> bool:
+    body = line.lstrip(" ")
+    return (len(line) - len(body) <= 3 and body.startswith(fence)
+            and not body.rstrip(" \t").lstrip(fence[0]))
+
+
+def _inline_parts(text: str) -> Iterator[tuple[bool, str]]:
+    """Code spans within prose: a run of N backticks up to the next run of exactly N on the same line."""
+    for line in text.splitlines(keepends=True):
+        runs = [(m.start(), m.end()) for m in _BACKTICKS.finditer(line)]
+        by_length: dict[int, list[int]] = {}
+        for index, (start, end) in enumerate(runs):
+            by_length.setdefault(end - start, []).append(index)
+        done, k = 0, 0
+        while k < len(runs):
+            start, end = runs[k]
+            slashes = 0
+            while start - slashes > done and line[start - slashes - 1] == "\\":
+                slashes += 1
+            start += slashes % 2  # a backslash makes the first backtick literal (outside code only)
+            candidates = by_length.get(end - start, [])
+            after = bisect.bisect_right(candidates, k)
+            if end == start or after == len(candidates):
+                k += 1
+                continue
+            close = candidates[after]
+            if start > done:
+                yield False, line[done:start]
+            done = runs[close][1]
+            yield True, line[start:done]
+            k = close + 1
+        if done < len(line):
+            yield False, line[done:]
 
 
 def plain(text: str) -> str:
