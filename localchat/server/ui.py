@@ -12,7 +12,7 @@ import gradio as gr
 from ..errors import LocalchatError
 from .chat import ChatCore, Sampling
 from .tuning import TuneJob, tuned_summary
-from .uploads import ACCEPTED, received_upload, store_upload
+from .uploads import ACCEPTED, store_upload
 
 log = logging.getLogger(__name__)
 ANSWER_DEFAULT = 512  # the meter's answer reserve when the settings are not at hand
@@ -145,8 +145,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             errors = []
             for path in uploaded or []:
                 try:
-                    # The path comes from the client: only what our upload route received is taken.
-                    stored = store_upload(received_upload(path))
+                    stored = store_upload(path)  # Gradio took it only from its upload folder (web.py)
                     core.documents([str(stored)])  # type and content check now, not at send time
                     docs.append(str(stored))
                 except LocalchatError as exc:

@@ -29,21 +29,6 @@ def received_dir() -> Path:
     return private_dir(data_dir() / "received")
 
 
-def received_upload(path: str | Path, root: Path | None = None) -> Path:
-    """The file the window's upload route received at `path`; any other path a client names is refused."""
-    given = Path(path)
-    refusal = DocumentError(f"{safe_name(given.name)}: did not arrive through this window's upload; attach it "
-                            "with the attach button.")
-    try:
-        resolved = given.resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise refusal from None
-    # resolve() follows links, so a link in the folder that points out of it is refused too.
-    if given.is_symlink() or not resolved.is_relative_to((root or received_dir()).resolve()):
-        raise refusal
-    return resolved
-
-
 def safe_name(name: str) -> str:
     """A file name that cannot leave its folder: no separators, no leading dots, no control bytes."""
     base = re.split(r"[\\/]", name)[-1]  # a Windows path sent from the browser uses backslashes

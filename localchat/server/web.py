@@ -25,8 +25,7 @@ UI_USER = "localchat"  # the login name when --api-key protects the window
 def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
                   defaults: Sampling | None = None, policy: OriginPolicy | None = None) -> FastAPI:
     """FastAPI with the /v1 routes first, then the chat window mounted at "/"."""
-    # Gradio's upload route writes here (read when the app is made); the window attaches
-    # only files from this folder, which is ours and private.
+    # Gradio's upload route writes here (read when the app is made): our own private folder.
     os.environ["GRADIO_TEMP_DIR"] = str(received_dir())
     import gradio as gr
 
@@ -40,6 +39,10 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
     add_api(app, service, api_key)
     app.add_exception_handler(RequestValidationError, _invalid)
     demo = build_ui(ChatCore(runtime, store), defaults)
+    # Gradio refuses a file reference that names anything outside its upload folder (a crafted
+    # client naming any server path) only once the app "has launched"; a mounted app never
+    # launches, so without this the window would copy and read whatever path a client names.
+    demo.has_launched = True
     # System fonts only: the default theme fetches web fonts, which an offline machine never gets.
     theme = gr.themes.Soft(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
     app = gr.mount_gradio_app(
