@@ -9,10 +9,12 @@ import json
 import logging
 import os
 import sys
+import textwrap
 from typing import Any, Callable
 
-from .config import PLACEMENTS, Settings, load_settings
+from .config import PLACEMENT_HELP, PLACEMENTS, Settings, load_settings
 from .errors import LocalchatError, RequestError
+from .logging_setup import one_line_user_errors
 
 log = logging.getLogger("localchat")
 
@@ -41,10 +43,47 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-spec", dest="speculation", action="store_false", default=None,
                         help="plain decoding, no speculation")
     parser.add_argument("--placement", choices=PLACEMENTS,
-                        help="where the model runs: auto (the tuned profile), single, layer-split (two GPUs), "
-                             "pd-split (prefill and decode on two GPUs; two CPU workers without GPUs), "
-                             "draft-gpu (the draft model on a second GPU)")
+                        help="where the model runs (default auto; each placement is explained below)")
     parser.add_argument("--devices", help="GPU indices for the placement, like 0,1 (default: all)")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keeps the epilog's one line per placement
+    parser.epilog = "placements (--placement):\n" + "\n".join(
+        f"  {name:<13}{about}" for name, about in PLACEMENT_HELP.items())
+
+
+def _window_args(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The chat window's own options (`localchat ui`, and `localchat` without a command)."""
+    return [
+        parser.add_argument("--host", help="address to bind (default 127.0.0.1; any other needs --listen)"),
+        parser.add_argument("--port", type=int, help="port (default 7860, or the next free one after it)"),
+        parser.add_argument("--listen", action="store_true",
+                            help="accept connections from other machines (needs --api-key: the window asks for it "
+                                 "as the password of the user 'localchat', the API as a bearer token)"),
+        parser.add_argument("--api-key", dest="api_key", default=os.environ.get("LOCALCHAT_API_KEY"),
+                            help="require this key on the window and the API (or LOCALCHAT_API_KEY)"),
+        parser.add_argument("--no-browser", dest="browser", action="store_false",
+                            help="print the window's address instead of opening a browser"),
+        parser.add_argument("--cors-origin", dest="cors_origins", action="append", default=[], metavar="ORIGIN",
+                            help="let web pages from ORIGIN (e.g. http://localhost:3000) call the API; repeatable"),
+    ]
+
+
+def _flag(action: argparse.Action) -> str:
+    takes_value = action.nargs != 0
+    return action.option_strings[0] + (f" {(action.metavar or action.dest).upper()}" if takes_value else "")
+
+
+def _window_epilog(window: list[argparse.Action]) -> str:
+    """How to start the window, for the top-level help: the options come from the `ui` parser itself."""
+    lines = ["Without a command, localchat opens the chat window, as `localchat ui` does, and takes the",
+             "same options (`localchat --no-browser --port 7861`):"]
+    for action in window:
+        flag = _flag(action)
+        if len(flag) >= 20:  # as argparse does: a long flag gets a line of its own
+            lines.append(f"  {flag}")
+        lines.append(textwrap.fill(action.help or "", width=100, subsequent_indent=" " * 22,
+                                   initial_indent=f"  {flag:<20}" if len(flag) < 20 else " " * 22))
+    lines.append("  and the model options (--model, --n-ctx, --placement, ...: `localchat ui --help` lists them).")
+    return "\n".join(lines)
 
 
 def _sampling_args(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +99,8 @@ def _sampling_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="localchat", description="Chat with the best local model your machine can run.")
+    parser = argparse.ArgumentParser(prog="localchat", description="Chat with the best local model your machine can run.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--verbose", action="store_true", help="show llama.cpp's log and debug messages")
     sub = parser.add_subparsers(dest="command")
 
@@ -90,17 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", help="forward to this OpenAI-compatible server (e.g. http://host:8080/v1) "
                                          "instead of running a local model")
     serve.add_argument("--backend-key", dest="backend_key", help="bearer token to send to the --backend server")
+    serve.add_argument("--cors-origin", dest="cors_origins", action="append", default=[], metavar="ORIGIN",
+                       help="let web pages from ORIGIN (e.g. http://localhost:3000) call the API; repeatable")
 
     ui = sub.add_parser("ui", help="open the chat window in the browser (the default without a command)")
     _engine_args(ui)
-    ui.add_argument("--host", help="address to bind (default 127.0.0.1; any other needs --listen)")
-    ui.add_argument("--port", type=int, help="port (default 7860, or the next free one after it)")
-    ui.add_argument("--listen", action="store_true",
-                    help="accept connections from other machines (needs --api-key: the window asks for it "
-                         "as the password of the user 'localchat', the API as a bearer token)")
-    ui.add_argument("--api-key", dest="api_key", default=os.environ.get("LOCALCHAT_API_KEY"),
-                    help="require this key on the window and the API (or LOCALCHAT_API_KEY)")
-    ui.add_argument("--no-browser", dest="browser", action="store_false", help="only print the URL")
+    parser.epilog = _window_epilog(_window_args(ui))
 
     bench = sub.add_parser("bench", help="run the runtime benchmark (see benchmarks/runtime.py)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats, smaller documents")
@@ -115,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    one_line_user_errors()
     verbose = "--verbose" in argv[:1]
     rest = argv[1:] if verbose else argv
     if rest and rest[0] in DELEGATED:
@@ -176,8 +212,8 @@ def progress_bar(label: str) -> Callable[[int, int], None]:
     return show
 
 
-def open_engine(settings: Settings):
-    """Resolve (fetching when needed) and load the configured model."""
+def open_engine(settings: Settings, status: Callable[[str], None] | None = None):
+    """Resolve (fetching when needed) and load the configured model; `status` hears when loading starts."""
     from .models.catalog import catalog_draft, resolve_model
     from .runtime.engine import Engine, EngineConfig
     from .runtime.worker import WorkerConfig
@@ -190,6 +226,8 @@ def open_engine(settings: Settings):
     if settings.speculation and not settings.lookup:
         draft = (resolve_model(settings.draft, progress=progress_bar(f"fetching {settings.draft}"))
                  if settings.draft else catalog_draft(settings.model))
+    if status is not None:
+        status(f"loading {path.name}")
     layout = arrange_workers(settings, worker, path, draft)
     log.info("placement: %s", layout.description)
     config = EngineConfig(worker=layout.worker, step_budget=settings.step_budget, draft_path=draft,
@@ -230,18 +268,22 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     documents = _read_documents(args.files)  # before the model loads: a broken file fails fast
     if documents and args.prompt is None:
         raise RequestError("--file needs a question: localchat chat --file PATH \"What does it say about ...?\"")
-    with open_engine(settings) as engine:
+    from .progress_line import ProgressLine
+
+    # --verbose prints llama.cpp's log on stderr, which a redrawn line would garble.
+    with ProgressLine(enabled=not args.verbose) as line, open_engine(settings, status=line.set) as engine:
         if args.prompt is None:
-            return _interactive(engine, args.system, sampling)
+            line.clear()
+            return _interactive(engine, args.system, sampling, progress=not args.verbose)
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         included = None
         content = args.prompt
         if documents:
             content, included = _fit_documents(engine, messages, args.prompt, documents, sampling.max_tokens)
             if not args.json:
-                print(f"Included: {included.summary()}", file=sys.stderr)
+                line.note(f"Included: {included.summary()}")
         messages.append({"role": "user", "content": content})
-        return _answer_once(engine, messages, sampling, args.json, included)
+        return _answer_once(engine, messages, sampling, args.json, included, line)
 
 
 def _read_documents(paths: list[str]) -> list:
@@ -264,13 +306,15 @@ def _fit_documents(engine, messages: list[dict[str, str]], question: str, docume
     return build_prompt(question, selection), selection
 
 
-def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool, included=None) -> int:
+def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool, included, line) -> int:
+    from .progress_line import follow
     from .runtime.engine import Request
-    from .runtime.events import Stats, TextDelta
+    from .runtime.events import Stats, TextDelta, collect
 
-    stream = engine.submit(Request(messages=messages, sampling=sampling))
+    line.set("reading the prompt")
+    events = follow(engine.submit(Request(messages=messages, sampling=sampling)), line)
     if as_json:
-        result = stream.result()
+        result = collect(events)
         stats = result.stats
         answer = {
             "text": result.text, "finish_reason": result.finish_reason,
@@ -285,7 +329,8 @@ def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool
                 "acceptance": round(spec.acceptance, 3), "target_passes": spec.target_passes,
                 "mean_accepted": round(spec.accepted / spec.target_passes, 2) if spec.target_passes else 0.0,
                 "mean_k": round(spec.mean_k, 2), "tokens_per_pass": round(spec.tokens_per_pass, 2),
-                "predicted_speedup": round(spec.predicted_speedup, 2),
+                "predicted_speedup": (round(spec.predicted_speedup, 2)
+                                      if spec.predicted_speedup is not None else None),
             }
         if stats.kv_transfer_bytes:
             answer["kv_transfer"] = {"ms": round(stats.kv_transfer_ms, 1), "bytes": stats.kv_transfer_bytes}
@@ -293,7 +338,7 @@ def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool
             answer["included"] = included.to_dict()
         print(json.dumps(answer, ensure_ascii=False))
         return 0
-    for event in stream:
+    for event in events:
         if isinstance(event, TextDelta):
             sys.stdout.write(event.text)
             sys.stdout.flush()
@@ -306,7 +351,8 @@ def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool
     return 0
 
 
-def _interactive(engine, system: str | None, sampling) -> int:
+def _interactive(engine, system: str | None, sampling, progress: bool) -> int:
+    from .progress_line import ProgressLine, follow
     from .runtime.engine import Request
     from .runtime.events import Done, Failed, Stats, TextDelta
 
@@ -335,17 +381,19 @@ def _interactive(engine, system: str | None, sampling) -> int:
             continue
         parts: list[str] = []
         try:
-            for event in stream:
-                if isinstance(event, TextDelta):
-                    parts.append(event.text)
-                    sys.stdout.write(event.text)
-                    sys.stdout.flush()
-                elif isinstance(event, Stats):
-                    stats = f"[{event.completion_tokens} tokens, {event.tokens_per_s:.1f} tok/s, TTFT {event.ttft_ms:.0f} ms]"
-                elif isinstance(event, Failed):
-                    print(f"\nlocalchat: {event.message}", file=sys.stderr)
-                elif isinstance(event, Done):
-                    print(f"\n{stats}", file=sys.stderr)
+            with ProgressLine(enabled=progress) as line:
+                line.set("reading the prompt")
+                for event in follow(stream, line):
+                    if isinstance(event, TextDelta):
+                        parts.append(event.text)
+                        sys.stdout.write(event.text)
+                        sys.stdout.flush()
+                    elif isinstance(event, Stats):
+                        stats = f"[{event.completion_tokens} tokens, {event.tokens_per_s:.1f} tok/s, TTFT {event.ttft_ms:.0f} ms]"
+                    elif isinstance(event, Failed):
+                        print(f"\nlocalchat: {event.message}", file=sys.stderr)
+                    elif isinstance(event, Done):
+                        print(f"\n{stats}", file=sys.stderr)
         except KeyboardInterrupt:
             stream.cancel()
             for _ in stream:
@@ -380,12 +428,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from .server.local import served_name
 
     options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key,
-                           backend=args.backend, backend_key=args.backend_key)
+                           backend=args.backend, backend_key=args.backend_key, cors_origins=tuple(args.cors_origins))
     options.bind_host()  # refuse an unsafe address before spending time on a model
     if args.backend:
         return serve(options)
     settings = _settings(args)
-    with open_engine(settings) as engine:
+    from .progress_line import ProgressLine
+
+    with ProgressLine(enabled=not args.verbose) as line, open_engine(settings, status=line.set) as engine:
+        line.clear()  # the banner comes next
         return serve(options, engine, served_name(settings.model))
 
 
@@ -407,7 +458,8 @@ def _cmd_ui(args: argparse.Namespace) -> int:
             if args.browser:
                 instance.open_browser(running.url)
             return 0
-    options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key)
+    options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key,
+                           cors_origins=tuple(args.cors_origins))
     host = options.bind_host()  # refuse an unsafe address before spending time on a model
     settings = _settings(args)
     options.port, url = instance.reserve_url(host, options.port, DEFAULT_UI_PORT)

@@ -113,3 +113,53 @@ def test_a_broken_document_is_one_clear_line(tmp_path: Path):
     done = run("chat", "--file", str(bad), "Summarize it.")
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "report.pdf" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_top_level_help_shows_every_way_to_start_the_window():
+    done = run("--help")
+    assert done.returncode == 0
+    for flag in ("--no-browser", "--port PORT", "--host HOST", "--listen", "--api-key API_KEY", "--model",
+                 "--placement", "localchat ui --help"):
+        assert flag in done.stdout, flag
+    assert run("--no-browser", "--help").stdout == run("ui", "--help").stdout  # the same options, either way
+
+
+def test_each_placement_is_explained_on_its_own_line():
+    from localchat.config import PLACEMENTS
+
+    for command in ("chat", "serve", "ui"):
+        shown = run(command, "--help").stdout
+        lines = shown[shown.index("placements (--placement):"):].strip().splitlines()[1:]
+        assert [line.split()[0] for line in lines] == list(PLACEMENTS), shown  # one line each, nothing else
+        assert all(len(line.split()) > 6 and len(line) < 100 for line in lines), shown
+
+
+def test_chat_json_claims_no_speedup_where_nothing_was_drafted(model_path: Path):
+    # Two tokens: the second is the only one speculation could draft for, and it has no room to.
+    done = run("chat", "--json", "--lookup", "--temperature", "0", "--max-tokens", "2", "Say hi")
+    assert done.returncode == 0, done.stderr
+    spec = json.loads(done.stdout)["speculation"]
+    assert spec["drafted"] == 0 and spec["predicted_speedup"] is None
+
+
+def test_a_logged_user_error_is_one_line_and_a_bug_keeps_its_traceback():
+    code = """if True:
+        import logging
+        from localchat import cli
+        from localchat.errors import ModelNotFoundError
+        cli.main(["models"])  # the CLI's start sets the log up
+        log = logging.getLogger("localchat.check")
+        for error in (ModelNotFoundError("unknown model 'x'; run `localchat models` for the names."),
+                      ValueError("a real bug")):
+            try:
+                raise error
+            except Exception:
+                log.exception("engine step failed")
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    first, *rest = done.stderr.strip().splitlines()
+    assert first == ("ERROR localchat.check: engine step failed: unknown model 'x'; run `localchat models` "
+                     "for the names. (ModelNotFoundError)")
+    assert rest[0] == "ERROR localchat.check: engine step failed" and rest[1].startswith("Traceback")
+    assert rest[-1] == "ValueError: a real bug"
