@@ -18,7 +18,8 @@ import time
 import uvicorn
 from openai import OpenAI
 
-from localchat.bench import Report, document
+from localchat.bench import Report
+from localchat.workloads import document
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.worker import WorkerConfig, default_threads

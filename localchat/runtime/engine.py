@@ -22,6 +22,7 @@ from .draft_model import DraftModel
 from .sequence import Sequence
 from .speculative import Drafter, PromptLookup, SpecConfig, Speculator, StepCosts
 from .text_output import TextOutput
+from .threads import ThreadTuner
 from .worker import BatchRow, Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class EngineConfig:
     prefill: WorkerConfig | None = None
     handover_min_tokens: int = 128
     draft_worker: WorkerConfig | None = None  # where the draft model runs; None: like the target
+    adapt_threads: bool = True  # follow other programs taking cores (threads.py); False: fixed count
 
 
 _ids = itertools.count(1)
@@ -60,7 +62,7 @@ class Engine:
 
     def __init__(self, worker: Worker, step_budget: int = 0, drafter: Drafter | None = None,
                  spec_config: SpecConfig | None = None, prefill_worker: Worker | None = None,
-                 handover_min_tokens: int = 128) -> None:
+                 handover_min_tokens: int = 128, adapt_threads: bool = True) -> None:
         self.worker = worker
         self.n_ctx = worker.n_ctx
         self.scheduler = Scheduler(worker.n_ctx, worker.config.n_seq_max, worker.config.n_batch, step_budget)
@@ -73,6 +75,8 @@ class Engine:
         self.steps = 0  # steps run so far (tests and benchmarks read it)
         self.placement = "one worker"  # what runs where, in words (the CLI names the devices)
         self.step_log: list[tuple[float, float, int, int]] | None = None  # (start, seconds, tokens, decode rows)
+        # Thread counts for single-token steps and for batches, tuned apart (threads.py).
+        self.tuners = (ThreadTuner(worker.max_threads), ThreadTuner(worker.max_threads)) if adapt_threads else None
         self.speculator: Speculator | None = None
         if drafter is not None:
             self.speculator = Speculator(drafter, StepCosts(), spec_config or SpecConfig())
@@ -100,7 +104,8 @@ class Engine:
             if config.prefill is not None:
                 prefill = Worker(model_path, config.prefill)
                 loaded.append(prefill)
-            return cls(worker, config.step_budget, drafter, config.spec, prefill, config.handover_min_tokens)
+            return cls(worker, config.step_budget, drafter, config.spec, prefill, config.handover_min_tokens,
+                       config.adapt_threads)
         except LocalchatError:
             for each in loaded:
                 each.close()
@@ -256,8 +261,11 @@ class Engine:
                           r.want_logits, all_logits=r.seq.id in drafts) for r in rows]
         width = sum(len(b.tokens) for b in batch)
         t0 = time.perf_counter()
+        threads = self._set_threads(width, t0)
         last = self.worker.decode(batch)
         seconds = time.perf_counter() - t0
+        if self.tuners is not None:
+            self.tuners[width > 1].record(threads, width, seconds, t0 + seconds)
         self.steps += 1
         self.scheduler.budget.record(step.num_tokens, step.num_decode_rows, seconds)
         if step.num_decode_rows == 0:  # prompt tokens alone: their cost grows with the context read so far
@@ -294,6 +302,15 @@ class Engine:
             catch_up = getattr(self.speculator.drafter, "catch_up_seconds", 0.0)
             outside = time.perf_counter() - t_step - seconds - catch_up
             self.speculator.record_overhead(max(len(d) for d in drafts.values()), outside)
+
+    def _set_threads(self, width: int, now: float) -> int:
+        """The thread count for a step of `width` tokens (llama.cpp: one count for single tokens, one for batches)."""
+        if self.tuners is None:
+            return self.worker.threads[width > 1]
+        single, batch = self.tuners
+        threads = (batch if width > 1 else single).choose(width, now)
+        self.worker.set_threads(single.threads if width > 1 else threads, threads if width > 1 else batch.threads)
+        return threads
 
     def _drafts(self, step: Step) -> dict[str, list[int]]:
         """Draft tokens for this step's decoding sequences, where speculation is predicted to pay."""

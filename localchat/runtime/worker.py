@@ -12,7 +12,7 @@ from pathlib import Path
 import llama_cpp
 
 from ..errors import EngineError, ModelLoadError
-from . import llama_log
+from . import backends, llama_log
 from .kv_slots import KVOp
 from .sampling import Sampler, SamplingParams
 
@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 GGML_TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 30: "bf16"}
+GGML_TYPE_Q8_0 = 8
 
 
 @dataclass(slots=True)
@@ -35,9 +36,12 @@ class WorkerConfig:
     split_mode: str = "none"  # none: all offloaded layers on main_gpu | layer: spread by tensor_split
     tensor_split: tuple[float, ...] = ()  # share of the layers per GPU, for split_mode "layer"
     flash_attn: bool = True
-    # ggml's CPU flash attention uses a tiled kernel for ubatches of 64+ tokens and a per-row one
-    # below that; the two round differently. Deterministic keeps every ubatch per-row, so the same
-    # tokens come out however a prompt was chunked or reused (about a third slower prefill on CPU).
+    # The same greedy tokens however a prompt is batched, chunked, reused or threaded. The default
+    # mode takes the fastest kernels, whose rounding depends on the batch: llamafile's sgemm and
+    # repacked weights serve several rows with other kernels than one, and ggml's CPU flash
+    # attention on an F16 cache tiles ubatches of 64+ tokens and splits a lone token's attention
+    # over the threads. Deterministic runs the CPU kernels built without llamafile, plain weights
+    # and a Q8_0 KV cache, for which flash attention has one per-row kernel whatever the batch.
     deterministic: bool = False
 
 
@@ -77,12 +81,14 @@ def check_gguf_file(path: Path) -> None:
 class Worker:
     """One model + one context with room for `n_seq_max` sequences sharing a unified KV cache."""
 
+    live = 0  # contexts open in this process: the CPU kernels may change only while none is
+
     def __init__(self, model_path: str | Path, config: WorkerConfig | None = None) -> None:
         self.config = config or WorkerConfig()
         self.model_path = Path(model_path)
         llama_log.install()
-        llama_cpp.llama_backend_init()
         check_gguf_file(self.model_path)
+        self.cpu_backend = backends.activate(self.config.deterministic, self.model_path, Worker.live)
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = self.config.n_gpu_layers
         mparams.main_gpu = self.config.main_gpu
@@ -92,9 +98,9 @@ class Worker:
             slots = llama_cpp.llama_max_devices()
             self._tensor_split = (ctypes.c_float * slots)(*self.config.tensor_split[:slots])  # llama.cpp keeps the pointer
             mparams.tensor_split = self._tensor_split
-        # Repacked weights use one kernel for a single row and another for several: batch-dependent
-        # rounding would make a sequence's greedy output depend on what else is decoding.
-        mparams.use_extra_bufts = False
+        # Repacked weights (the CPU's fast layouts) use one kernel for a single row and another
+        # for several: only the deterministic mode does without them.
+        mparams.use_extra_bufts = not self.config.deterministic
         llama_log.recent_problems.clear()
         model = llama_cpp.llama_model_load_from_file(str(self.model_path).encode(), mparams)
         if not model:
@@ -110,11 +116,13 @@ class Worker:
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = self.config.n_ctx
         cparams.n_batch = self.config.n_batch
-        cparams.n_ubatch = min(self.config.n_batch, 63) if self.config.deterministic else self.config.n_batch
+        cparams.n_ubatch = self.config.n_batch
+        if self.config.deterministic:
+            cparams.type_k = cparams.type_v = GGML_TYPE_Q8_0
         cparams.n_seq_max = self.config.n_seq_max
-        threads = self.config.n_threads or default_threads()
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
+        self.max_threads = self.config.n_threads or default_threads()
+        cparams.n_threads = self.max_threads
+        cparams.n_threads_batch = self.max_threads
         cparams.kv_unified = True  # one cell pool shared by every sequence: prefixes can be shared
         # Flash attention visits a sequence's own cells one by one and skips masked ones, so a
         # sequence's numbers do not depend on where other sequences' cells sit in the shared
@@ -128,6 +136,8 @@ class Worker:
             reason = "; ".join(llama_log.recent_problems) or "out of memory?"
             raise ModelLoadError(f"could not create a context of {self.config.n_ctx} tokens ({reason}); try a smaller n_ctx.")
         self.ctx = ctx
+        Worker.live += 1
+        self.threads = (self.max_threads, self.max_threads)  # (single-token steps, batches)
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.fingerprint = self._fingerprint(cparams)
         self.memory = llama_cpp.llama_get_memory(ctx)
@@ -234,6 +244,12 @@ class Worker:
             )
         return last_index
 
+    def set_threads(self, decode: int, batch: int) -> None:
+        """Threads for single-token steps and for batches, from the next decode on."""
+        if (decode, batch) != self.threads:
+            llama_cpp.llama_set_n_threads(self.ctx, decode, batch)
+            self.threads = (decode, batch)
+
     def new_sampler(self, params: SamplingParams) -> Sampler:
         return Sampler(params, self.n_vocab)
 
@@ -278,6 +294,7 @@ class Worker:
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self.ctx)
             self.ctx = None
+            Worker.live -= 1
         if getattr(self, "model", None):
             llama_cpp.llama_model_free(self.model)
             self.model = None

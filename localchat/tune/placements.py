@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from ..bench import document
+from ..workloads import document
 from ..errors import LocalchatError, PlacementError
 from ..hardware import HardwareInfo
 from ..runtime.devices import Arrangement, ModelSize, arrange

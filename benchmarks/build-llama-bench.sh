@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# llama.cpp's own llama-bench for the side-by-side benchmarks, from the sources vendored in the
+# installed llama-cpp-python release. Two builds:
+#   ours   (default) llama-bench driving the installed wheel's own libraries and CPU variants: the
+#          binary is linked against a throwaway build, then run on the wheel's libraries.
+#   native (--native) llama.cpp as a one-machine build ships it: -march=native, llamafile on.
+# Prints the folder to pass as LLAMA_BENCH_OURS / LLAMA_CPP_BIN. Benchmarks only; never CI.
+set -euo pipefail
+kind="${1:-ours}"
+python="${PYTHON:-.venv/bin/python}"
+version=$("$python" -c 'import llama_cpp; print(llama_cpp.__version__)')
+lib=$("$python" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")')
+root="${LOCALCHAT_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/localchat-build}/llama-bench-$version-$kind"
+if [ ! -x "$root/build/bin/llama-bench" ]; then
+  mkdir -p "$root"
+  if [ ! -d "$root/src" ]; then
+    "$python" -m pip download --no-deps --no-binary :all: -d "$root" "llama-cpp-python==$version" >&2
+    mkdir -p "$root/src" && tar xzf "$root"/llama_cpp_python-*.tar.gz -C "$root/src" --strip-components=1
+  fi
+  common="-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF"
+  if [ "$kind" = native ]; then
+    flags="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON"
+  else
+    flags="-DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF -DGGML_CPU=OFF"
+  fi
+  # shellcheck disable=SC2086
+  cmake -S "$root/src/vendor/llama.cpp" -B "$root/build" $common $flags >&2
+  cmake --build "$root/build" --target llama-bench -j "$(nproc)" >&2
+fi
+if [ "$kind" = native ]; then
+  echo "$root/build/bin"
+else
+  # llama-bench loads CPU variants from its own folder: give it the wheel's, beside it.
+  run="$root/run"
+  rm -rf "$run" && mkdir -p "$run"
+  cp "$root/build/bin/llama-bench" "$run/"
+  for f in "$lib"/*; do [ -f "$f" ] && ln -s "$f" "$run/"; done
+  echo "$run"
+fi

@@ -1,0 +1,66 @@
+"""The two modes on the real runtime: --deterministic gives the same greedy tokens whatever the
+thread count (adaptive threads included) and placement, on a prompt of a few thousand tokens; the
+default mode's fast kernels say what they guarantee, and the tests hold them to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from localchat.runtime import backends
+from localchat.runtime.engine import Engine, EngineConfig, Request
+from localchat.runtime.sampling import SamplingParams
+from localchat.runtime.worker import WorkerConfig
+from localchat.workloads import document
+
+N_CTX = 4096
+QUESTION = "\nWhich dock did record 0-40 leave from, and how many boxes did it carry?"
+SHORT = ["Which city is the capital of France?", "List three colors.", "Write a haiku about rain.",
+         "What is 12 times 12?"]
+
+
+def long_prompt() -> list[dict[str, str]]:
+    return [{"role": "user", "content": document(2600) + QUESTION}]
+
+
+def answer(model_path: Path, *, threads: int, adapt: bool, pd: bool = False, deterministic: bool = True,
+           messages: list | None = None) -> list[int]:
+    worker = WorkerConfig(n_ctx=N_CTX, n_batch=512, n_seq_max=4, n_threads=threads, deterministic=deterministic)
+    config = EngineConfig(worker=worker, prefill=worker if pd else None, adapt_threads=adapt)
+    with Engine.load(model_path, config) as engine:
+        result = engine.submit(Request(messages=messages or long_prompt(),
+                                       sampling=SamplingParams(temperature=0.0, max_tokens=24))).result()
+        assert result.stats.prompt_tokens > 2000
+        return result.token_ids
+
+
+def test_deterministic_tokens_hold_across_thread_counts_and_placements(model_path: Path):
+    two = answer(model_path, threads=2, adapt=False)
+    assert answer(model_path, threads=2, adapt=True) == two  # the tuner tries 1 thread mid-answer
+    assert answer(model_path, threads=1, adapt=False, pd=True) == two  # two workers, one thread each
+    assert backends.active().exact
+
+
+def chats(engine: Engine, concurrent: bool) -> list[list[int]]:
+    def request(q: str) -> Request:
+        return Request(messages=[{"role": "user", "content": q}], sampling=SamplingParams(temperature=0.0, max_tokens=32))
+
+    if concurrent:
+        streams = [engine.submit(request(q)) for q in SHORT]
+        return [s.result().token_ids for s in streams]
+    return [engine.submit(request(q)).result().token_ids for q in SHORT]
+
+
+def test_default_mode_runs_the_fast_kernels_and_agrees_alone_and_concurrent(model_path: Path):
+    """What the default mode guarantees: the engine's own bookkeeping is exact; the fast kernels
+    round a batch of several rows differently from one, so a near-tie may flip. On these prompts
+    the text agrees alone and concurrent on at least 90% of the tokens, and the first tokens agree."""
+    config = EngineConfig(worker=WorkerConfig(n_ctx=2048, n_batch=512, n_seq_max=4, n_threads=2))
+    with Engine.load(model_path, config) as engine:
+        assert not engine.worker.cpu_backend.exact
+        assert engine.worker.cpu_backend.variant != "built-in"
+        alone = chats(engine, concurrent=False)
+        together = chats(engine, concurrent=True)
+    same = sum(a == b for x, y in zip(alone, together) for a, b in zip(x, y))
+    total = sum(min(len(x), len(y)) for x, y in zip(alone, together))
+    assert same / total >= 0.9, (alone, together)
+    assert all(x[:4] == y[:4] for x, y in zip(alone, together))

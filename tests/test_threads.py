@@ -1,0 +1,79 @@
+"""The thread tuner on a simulated machine: step times as a 2-core CPU gives them, idle and with a
+core taken by another program (measured: 2 threads on 2 cores with one busy run at half the speed
+of 1 thread). The engine's use of it runs in the real-runtime tests; its speed is a benchmark."""
+
+from localchat.runtime.threads import EXPLORE_MAX_S, ThreadTuner
+
+
+def step_seconds(threads: int, busy_cores: int, cores: int = 8, width: int = 1) -> float:
+    """Work split over the threads; a thread without a core of its own stalls every barrier."""
+    free = cores - busy_cores
+    seconds = 0.01 * width / min(threads, free)
+    return seconds * (4 if threads > free else 1)
+
+
+def run(tuner: ThreadTuner, busy_cores: int, seconds: float, now: float, cores: int = 8, width: int = 1) -> float:
+    end = now + seconds
+    while now < end:
+        threads = tuner.choose(width, now)
+        took = step_seconds(threads, busy_cores, cores, width)
+        now += took
+        tuner.record(threads, width, took, now)
+    return now
+
+
+def test_idle_machine_keeps_every_thread_and_rarely_tries_others():
+    tuner = ThreadTuner(8)
+    tried = []
+    now = 0.0
+    while now < 60:
+        threads = tuner.choose(1, now)
+        tried.append(threads)
+        took = step_seconds(threads, 0)
+        now += took
+        tuner.record(threads, 1, took, now)
+    assert tuner.threads == 8
+    assert tuner.changes == 0
+    # Trials back off to one every EXPLORE_MAX_S: a small share of the steps.
+    assert sum(t != 8 for t in tried) / len(tried) < 0.01
+    assert EXPLORE_MAX_S <= 16
+
+
+def test_follows_cores_taken_and_given_back():
+    tuner = ThreadTuner(8)
+    now = run(tuner, busy_cores=0, seconds=30, now=0.0)
+    assert tuner.threads == 8
+    now = run(tuner, busy_cores=2, seconds=30, now=now)
+    assert tuner.threads == 6
+    now = run(tuner, busy_cores=0, seconds=60, now=now)
+    assert tuner.threads == 8
+
+
+def test_two_cores_one_busy_goes_to_one_thread_and_back():
+    tuner = ThreadTuner(2)
+    now = run(tuner, 0, 10, 0.0, cores=2)
+    assert tuner.threads == 2
+    now = run(tuner, 1, 10, now, cores=2)
+    assert tuner.threads == 1
+    run(tuner, 0, 30, now, cores=2)
+    assert tuner.threads == 2
+
+
+def test_batches_of_other_widths_do_not_mix():
+    tuner = ThreadTuner(4)
+    now = 0.0
+    # Alternating widths: a wide step is slower, which must not read as the machine slowing down.
+    for i in range(2000):
+        width = 1 if i % 2 else 64
+        threads = tuner.choose(width, now)
+        took = step_seconds(threads, 0, cores=4, width=width)
+        now += took
+        tuner.record(threads, width, took, now)
+    assert tuner.threads == 4
+    assert tuner.changes == 0
+
+
+def test_one_thread_has_nothing_to_tune():
+    tuner = ThreadTuner(1)
+    run(tuner, 0, 20, 0.0, cores=1)
+    assert tuner.threads == 1 and tuner.changes == 0
