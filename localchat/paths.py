@@ -19,7 +19,7 @@ PRIVATE_FILE_MODE = 0o600
 def private_dir(path: Path) -> Path:
     """`path` as a folder only its owner can enter, made when missing."""
     path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
-    if os.name == "posix":
+    if os.name == "posix" and path.stat().st_uid == os.getuid():
         os.chmod(path, PRIVATE_DIR_MODE)  # mkdir's mode is cut by the umask; an old folder keeps its own
     return path
 

@@ -18,9 +18,10 @@ from localchat.cli import main
 from localchat.errors import ConfigError
 from localchat.runtime.engine import Engine, EngineConfig
 from localchat.runtime.worker import WorkerConfig
-from localchat.server.app import ServeOptions, bind_socket, create_app, url_of
+from localchat.server.app import ServeOptions, bind_socket, create_app
 from localchat.server.local import LocalService
 from localchat.server.proxy import ProxyService
+from ui_server import serve_in_thread
 
 MODEL = "smollm2-135m"
 KEY = "test-key-5f2a"
@@ -38,15 +39,7 @@ def engine(model_path: Path) -> Iterator[Engine]:
 
 
 def start(service, api_key: str | None = None) -> tuple[str, uvicorn.Server, threading.Thread]:
-    sock = bind_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(service, api_key), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the test server did not start"
-        time.sleep(0.01)
-    return url_of(sock), server, thread
+    return serve_in_thread(create_app(service, api_key))
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,19 @@ from localchat.server.store import Store
 DEFAULTS = Sampling(temperature=0.0, top_p=1.0, max_tokens=48)
 
 
+def serve_in_thread(app) -> tuple[str, uvicorn.Server, threading.Thread]:
+    """Run `app` on a free loopback port; returns its URL once it accepts requests."""
+    sock = bind_socket("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the test server did not start within 30 s"
+        time.sleep(0.02)
+    return url_of(sock), server, thread
+
+
 @dataclass(slots=True)
 class RunningUI:
     url: str

@@ -1,0 +1,63 @@
+"""The attack suite's servers: a real engine on the real small model behind the real API, on loopback."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from localchat.runtime.engine import Engine, EngineConfig
+from localchat.runtime.worker import WorkerConfig
+from localchat.server.app import create_app
+from localchat.server.local import LocalService
+from ui_server import RunningUI, serve_in_thread, start_ui  # noqa: F401 - serve_in_thread for the tests
+
+MODEL = "smollm2-135m"
+
+
+@pytest.fixture(scope="session")
+def engine(model_path: Path) -> Iterator[Engine]:
+    # One thread: the suite must pass beside other work on a two-core machine.
+    config = EngineConfig(worker=WorkerConfig(n_ctx=2048, n_threads=1, n_seq_max=8))
+    with Engine.load(model_path, config) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def window(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
+    """The chat window and its API on one server, as `localchat` runs them."""
+    yield from start_ui(model_path, tmp_path_factory.mktemp("window") / "conversations.sqlite3")
+
+
+@pytest.fixture(scope="session")
+def api(engine: Engine) -> Iterator[str]:
+    """The URL of `localchat serve`'s app (no key, loopback) on the shared engine."""
+    url, server, thread = serve_in_thread(create_app(LocalService(engine, MODEL)))
+    yield url
+    server.should_exit = True
+    thread.join(10)
+
+
+def wait_until(check, seconds: float = 60.0, what: str = "the condition") -> None:
+    """Poll `check` until it is true; fail after a generous deadline."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"{what} did not hold within {seconds:.0f} s"
+        time.sleep(0.05)
+
+
+def best_of(repeats: int, work) -> float:
+    """The shortest of `repeats` timings of work(): the one least disturbed by other programs."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def idle(engine: Engine) -> bool:
+    """No sequence left in the engine (running or waiting)."""
+    return not (engine.scheduler.running or engine.scheduler.waiting)

@@ -1,0 +1,121 @@
+"""Secrets and files: no key in the log, private file modes, and an instance record checked before it is trusted."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from localchat.server import instance
+
+KEY = "sk-local-93fa1c7e"
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch) -> Iterator[Path]:
+    """A fresh LOCALCHAT_HOME under the usual umask (022: files 0644 unless localchat says otherwise)."""
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
+    old_umask = os.umask(0o022)
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    try:
+        yield tmp_path / "home"
+    finally:
+        os.umask(old_umask)
+        for handler in root.handlers[len(handlers):]:
+            handler.close()
+            root.removeHandler(handler)
+
+
+def test_the_api_key_never_reaches_the_log(home: Path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["localchat", "ui", "--api-key", KEY, "--backend-key=" + KEY + "x", "--port", "0"])
+    path = instance.log_to_file()
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    text = path.read_text()
+    assert "started" in text and "--port 0" in text
+    assert KEY not in text and "--api-key ***" in text and "--backend-key=***" in text
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_data_log_and_instance_files_are_private(home: Path, tmp_path: Path):
+    from localchat.paths import cache_dir, config_dir, data_dir, log_dir
+    from localchat.server.store import Store
+    from localchat.server.uploads import store_upload
+
+    store = Store()
+    store.append(store.create("t"), "user", "private words")
+    log_file = instance.log_to_file()
+    note = tmp_path / "note.txt"
+    note.write_text("mine\n")
+    upload = store_upload(note)
+    with instance.recorded("http://127.0.0.1:7999") as record:
+        files = [store.path, Path(str(store.path) + "-wal"), log_file, record, upload]
+        for path in files:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, (path, oct(path.stat().st_mode))
+    store.close()
+    for folder in (data_dir(), log_dir(), config_dir(), cache_dir(), upload.parent, upload.parent.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, (folder, oct(folder.stat().st_mode))
+
+
+class _LooksLikeLocalchat(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        body = json.dumps({"object": "list", "data": []}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture()
+def impostor() -> Iterator[int]:
+    """The port of a loopback server that answers like a localchat window would."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _LooksLikeLocalchat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def record(pid: int, url: str, port: int) -> None:
+    instance.instance_file().write_text(json.dumps({"url": url, "pid": pid, "started": time.time(), "port": port}))
+
+
+def test_a_forged_instance_record_is_not_trusted(home: Path, impostor: int):
+    # Some process of this user that is not localchat, and a URL that answers like localchat.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        record(other.pid, f"http://127.0.0.1:{impostor}", impostor)
+        assert instance.running_instance() is None  # the pid is not a localchat process
+    finally:
+        other.kill()
+        other.wait()
+    record(os.getpid() + 10**6, f"http://127.0.0.1:{impostor}", impostor)  # no such process
+    assert instance.running_instance() is None
+
+
+def test_an_instance_record_must_name_loopback_on_its_port(home: Path, impostor: int):
+    window = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(120)", "localchat", "ui"])
+    try:
+        record(window.pid, f"http://127.0.0.1:{impostor}", impostor)
+        assert instance.running_instance() is not None  # a well-formed record of a live window
+        record(window.pid, f"http://127.0.0.1:{impostor}", impostor + 1)
+        assert instance.running_instance() is None  # not the recorded port
+        record(window.pid, f"http://localhost.evil.example:{impostor}", impostor)
+        assert instance.running_instance() is None  # not loopback
+    finally:
+        window.kill()
+        window.wait()
