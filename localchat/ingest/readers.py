@@ -21,9 +21,7 @@ _CHARS_SOFT, _CHARS_HARD = 2000, 6000
 # A Word file of text unpacks to 5-20x its size; a zip bomb to thousands of times.
 MAX_UNPACK_RATIO, MIN_UNPACK_BYTES, MAX_ZIP_ENTRIES = 40, 16 * 1024 * 1024, 10_000
 MAX_PDF_PAGES, MAX_PDF_CHARS = 2_000, 20_000_000
-
-
-_TITLE_CHARS = 400
+_TITLE_CHARS = 400  # of a heading, read for its anchor
 
 
 def heading_anchor(title: str) -> str:

@@ -38,15 +38,18 @@ class ServeOptions:
 
     def policy(self, port: int | None) -> OriginPolicy:
         """Which Host names and browser origins the server on `port` serves."""
-        for origin in self.cors_origins:
-            if origin == "*" or not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
-                raise ConfigError(f"--cors-origin {origin!r} is not an origin; give one like http://localhost:3000 "
-                                  "(scheme, host and port, no path).")
         host = (self.host or "127.0.0.1").lower()
         bound = f"[{host.strip('[]')}]" if ":" in host else host  # as a browser writes it in Host
         names = tuple(dict.fromkeys((*LOOPBACK_NAMES, bound)))
-        return OriginPolicy(names=names, port=port, any_host=self.listen,
-                            cors_origins=tuple(o.rstrip("/") for o in self.cors_origins))
+        return OriginPolicy(names=names, port=port, any_host=self.listen, cors_origins=self.origins())
+
+    def origins(self) -> tuple[str, ...]:
+        """The --cors-origin values, checked: each one scheme://host[:port], nothing more."""
+        for origin in self.cors_origins:
+            if origin == "*" or not origin.startswith(("http://", "https://")) or origin.rstrip("/").count("/") != 2:
+                raise ConfigError(f"--cors-origin {origin!r} is not an origin; give one like http://localhost:3000 "
+                                  "(scheme, host and port, no path).")
+        return tuple(o.rstrip("/") for o in self.cors_origins)
 
     def bind_host(self) -> str:
         """The address to bind, after refusing any exposure the user did not ask for with a key."""
@@ -58,6 +61,7 @@ class ServeOptions:
         if not is_loopback(host) and not self.listen:
             raise ConfigError(f"--host {host} would expose the API beyond this machine; add --listen and "
                               "--api-key KEY if that is what you want.")
+        self.origins()
         if self.listen and not self.api_key:
             raise ConfigError("--listen exposes the API to the network, so it needs --api-key KEY; clients "
                               "then send 'Authorization: Bearer KEY'.")

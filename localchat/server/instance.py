@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Iterator
-
 from urllib.parse import urlsplit
 
 from .. import __version__
@@ -67,6 +66,12 @@ def log_to_file(verbose: bool = False) -> Path:
 
 
 SECRET_FLAGS = ("--api-key", "--backend-key")
+OTHER_FLAGS = ("--backend",)  # options whose names begin a secret one's
+
+
+def _secret(flag: str) -> bool:
+    # argparse takes any unambiguous prefix (`--api KEY`), so a prefix hides its value too.
+    return len(flag) > 4 and flag not in OTHER_FLAGS and any(s.startswith(flag) for s in SECRET_FLAGS)
 
 
 def redacted(argv: list[str]) -> list[str]:
@@ -76,11 +81,11 @@ def redacted(argv: list[str]) -> list[str]:
         flag = arg.split("=", 1)[0]
         if hide_next:
             shown.append("***")
-        elif flag in SECRET_FLAGS and "=" in arg:
+        elif _secret(flag) and "=" in arg:
             shown.append(flag + "=***")
         else:
             shown.append(arg)
-        hide_next = not hide_next and arg in SECRET_FLAGS
+        hide_next = not hide_next and _secret(arg)
     return shown
 
 

@@ -38,7 +38,8 @@ def home(tmp_path: Path, monkeypatch) -> Iterator[Path]:
 
 
 def test_the_api_key_never_reaches_the_log(home: Path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["localchat", "ui", "--api-key", KEY, "--backend-key=" + KEY + "x", "--port", "0"])
+    monkeypatch.setattr(sys, "argv", ["localchat", "ui", "--api-key", KEY, "--backend-key=" + KEY + "x", "--port", "0",
+                                      "--api", KEY + "y"])  # argparse also takes a prefix
     path = instance.log_to_file()
     for handler in logging.getLogger().handlers:
         handler.flush()
