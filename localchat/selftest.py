@@ -21,7 +21,7 @@ from urllib.parse import urljoin
 
 from . import __version__
 
-QUESTION = "Which city is the capital of France?"
+QUESTION = "Name the capital city of France."
 MAX_TOKENS = 24
 SERVER_START_S = 60.0
 HTTP_TIMEOUT_S = 30.0

@@ -25,7 +25,7 @@ from ui_server import serve_in_thread
 
 MODEL = "smollm2-135m"
 KEY = "test-key-5f2a"
-QUESTION = [{"role": "user", "content": "Which city is the capital of France?"}]
+QUESTION = [{"role": "user", "content": "Name the capital city of France."}]
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"  # continues for as long as it is allowed to
 
 

@@ -50,10 +50,10 @@ def ask(page, question: str) -> None:
 
 
 def test_chat_streams_an_answer_and_reads_an_attached_document(page, tmp_path: Path):
-    ask(page, "Which city is the capital of France?")
+    ask(page, "Name the capital city of France.")
     sync_api.expect(last_reply(page)).to_contain_text("Paris")
     sync_api.expect(last_reply(page)).to_contain_text("tokens/s")  # the stats line comes at the end
-    sync_api.expect(page.locator("#conversations")).to_contain_text("Which city is the capital of France?")
+    sync_api.expect(page.locator("#conversations")).to_contain_text("Name the capital city of France.")
     page.screenshot(path=str(ARTIFACTS / "browser-1-answer.png"))
 
     page.locator("#new-chat").click()
@@ -113,5 +113,5 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     assert ui.runtime.model.startswith(str(home))  # now answering with the tuned file
     sync_api.expect(page.locator("#status")).to_contain_text("SmolLM2")
     page.screenshot(path=str(ARTIFACTS / "browser-6-wizard-done.png"), full_page=True)
-    ask(page, "Which city is the capital of France?")
+    ask(page, "Name the capital city of France.")
     sync_api.expect(last_reply(page)).to_contain_text("Paris")

@@ -28,7 +28,7 @@ def document(n_lines: int, topic: str = "warehouse") -> str:
 
 PROMPTS = [
     [{"role": "user", "content": document(30) + "\nHow many crates does district 3 store for item 10?"}],
-    [{"role": "user", "content": "Which city is the capital of France?"}],
+    [{"role": "user", "content": "Name the capital city of France."}],
     [{"role": "user", "content": document(45, "depot") + "\nWhich item is stored in district 5?"}],
     [{"role": "user", "content": "List three colors."}],
 ]

@@ -14,7 +14,7 @@ from localchat.workloads import document
 
 N_CTX = 4096
 QUESTION = "\nWhich dock did record 0-40 leave from, and how many boxes did it carry?"
-SHORT = ["Which city is the capital of France?", "List three colors.", "Write a haiku about rain.",
+SHORT = ["Name the capital city of France.", "List three colors.", "Write a haiku about rain.",
          "What is 12 times 12?"]
 
 

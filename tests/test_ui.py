@@ -61,7 +61,7 @@ def ui(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
 
 def test_send_a_message_and_get_a_streamed_reply(ui: RunningUI):
     client = Client(ui.url + "/", verbose=False)
-    job = client.submit("Which city is the capital of France?", "", 0.0, 1.0, 32, api_name="/send")
+    job = client.submit("Name the capital city of France.", "", 0.0, 1.0, 32, api_name="/send")
     updates = list(job)
     chat = job.outputs()[-1][0]
     assert len(updates) >= 2  # it streamed: more than the final answer arrived
@@ -69,7 +69,7 @@ def test_send_a_message_and_get_a_streamed_reply(ui: RunningUI):
     reply = chat[-1]["content"][0]["text"]
     assert "Paris" in reply and "TTFT" in reply and "tokens/s" in reply
     saved = ui.store.list()[0]
-    assert saved.title == "Which city is the capital of France?"
+    assert saved.title == "Name the capital city of France."
     messages = ui.store.get(saved.id).messages
     assert [m.role for m in messages] == ["user", "assistant"] and "Paris" in messages[1].content
     assert messages[1].stats["completion_tokens"] > 0
