@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from localchat.bench import THREADS, Report, isolated
 from localchat.hardware import HardwareInfo
-from localchat.runtime.devices import arrange
+from localchat.runtime.devices import ModelSize, arrange
 from localchat.runtime.worker import WorkerConfig
 from localchat.tune.placements import keep_placement, measure_placement
 
@@ -28,12 +29,22 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=1, help="alternating runs of each layout")
     parser.add_argument("--output")
+    parser.add_argument("--model", help="a GGUF file (default: the embedded SmolLM2)")
+    parser.add_argument("--probe", action="store_true",
+                        help="place on this machine's GPUs (single, layer split, PD split), not CPU workers")
     args = parser.parse_args()
-    path = resolve_model("smollm2-135m")
+    path = Path(args.model) if args.model else resolve_model("smollm2-135m")
     doc_tokens = 2000 if args.quick else 6000
-    base = WorkerConfig(n_ctx=doc_tokens + 2048, n_threads=THREADS)
-    cpu = HardwareInfo()
-    layouts = [arrange("single", cpu, base), arrange("pd-split", cpu, base)]
+    base = WorkerConfig(n_ctx=doc_tokens + 2048, n_threads=THREADS, n_gpu_layers=-1 if args.probe else 0)
+    if args.probe:
+        from localchat.hardware.probe import probe
+
+        hardware = probe(measure=False)
+        size = ModelSize.of(path)
+        layouts = [arrange(p, hardware, base, size) for p in ("single", "layer-split", "pd-split")]
+    else:
+        cpu = HardwareInfo()
+        layouts = [arrange("single", cpu, base), arrange("pd-split", cpu, base)]
     results = {layout.placement: [] for layout in layouts}
     for _ in range(args.repeats):
         for layout in layouts:

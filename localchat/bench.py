@@ -19,11 +19,13 @@ from .runtime.worker import WorkerConfig, default_threads
 from .workloads import document, greedy
 
 THREADS = default_threads()
+# Layers offloaded to the GPU, for scripts/gpu-bench.sh: every side of a comparison offloads alike.
+GPU_LAYERS = int(os.environ.get("LOCALCHAT_BENCH_GPU_LAYERS", "0"))
 
 
 def _engine(path: Path, n_ctx: int = 8192, n_batch: int = 512, step_budget: int = 0,
             adapt_threads: bool = True, threads: int = THREADS) -> Engine:
-    worker = WorkerConfig(n_ctx=n_ctx, n_batch=n_batch, n_seq_max=8, n_threads=threads)
+    worker = WorkerConfig(n_ctx=n_ctx, n_batch=n_batch, n_seq_max=8, n_threads=threads, n_gpu_layers=GPU_LAYERS)
     return Engine.load(path, EngineConfig(worker=worker, step_budget=step_budget, adapt_threads=adapt_threads))
 
 
@@ -40,7 +42,8 @@ def _reference_single(path: Path, n_prefill: int, n_decode: int, seed: int) -> t
     """llama-cpp-python's `Llama` on the same file, threads, batch and attention."""
     from llama_cpp import Llama
 
-    reference = Llama(str(path), n_ctx=4096, n_batch=512, n_threads=THREADS, flash_attn=True, verbose=False)
+    reference = Llama(str(path), n_ctx=4096, n_batch=512, n_threads=THREADS, flash_attn=True, verbose=False,
+                      n_gpu_layers=GPU_LAYERS)
     reference.eval(reference.tokenize(b"Warm up."))
     reference.reset()
     tokens = reference.tokenize(document(n_prefill, seed).encode())
@@ -139,7 +142,7 @@ def llama_bench(bin_dir: Path, model: Path, repeats: int) -> tuple[float, float]
 
     env = {**os.environ, "LD_LIBRARY_PATH": f"{bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
     out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(THREADS), "-p", "512",
-                          "-n", "128", "-r", str(repeats), "-fa", "1", "-o", "json"],
+                          "-n", "128", "-r", str(repeats), "-fa", "1", "-ngl", str(GPU_LAYERS), "-o", "json"],
                          capture_output=True, text=True, timeout=1800, env=env).stdout
     rows = json.loads(out)
     prefill = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)

@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         if verbose:
             logging.getLogger("localchat").setLevel(logging.DEBUG)
         module = importlib.import_module(DELEGATED[rest[0]][0])
+        if rest[0] == "probe":  # the hardware, then the CPU kernels the runtime picked for it
+            return _guarded(lambda: _probe(module.main, rest[1:]))
         return _guarded(lambda: module.main(rest[1:]))
     parser = build_parser()
     if not rest or (rest[0] not in COMMANDS and rest[0] not in ("-h", "--help")):
@@ -480,6 +482,12 @@ def _cmd_selftest(args: argparse.Namespace) -> int:
     from .selftest import run_selftest
 
     return run_selftest(args.model, open_engine)
+
+
+def _probe(probe_main, argv: list[str]) -> int:
+    from .runtime.backends import describe
+
+    return probe_main(argv, extra_rows=lambda: [("CPU kernels", describe())])
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import GPUInfo, HardwareInfo
 from .bandwidth import measure_gpu_bandwidth, measure_host_bandwidth
@@ -244,8 +244,8 @@ def _gb(n: float | None, unit: str = "GB") -> str:
     return "?" if not n else f"{n / 1e9:.1f} {unit}"
 
 
-def format_table(info: HardwareInfo) -> str:
-    """A readable summary of a HardwareInfo."""
+def format_table(info: HardwareInfo, extra_rows: list[tuple[str, str]] = ()) -> str:
+    """A readable summary of a HardwareInfo (and rows the caller adds, such as the CPU kernels)."""
     rows = [("OS", f"{info.os} ({info.machine})"),
             ("CPU", f"{info.cpu_model}, {info.physical_cores} cores / {info.logical_cores} threads"
                     + (f", {info.cpu_max_mhz / 1000:.1f} GHz" if info.cpu_max_mhz else "")),
@@ -262,13 +262,14 @@ def format_table(info: HardwareInfo) -> str:
         rows.append((f"GPU {gpu.index}", f"{gpu.name}: " + ", ".join(details)))
     if len(info.gpus) > 1:
         rows.append(("P2P", ", ".join(f"{a}<->{b}" for a, b in info.peer_access) or "none"))
+    rows += list(extra_rows)
     rows += [("warning", w) for w in info.warnings]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`localchat probe [--json] [--no-measure]`."""
+def main(argv: list[str] | None = None, extra_rows: Callable[[], list[tuple[str, str]]] | None = None) -> int:
+    """`localchat probe [--json] [--no-measure]`; `extra_rows` adds lines to the table."""
     parser = argparse.ArgumentParser(prog="localchat probe", description="Show what this machine has.")
     parser.add_argument("--json", action="store_true", help="print JSON (input for `localchat plan --hardware`)")
     parser.add_argument("--no-measure", action="store_true", help="skip the bandwidth measurements")
@@ -278,5 +279,5 @@ def main(argv: list[str] | None = None) -> int:
         print(_MARK + json.dumps(collect(measure=not args.no_measure).to_dict()), flush=True)
         return 0
     info = probe(measure=not args.no_measure)
-    print(info.to_json() if args.json else format_table(info))
+    print(info.to_json() if args.json else format_table(info, extra_rows() if extra_rows else []))
     return 0

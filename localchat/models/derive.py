@@ -100,9 +100,17 @@ def random_weights_like(
     rng = np.random.default_rng(seed)
     n_embd_kv = n_head_kv * (n_embd // n_head)
 
+    big = 1 << 24  # past this many weights a matrix repeats one random block: billions of fresh
+    block: list[np.ndarray] = []  # normals take minutes to draw, and speed does not depend on them
+
     def matrix(rows: int, cols: int) -> np.ndarray:
         # numpy shape is (out, in), ggml's ne reversed; small values keep activations finite.
-        return (rng.standard_normal((rows, cols)) * 0.02).astype(np.float16)
+        if rows * cols <= big:
+            return (rng.standard_normal((rows, cols)) * 0.02).astype(np.float16)
+        if not block:
+            block.append((np.random.default_rng(seed + 1).standard_normal(big, dtype=np.float32) * 0.02)
+                         .astype(np.float16))
+        return np.resize(block[0], (rows, cols))
 
     ones = np.ones(n_embd, dtype=np.float32)  # norms stay F32, as llama.cpp's own converter writes them
     # No output.weight: llama.cpp then reuses token_embd, which is most of the file's bytes.

@@ -293,6 +293,10 @@ def activate(exact: bool, model: Path, live_workers: int) -> CpuBackend:
         llama_cpp.llama_backend_init()
         if backend.variant != "built-in":
             _load_other_backends()
+        else:  # a single CPU module (a GPU build without variants), or nothing to load
+            lib = _ggml()
+            lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+            lib.ggml_backend_load_all_from_path(str(lib_dir()).encode())
     if backend.variant != "built-in":
         folder = lib_dir() / "exact" if exact else lib_dir()
         _active_reg = _load_module(folder / backend.module)
