@@ -218,7 +218,8 @@ def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset(
             reason = (f"the best of {len(candidates)} variants this CPU supports" if not refused
                       else f"{best} {refused[0].split(': ', 1)[1]} on this machine; the next best that runs")
             backend = CpuBackend(variant_name(module), exact, module.name, reason, refused)
-            _remember(key, backend)
+            if not simulate_crash:
+                _remember(key, backend)
             return backend
         log.warning("CPU kernels %s %s in a test run; trying the next best", variant_name(module), problem)
         refused.append(f"{variant_name(module)}: {problem}")

@@ -1,0 +1,51 @@
+"""CPU kernels: the wheel's ISA variants, proven in a child process with fallback, remembered per
+machine. A CPU whose best kernels crash is hardware we lack: the child is made to die as such a
+kernel kills it (SIGILL), everything else is the real machinery."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from localchat import paths
+from localchat.runtime import backends
+from localchat.runtime.worker import Worker, WorkerConfig
+
+
+def test_the_wheel_carries_fast_and_exact_variants():
+    fast, exact = backends.ranked(exact=False), backends.ranked(exact=True)
+    assert fast and exact, "scripts/install-runtime.sh builds both sets"
+    assert {backends.variant_name(m) for m in exact} <= {backends.variant_name(m) for m in fast}
+    assert backends.variant_name(fast[-1]) == "x64"  # the baseline runs anywhere
+
+
+def test_a_crashing_variant_falls_back_to_the_next_best(model_path: Path):
+    candidates = [backends.variant_name(m) for m in backends.ranked(exact=False)]
+    crashing = frozenset(candidates[:2])
+    chosen = backends.choose(False, model_path, simulate_crash=crashing)
+    assert chosen.variant not in crashing
+    assert candidates.index(chosen.variant) >= 2
+    assert any("crashed (SIGILL)" in r for r in chosen.refused)
+    assert "next best" in chosen.reason
+
+
+def test_the_verdict_is_remembered_and_used(model_path: Path):
+    worker = Worker(model_path, WorkerConfig(n_ctx=256, n_seq_max=1))
+    try:
+        used = worker.cpu_backend
+    finally:
+        worker.close()
+    verdicts = json.loads((paths.cache_dir() / "cpu-backend.json").read_text())
+    mode = "exact" if used.exact else "fast"
+    assert any(v.get(mode, {}).get("variant") == used.variant for v in verdicts.values())
+    assert backends.describe(used.exact).startswith(used.variant)
+
+
+def test_probe_names_the_cpu_kernels():
+    done = subprocess.run([sys.executable, "-m", "localchat", "probe", "--no-measure"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    line = next(l for l in done.stdout.splitlines() if l.startswith("CPU kernels"))
+    assert any(backends.variant_name(m) in line for m in backends.ranked(exact=False))
