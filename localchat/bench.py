@@ -136,14 +136,27 @@ def follow_up_ttft(path: Path, doc_tokens: int, repeats: int) -> dict[str, float
 
 def llama_bench(bin_dir: Path, model: Path, repeats: int) -> tuple[float, float]:
     """llama.cpp's own llama-bench on the same file and threads: (prefill-512, decode-128) tokens/s.
-    A folder made by benchmarks/build-llama-bench.sh for our build holds the wheel's libraries."""
+    A folder made by benchmarks/build-llama-bench.sh for our build holds the wheel's libraries;
+    llama-bench then runs the CPU variant our engine runs (its own pick may be one that crashes)."""
     import json
+    import shutil
     import subprocess
+    import tempfile
 
-    env = {**os.environ, "LD_LIBRARY_PATH": f"{bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
-    out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(THREADS), "-p", "512",
-                          "-n", "128", "-r", str(repeats), "-fa", "1", "-ngl", str(GPU_LAYERS), "-o", "json"],
-                         capture_output=True, text=True, timeout=1800, env=env).stdout
+    with tempfile.TemporaryDirectory(prefix="localchat-llama-bench-") as tmp:
+        if any(bin_dir.glob("*ggml-cpu-*")):
+            from .runtime import backends
+
+            keep = backends.choose(False, model).module
+            shutil.copy2(bin_dir / "llama-bench", tmp)  # ggml looks for variants beside the real executable
+            for item in bin_dir.iterdir():
+                if item.name != "llama-bench" and ("ggml-cpu-" not in item.name or item.name == keep):
+                    (Path(tmp) / item.name).symlink_to(item.resolve())
+            bin_dir = Path(tmp)
+        env = {**os.environ, "LD_LIBRARY_PATH": f"{bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+        out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(THREADS), "-p", "512",
+                              "-n", "128", "-r", str(repeats), "-fa", "1", "-ngl", str(GPU_LAYERS), "-o", "json"],
+                             capture_output=True, text=True, timeout=1800, env=env).stdout
     rows = json.loads(out)
     prefill = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)
     decode = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
