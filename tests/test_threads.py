@@ -77,3 +77,19 @@ def test_one_thread_has_nothing_to_tune():
     tuner = ThreadTuner(1)
     run(tuner, 0, 20, 0.0, cores=1)
     assert tuner.threads == 1 and tuner.changes == 0
+
+
+def test_prompt_chunks_that_get_dearer_cost_few_trials():
+    """A long document: each 512-token chunk costs more than the last (attention over more cells)."""
+    tuner = ThreadTuner(2, react_to_slowdown=False)
+    now, trial_time, total = 0.0, 0.0, 0.0
+    for i in range(200):
+        threads = tuner.choose(512, now)
+        took = 0.3 * (1 + i / 50) * (1.8 if threads == 1 else 1.0)
+        if threads != tuner.threads:
+            trial_time += took
+        now += took
+        total += took
+        tuner.record(threads, 512, took, now)
+    assert tuner.threads == 2
+    assert trial_time / total < 0.05

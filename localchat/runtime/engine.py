@@ -76,7 +76,8 @@ class Engine:
         self.placement = "one worker"  # what runs where, in words (the CLI names the devices)
         self.step_log: list[tuple[float, float, int, int]] | None = None  # (start, seconds, tokens, decode rows)
         # Thread counts for single-token steps and for batches, tuned apart (threads.py).
-        self.tuners = (ThreadTuner(worker.max_threads), ThreadTuner(worker.max_threads)) if adapt_threads else None
+        self.tuners = (ThreadTuner(worker.max_threads), ThreadTuner(worker.max_threads, react_to_slowdown=False)) \
+            if adapt_threads else None
         self.speculator: Speculator | None = None
         if drafter is not None:
             self.speculator = Speculator(drafter, StepCosts(), spec_config or SpecConfig())

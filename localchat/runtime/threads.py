@@ -14,7 +14,9 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-PROBE_STEPS = 4  # steps run at a trial count before judging it
+PROBE_STEPS = 4  # steps run at a trial count before judging it, unless they take longer than:
+PROBE_SECONDS = 0.2  # long steps (a prompt chunk) are steady enough to judge on fewer
+TRIAL_SHARE = 0.02  # routine trials take at most about this share of the time
 MIN_GAIN = 0.05  # a trial count must be this much faster to be kept (steps are noisy)
 SLOWDOWN = 1.25  # steps this much slower than their best recent median: look for a better count now
 EXPLORE_FIRST_S = 1.0  # wait before the first trial; doubles after each trial that lost, up to:
@@ -36,8 +38,11 @@ class _Trial:
 class ThreadTuner:
     """The thread count for one kind of step (single tokens, or batches)."""
 
-    def __init__(self, max_threads: int, now: float = 0.0) -> None:
+    def __init__(self, max_threads: int, now: float = 0.0, react_to_slowdown: bool = True) -> None:
         self.max_threads = max(1, max_threads)
+        # Single tokens cost about the same step after step, so a slower run of them means other
+        # programs took cores; prompt chunks get dearer as the context fills, so they only trial.
+        self.react_to_slowdown = react_to_slowdown
         self.threads = self.max_threads
         self._recent: dict[tuple[int, int], deque[float]] = {}
         self._best: dict[tuple[int, int], float] = {}
@@ -70,7 +75,7 @@ class ThreadTuner:
         trial = self._trial
         if trial is not None and threads == trial.threads and bucket == trial.bucket:
             trial.seconds.append(seconds)
-            if len(trial.seconds) >= PROBE_STEPS:
+            if len(trial.seconds) >= PROBE_STEPS or sum(trial.seconds) >= PROBE_SECONDS:
                 self._judge(trial, now)
             return
         key = (threads, bucket)
@@ -82,7 +87,7 @@ class ThreadTuner:
         best = self._best.get(key)
         if best is None or median < best:
             self._best[key] = median
-        elif median > best * SLOWDOWN and not self._search:
+        elif median > best * SLOWDOWN and not self._search and self.react_to_slowdown:
             # Something took cores: search now, and let this count's figure start afresh so
             # that it is compared as it runs today.
             self._search = self._candidates()
@@ -102,7 +107,7 @@ class ThreadTuner:
             self._interval = EXPLORE_FIRST_S
         elif not self._search:
             self._interval = min(self._interval * 2, EXPLORE_MAX_S)
-        self._next_trial = now + self._interval
+        self._next_trial = now + max(self._interval, sum(trial.seconds) / TRIAL_SHARE)
 
     def _candidates(self) -> list[int]:
         """Counts worth a trial from here, nearest first: a neighbour either way and a few jumps
