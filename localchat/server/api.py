@@ -16,7 +16,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
 from ..errors import AuthError, LocalchatError, PayloadTooLargeError, RequestError
-from .wire import error_from, error_response
+from .wire import TOO_DEEP, error_from, error_response
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ async def read_json(request: HTTPRequest) -> Any:
         raise RequestError("the request body holds a lone UTF-16 surrogate (such as \\ud800), which is not "
                            "text; send valid Unicode.") from None
     except RecursionError:
-        raise RequestError("the request body nests too deeply; send a flat JSON object.") from None
+        raise RequestError(TOO_DEEP) from None
     return data
 
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import RequestError
 from ..runtime.engine import Request
 from ..runtime.sampling import SamplingParams
+from .wire import TOO_DEEP
 
 
 class _Body(BaseModel):
@@ -161,7 +162,7 @@ def parse(model: type[_Sampled], data: Any) -> _Sampled:
     try:
         return model.model_validate(data)
     except RecursionError:
-        raise RequestError("the request body nests too deeply; send a flat JSON object.") from None
+        raise RequestError(TOO_DEEP) from None
     except ValidationError as exc:
         error = exc.errors()[0]
         # A union adds its member types ("str", "list[str]") to the location; keep field names only.

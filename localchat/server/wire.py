@@ -11,6 +11,10 @@ from ..errors import (AuthError, BackendError, ContextOverflowError, EngineError
                       ModelNotFoundError, PayloadTooLargeError, RequestError)
 
 
+# Python's JSON parser and pydantic both stop at about a thousand levels, with a RecursionError.
+TOO_DEEP = "the request body nests too deeply; send a flat JSON object."
+
+
 def error_body(message: str, kind: str, param: str | None, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
