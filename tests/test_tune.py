@@ -158,7 +158,8 @@ def test_wizard_measures_the_draft_pairing_and_the_planner_uses_it(model_path, t
     # The planner decides on the draft with the measured acceptance instead of its assumed 70%.
     facts = load_facts(catalog)
     tuned = plan(machine, facts, Wants(measured_acceptance=profile.measured_acceptance(), decode_fill=256))
-    assert any(f"{profile.draft_acceptance:.0%} acceptance (measured" in r for r in tuned.reasons)
+    # (The planner caps acceptance at 95%: no draft is trusted to be always right.)
+    assert any(f"{min(profile.draft_acceptance, 0.95):.0%} acceptance (measured" in r for r in tuned.reasons)
     # A launch on this machine loads the tuned file, and the draft only where it measured worth its memory.
     settings = load_settings(environ={}, hardware=lambda: machine)
     assert settings.model == profile.path and settings.n_ctx == profile.n_ctx

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 GGUF_MAGIC = b"GGUF"
 GGML_TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 30: "bf16"}
 GGML_TYPE_Q8_0 = 8
+GGML_TYPE_BF16 = 30
 
 
 @dataclass(slots=True)
@@ -41,7 +42,8 @@ class WorkerConfig:
     # repacked weights serve several rows with other kernels than one, and ggml's CPU flash
     # attention on an F16 cache tiles ubatches of 64+ tokens and splits a lone token's attention
     # over the threads. Deterministic runs the CPU kernels built without llamafile, plain weights
-    # and a Q8_0 KV cache, for which flash attention has one per-row kernel whatever the batch.
+    # and a Q8_0 (else BF16) KV cache, for which flash attention has one per-row kernel whatever
+    # the batch and the thread count.
     deterministic: bool = False
 
 
@@ -131,6 +133,11 @@ class Worker:
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.no_perf = True
         ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx and self.config.deterministic:
+            # Q8_0 needs head sizes in multiples of its 32-value blocks; BF16 takes any size and
+            # has the same single per-row attention kernel (only F16 and F32 get the others).
+            cparams.type_k = cparams.type_v = GGML_TYPE_BF16
+            ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             llama_cpp.llama_model_free(model)
             reason = "; ".join(llama_log.recent_problems) or "out of memory?"
