@@ -3,7 +3,7 @@
 # installed llama-cpp-python release. Two builds:
 #   ours   (default) llama-bench driving the installed wheel's own libraries and CPU variants: the
 #          binary is linked against a throwaway build, then run on the wheel's libraries.
-#   native (--native) llama.cpp as a one-machine build ships it: -march=native, llamafile on.
+#   native (`native`) llama.cpp as a one-machine build ships it: -march=native, llamafile on.
 # Prints the folder to pass as LLAMA_BENCH_OURS / LLAMA_CPP_BIN. Benchmarks only; never CI.
 set -euo pipefail
 kind="${1:-ours}"
@@ -17,14 +17,19 @@ if [ ! -x "$root/build/bin/llama-bench" ]; then
     "$python" -m pip download --no-deps --no-binary :all: -d "$root" "llama-cpp-python==$version" >&2
     mkdir -p "$root/src" && tar xzf "$root"/llama_cpp_python-*.tar.gz -C "$root/src" --strip-components=1
   fi
-  common="-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF"
+  flags=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+         -DLLAMA_BUILD_SERVER=OFF)
   if [ "$kind" = native ]; then
-    flags="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON"
+    flags+=(-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON)
+    # Without AMX: ggml's AMX kernels die of SIGILL on virtualised CPUs that report AMX.
+    if grep -q amx_tile /proc/cpuinfo 2>/dev/null; then
+      flags+=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+              "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+    fi
   else
-    flags="-DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF -DGGML_CPU=OFF"
+    flags+=(-DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF -DGGML_CPU=OFF)
   fi
-  # shellcheck disable=SC2086
-  cmake -S "$root/src/vendor/llama.cpp" -B "$root/build" $common $flags >&2
+  cmake -S "$root/src/vendor/llama.cpp" -B "$root/build" "${flags[@]}" >&2
   cmake --build "$root/build" --target llama-bench -j "$(nproc)" >&2
 fi
 if [ "$kind" = native ]; then

@@ -116,3 +116,10 @@ def test_stop_cancels_and_keeps_the_partial_answer(ui: RunningUI):
     reply = ui.store.get(conv).messages[-1]
     assert reply.role == "assistant" and reply.stats["finish_reason"] == "cancelled"
     assert reply.stats["completion_tokens"] < 200
+
+
+def test_expected_user_errors_are_toasts_without_a_traceback_in_the_log():
+    from localchat.server.ui import user_error
+
+    error = user_error("there is no message to edit yet.")
+    assert error.message == "there is no message to edit yet." and error.print_exception is False

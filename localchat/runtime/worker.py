@@ -75,7 +75,7 @@ def check_gguf_file(path: Path) -> None:
         magic = handle.read(4)
     if magic != GGUF_MAGIC:
         raise ModelLoadError(
-            f"{path} is not a GGUF model file (it starts with {magic!r}); use a .gguf file, "
+            f"{path} is not a GGUF model file; use a .gguf file, "
             "for example one from `localchat models`."
         )
 

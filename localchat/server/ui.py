@@ -24,6 +24,11 @@ footer { display: none !important; }
 """
 
 
+
+def user_error(message: str) -> gr.Error:
+    """A toast for an expected user error: Gradio would print a traceback for each one otherwise."""
+    return gr.Error(message, print_exception=False)
+
 def model_choices(current: str) -> list[tuple[str, str]]:
     """The catalog models present on this machine and GGUF files found by the importers."""
     from ..models.catalog import load_catalog
@@ -51,7 +56,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         return gr.update(choices=[(c.title, c.id) for c in store.list()], value=selected)
 
     def guard(exc: Exception) -> gr.Error:
-        return gr.Error(str(exc)) if isinstance(exc, LocalchatError) else exc  # type: ignore[return-value]
+        return user_error(str(exc)) if isinstance(exc, LocalchatError) else exc  # type: ignore[return-value]
 
     with gr.Blocks(title="localchat", analytics_enabled=False, fill_height=True) as demo:
         conv_id = gr.State(None)
@@ -123,7 +128,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         def regenerate(cid: str | None, temp: float, tp: float, mx: float) -> Iterator[tuple]:
             conv = store.get(cid) if cid else None
             if conv is None or not any(m.role == "user" for m in conv.messages):
-                raise gr.Error("nothing to regenerate yet; send a message first.")
+                raise user_error("nothing to regenerate yet; send a message first.")
             last_user = max(i for i, m in enumerate(conv.messages) if m.role == "user")
             store.truncate(conv.id, last_user + 1)
             yield from stream_reply(conv.id, Sampling(temp, tp, int(mx)))
@@ -132,7 +137,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             conv = store.get(cid) if cid else None
             users = [i for i, m in enumerate(conv.messages) if m.role == "user"] if conv else []
             if not users:
-                raise gr.Error("there is no message to edit yet.")
+                raise user_error("there is no message to edit yet.")
             core.stop(cid)
             last = conv.messages[users[-1]]
             store.truncate(conv.id, users[-1])
@@ -181,12 +186,12 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             if name and name != core.runtime.model:
                 # The name comes from the client: only a model this window lists may load.
                 if name not in {value for _, value in model_choices(core.runtime.model)}:
-                    raise gr.Error("that model is not in the list; choose one of the listed models, or start "
+                    raise user_error("that model is not in the list; choose one of the listed models, or start "
                                    "localchat with --model to use another file.")
                 try:
                     core.runtime.switch(name)
                 except LocalchatError as exc:
-                    raise gr.Error(str(exc)) from exc
+                    raise user_error(str(exc)) from exc
                 gr.Info(f"Now answering with {name}.")
             return core.status()
 
@@ -208,7 +213,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             try:
                 core.runtime.switch(kept.path)  # the tuned file, with its tuned settings
             except LocalchatError as exc:
-                raise gr.Error(f"tuned, but loading the kept model failed: {exc}") from exc
+                raise user_error(f"tuned, but loading the kept model failed: {exc}") from exc
             gr.Info(f"Tuned: now answering with {kept.model} {kept.quant}.")
             yield (gr.update(value=job.log(), visible=True), note,
                    gr.update(choices=model_choices(core.runtime.model), value=core.runtime.model), core.status())
