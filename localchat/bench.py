@@ -42,6 +42,9 @@ def _reference_single(path: Path, n_prefill: int, n_decode: int, seed: int) -> t
     """llama-cpp-python's `Llama` on the same file, threads, batch and attention."""
     from llama_cpp import Llama
 
+    from .runtime import backends
+
+    backends.activate(False, path)  # the same CPU kernels as ours (the bindings load none themselves)
     reference = Llama(str(path), n_ctx=4096, n_batch=512, n_threads=THREADS, flash_attn=True, verbose=False,
                       n_gpu_layers=GPU_LAYERS)
     reference.eval(reference.tokenize(b"Warm up."))
@@ -153,7 +156,8 @@ def llama_bench(bin_dir: Path, model: Path, repeats: int) -> tuple[float, float]
                 if item.name != "llama-bench" and ("ggml-cpu-" not in item.name or item.name == keep):
                     (Path(tmp) / item.name).symlink_to(item.resolve())
             bin_dir = Path(tmp)
-        env = {**os.environ, "LD_LIBRARY_PATH": f"{bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+        env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(
+            p for p in (str(bin_dir), os.environ.get("LD_LIBRARY_PATH", "")) if p)}  # an empty entry is the cwd
         out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(THREADS), "-p", "512",
                               "-n", "128", "-r", str(repeats), "-fa", "1", "-ngl", str(GPU_LAYERS), "-o", "json"],
                              capture_output=True, text=True, timeout=1800, env=env).stdout
@@ -167,18 +171,24 @@ def _decode_rate(path: Path, threads: int, adapt: bool, n_decode: int) -> tuple[
     with _engine(path, n_ctx=2048, adapt_threads=adapt, threads=threads) as engine:
         engine.submit(Request(prompt="Warm up.", sampling=greedy(8))).result()
         result = engine.submit(Request(prompt="Story: once upon a time", sampling=greedy(n_decode))).result()
-        return result.stats.tokens_per_s, engine.tuners[0].threads if engine.tuners else threads
+        return result.stats.tokens_per_s, engine.tuners[1].threads if engine.tuners and 1 in engine.tuners else threads
+
+
+def _spin() -> None:
+    """Another program holding a core."""
+    while True:
+        pass
 
 
 def busy_core(path: Path, repeats: int, n_decode: int) -> dict[str, tuple[float, int]]:
     """Decode tokens/s idle and with one core taken by another program: fixed thread counts vs adaptive."""
-    import subprocess
-
     layouts = {"fixed, all threads": (THREADS, False), "fixed, one thread fewer": (max(1, THREADS - 1), False),
                "adaptive": (THREADS, True)}
     results: dict[str, tuple[float, int]] = {}
     for load in ("idle", "one core busy"):
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load != "idle" else None
+        hog = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True) if load != "idle" else None
+        if hog is not None:
+            hog.start()
         try:
             for label, (threads, adapt) in layouts.items():
                 runs = [isolated(_decode_rate, path, threads, adapt, n_decode) for _ in range(repeats)]
@@ -186,7 +196,7 @@ def busy_core(path: Path, repeats: int, n_decode: int) -> dict[str, tuple[float,
         finally:
             if hog is not None:
                 hog.kill()
-                hog.wait()
+                hog.join()
     return results
 
 

@@ -18,8 +18,10 @@ function(localchat_cpu_variants)
         if(target MATCHES "^ggml-cpu-")
             llama_cpp_python_install_target(${target})
             # The exact set keeps to the common ISA levels: it is the opt-in mode, and each
-            # variant costs a compile of the CPU backend.
-            if(NOT target MATCHES "ivybridge|piledriver|cannonlake|cascadelake|cooperlake|zen4|sapphirerapids")
+            # variant costs a compile of the CPU backend. It also leaves out the ARM variants with
+            # int8 matrix multiply: their 2x2 kernels serve even row counts only, so results
+            # would depend on the batch (as AMX tiles do on x86).
+            if(NOT target MATCHES "ivybridge|piledriver|cannonlake|cascadelake|cooperlake|zen4|sapphirerapids|armv8[.]6|armv9|apple_m2|apple_m4")
                 list(APPEND variants ${target})
             endif()
         endif()
@@ -31,19 +33,32 @@ function(localchat_cpu_variants)
     foreach(target IN LISTS variants)
         list(APPEND build_targets --target ${target})
     endforeach()
+    # The same compilers and targets as the wheel's own build.
+    set(forwarded "")
+    foreach(var CMAKE_C_COMPILER CMAKE_CXX_COMPILER CMAKE_TOOLCHAIN_FILE CMAKE_OSX_ARCHITECTURES
+                CMAKE_OSX_DEPLOYMENT_TARGET CMAKE_MSVC_RUNTIME_LIBRARY)
+        if(DEFINED ${var} AND NOT "${${var}}" STREQUAL "")
+            list(APPEND forwarded "-D${var}:STRING=${${var}}")
+        endif()
+    endforeach()
     ExternalProject_Add(localchat_exact_cpu
         SOURCE_DIR "${CMAKE_SOURCE_DIR}/vendor/llama.cpp"
         BINARY_DIR "${CMAKE_BINARY_DIR}/exact-cpu"
-        CMAKE_ARGS -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON
-                   -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF
-                   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF
-                   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
-        BUILD_COMMAND ${CMAKE_COMMAND} --build . --config Release ${build_targets}
+        # No runtime path at all: the modules link libggml-base (and OpenMP) by soname, which the
+        # loader finds already in the process (the wheel's own copy, same source and flags) or in
+        # the system's folders, never in a deleted build tree or the current folder.
+        CMAKE_CACHE_ARGS ${forwarded} -DCMAKE_BUILD_TYPE:STRING=Release -DBUILD_SHARED_LIBS:BOOL=ON
+                   -DCMAKE_SKIP_RPATH:BOOL=ON -DGGML_BACKEND_DL:BOOL=ON -DGGML_CPU_ALL_VARIANTS:BOOL=ON
+                   -DGGML_NATIVE:BOOL=OFF -DGGML_LLAMAFILE:BOOL=OFF -DLLAMA_CURL:BOOL=OFF
+                   -DLLAMA_BUILD_TESTS:BOOL=OFF -DLLAMA_BUILD_TOOLS:BOOL=OFF
+                   -DLLAMA_BUILD_EXAMPLES:BOOL=OFF -DLLAMA_BUILD_SERVER:BOOL=OFF
+        BUILD_COMMAND ${CMAKE_COMMAND} --build . --config Release --parallel ${build_targets}
         INSTALL_COMMAND ""
         STEP_TARGETS build)
-    # The modules link libggml-base by its soname: loaded after llama_cpp, they bind to the
-    # wheel's own copy already in the process (same source, same flags).
-    install(DIRECTORY "${CMAKE_BINARY_DIR}/exact-cpu/bin/"
-            DESTINATION "${SKBUILD_PLATLIB_DIR}/llama_cpp/lib/exact"
-            FILES_MATCHING PATTERN "*ggml-cpu-*")
+    # Single-config generators put the modules in bin/, multi-config ones (Visual Studio) in bin/Release/.
+    foreach(folder bin bin/Release)
+        install(DIRECTORY "${CMAKE_BINARY_DIR}/exact-cpu/${folder}/"
+                DESTINATION "${SKBUILD_PLATLIB_DIR}/llama_cpp/lib/exact"
+                OPTIONAL FILES_MATCHING PATTERN "*ggml-cpu-*")
+    endforeach()
 endfunction()

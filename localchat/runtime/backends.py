@@ -15,8 +15,10 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import platform
 import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from .. import paths
 log = logging.getLogger(__name__)
 
 PROVE_TIMEOUT_S = 300.0  # a child that hangs proves nothing; a big model on a slow disk loads for long
+PROOF_MAX_BYTES = 4 << 30  # a bigger model is proven on a small one from the models folder
 _MODULE_SUFFIXES = (".so", ".dll", ".dylib")
 
 
@@ -53,7 +56,8 @@ def variant_modules(exact: bool) -> list[Path]:
 
 
 def variant_name(module: Path) -> str:
-    return module.name.split("ggml-cpu-", 1)[1].split(".", 1)[0]
+    """libggml-cpu-icelake.so -> icelake; libggml-cpu-armv8.2_1.so -> armv8.2_1."""
+    return module.name.split("ggml-cpu-", 1)[1].rsplit(".", 1)[0]
 
 
 @functools.cache
@@ -95,13 +99,12 @@ def ranked(exact: bool) -> list[Path]:
 
 # -- proving a variant in a child process ------------------------------------------------------
 
-MODEL_FAILED = 3  # the child's exit code when the model itself would not load: no verdict on kernels
+MODEL_FAILED = 86  # the child's exit code when the model itself would not load (not abort()'s 3 on Windows)
 PROVE_FLAG = "--localchat-prove-cpu"  # how a desktop bundle's own program is asked to prove (entry.py)
 
 
 def prove_in_child(argv: list[str]) -> int:
     """The child's side: load the variant and the model, run a prompt batch and single decode steps."""
-    import os
     import signal
 
     from ..errors import LocalchatError
@@ -126,7 +129,8 @@ def prove_in_child(argv: list[str]) -> int:
 
 
 def prove(module: Path, model: Path, crash: bool = False) -> str | None:
-    """None when the variant ran the model in a child process; else what went wrong."""
+    """None when the variant ran the model in a child process, "inconclusive" when that says nothing
+    of the kernels (the model would not load, or took too long); else what went wrong."""
     import subprocess
 
     base = [sys.executable, PROVE_FLAG] if getattr(sys, "frozen", False) \
@@ -135,11 +139,12 @@ def prove(module: Path, model: Path, crash: bool = False) -> str | None:
         done = subprocess.run([*base, str(module), str(model), *(["crash"] if crash else [])],
                               capture_output=True, timeout=PROVE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return f"no answer in {PROVE_TIMEOUT_S:.0f} s"
+        log.warning("a test run of the CPU kernels gave no answer in %.0f s", PROVE_TIMEOUT_S)
+        return "inconclusive"
     if done.returncode == 0:
         return None
     if done.returncode == MODEL_FAILED:
-        return "model"
+        return "inconclusive"
     if done.returncode < 0:
         return f"crashed ({_signal_name(-done.returncode)})"
     tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
@@ -186,6 +191,9 @@ def _remembered(key: str, exact: bool) -> CpuBackend | None:
 
 
 def _remember(key: str, backend: CpuBackend) -> None:
+    """Keep the verdict (a failure to write it costs a proof at the next start, nothing more)."""
+    import tempfile
+
     file = _verdict_file()
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
@@ -194,24 +202,56 @@ def _remember(key: str, backend: CpuBackend) -> None:
     except (OSError, ValueError):
         data = {}
     data.setdefault(key, {})["exact" if backend.exact else "fast"] = asdict(backend)
-    tmp = file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    tmp.replace(file)
+    try:
+        # A name of its own: a window and a server starting at once must not share a half-written file.
+        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".cpu-backend-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1)
+        paths.private_file(Path(tmp))
+        os.replace(tmp, file)
+    except OSError as exc:
+        log.warning("could not keep the CPU kernels' verdict in %s (%s); they are proven again next time", file, exc)
+
+
+def _proof_model(model: Path) -> Path:
+    """What a proof runs: the model at hand, or for a big one the smallest model file in the
+    models folder (a proof pages in every weight of the file it loads)."""
+    try:
+        if model.stat().st_size <= PROOF_MAX_BYTES:
+            return model
+        small = min((p for p in paths.models_dir().glob("*.gguf") if p.stat().st_size <= PROOF_MAX_BYTES),
+                    key=lambda p: p.stat().st_size, default=None)
+    except OSError:
+        return model
+    return small or model
 
 
 def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset()) -> CpuBackend:
     """The best variant that this CPU runs, proven once per machine; remembered in the cache dir."""
+    from ..errors import ModelLoadError
+
     candidates = ranked(exact)
     if not candidates:
-        return CpuBackend("built-in", exact=False, reason="this llama.cpp build has its CPU backend built in")
+        if exact and ranked(False):
+            raise ModelLoadError("this install lacks the deterministic mode's CPU kernels (llama_cpp/lib/exact); "
+                                 "reinstall localchat (`bash scripts/setup.sh`), or run without --deterministic.")
+        return CpuBackend("built-in", exact=exact, reason="this llama.cpp build has its CPU backend built in")
+    forced = os.environ.get("LOCALCHAT_CPU_VARIANT")
+    if forced:
+        named = [m for m in candidates if variant_name(m) == forced]
+        if not named:
+            raise ModelLoadError(f"LOCALCHAT_CPU_VARIANT={forced} names no CPU variant this CPU supports; "
+                                 f"choose one of {', '.join(variant_name(m) for m in candidates)}, or unset it.")
+        return CpuBackend(forced, exact, named[0].name, "chosen by LOCALCHAT_CPU_VARIANT")
     key = _machine_key(variant_modules(exact))
     remembered = _remembered(key, exact) if not simulate_crash else None
-    if remembered is not None and (lib_dir() / ("exact" if exact else "") / remembered.module).is_file():
+    if remembered is not None and (candidates[0].parent / remembered.module).is_file():
         return remembered
     refused: list[str] = []
+    proof_model = _proof_model(model)
     for module in candidates:
-        problem = prove(module, model, crash=variant_name(module) in simulate_crash)
-        if problem == "model":  # the file would not load: the worker says why; judge kernels next time
+        problem = prove(module, proof_model, crash=variant_name(module) in simulate_crash)
+        if problem == "inconclusive":  # the file would not load or took too long: no verdict on the kernels
             return CpuBackend(variant_name(module), exact, module.name, "not yet proven", refused)
         if problem is None:
             best = variant_name(candidates[0])
@@ -223,31 +263,34 @@ def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset(
             return backend
         log.warning("CPU kernels %s %s in a test run; trying the next best", variant_name(module), problem)
         refused.append(f"{variant_name(module)}: {problem}")
-    from ..errors import ModelLoadError
-
     raise ModelLoadError("no CPU variant of llama.cpp ran here (" + "; ".join(refused) + "); reinstall "
                          "localchat (`bash scripts/setup.sh`) and report this with `localchat probe`.")
 
 
+_lock = threading.Lock()  # choosing, switching and counting models happen as one
 _active: CpuBackend | None = None
 _active_reg: int | None = None
+_models = 0  # models loaded in this process: the kernels may change only while there are none
 
 
 def _load_module(module: Path) -> int:
-    llama_cpp.llama_backend_init()
+    # Before llama_backend_init: with nothing registered it would load whatever ggml finds beside
+    # the executable or in the current folder, and llama.cpp takes the first CPU device registered.
     reg = _ggml().ggml_backend_load(str(module).encode())
     if not reg:
         raise RuntimeError(f"llama.cpp could not load its CPU kernels from {module}")
+    llama_cpp.llama_backend_init()
     return reg
 
 
-def _load_other_backends() -> None:
-    """GPU backends built as modules (CUDA, Vulkan, ...): ggml keeps those the machine can't use out."""
+def _load_other_backends(exact: bool) -> None:
+    """GPU backends built as modules (CUDA, Vulkan, ...): ggml keeps those the machine can't use out.
+    The deterministic mode leaves BLAS out: it takes the prompt's matrix products off our kernels."""
     lib = _ggml()
     for module in sorted(lib_dir().iterdir()):
         name = module.name
         if (module.suffix in _MODULE_SUFFIXES and name.startswith(("libggml-", "ggml-")) and "ggml-cpu" not in name
-                and not name.startswith(("libggml-base", "ggml-base"))):
+                and not name.startswith(("libggml-base", "ggml-base")) and not (exact and "blas" in name)):
             lib.ggml_backend_load(str(module).encode())
 
 
@@ -269,17 +312,38 @@ def describe(exact: bool = False) -> str:
             "proven in a test run at the first model load)")
 
 
-def activate(exact: bool, model: Path, live_workers: int) -> CpuBackend:
-    """Make this process run the CPU kernels of the given mode, choosing them on first use.
+def acquire(exact: bool, model: Path) -> CpuBackend:
+    """Before loading a model: make this process run the CPU kernels of its mode (chosen on first
+    use) and count the model in; `release()` when it is freed.
 
     A process switches kernels only while no model is loaded: llama.cpp binds a model to the CPU
     backend registered when it was loaded. Until then a default-mode model runs on the exact kernels
     already in use (slower, still correct); a deterministic one beside fast kernels is refused.
     """
+    global _models
+    with _lock:
+        backend = _activate(exact, model)
+        _models += 1
+        return backend
+
+
+def release() -> None:
+    global _models
+    with _lock:
+        _models -= 1
+
+
+def activate(exact: bool, model: Path) -> CpuBackend:
+    """The kernels for code that loads models itself (the bindings' `Llama` in benchmarks)."""
+    with _lock:
+        return _activate(exact, model)
+
+
+def _activate(exact: bool, model: Path) -> CpuBackend:
     global _active, _active_reg
     if _active is not None and (_active.exact == exact or _active.variant == "built-in"):
         return _active
-    if _active is not None and live_workers:
+    if _active is not None and _models:
         if _active.exact:  # exact kernels serve the default mode too, only slower
             return _active
         from ..errors import EngineError
@@ -290,17 +354,15 @@ def activate(exact: bool, model: Path, live_workers: int) -> CpuBackend:
     if _active_reg is not None:
         _ggml().ggml_backend_unload(_active_reg)
         _active_reg = None
-    else:
-        llama_cpp.llama_backend_init()
-        if backend.variant != "built-in":
-            _load_other_backends()
-        else:  # a single CPU module (a GPU build without variants), or nothing to load
-            lib = _ggml()
-            lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-            lib.ggml_backend_load_all_from_path(str(lib_dir()).encode())
+    elif backend.variant != "built-in":
+        _load_other_backends(exact)
     if backend.variant != "built-in":
-        folder = lib_dir() / "exact" if exact else lib_dir()
-        _active_reg = _load_module(folder / backend.module)
+        _active_reg = _load_module((lib_dir() / "exact" if exact else lib_dir()) / backend.module)
+    elif _active is None:  # a single CPU module (a GPU build without variants), or nothing to load
+        lib = _ggml()
+        lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+        lib.ggml_backend_load_all_from_path(str(lib_dir()).encode())
+        llama_cpp.llama_backend_init()
     _active = backend
     log.info("CPU kernels: %s (%s)", backend.variant, backend.reason)
     return backend

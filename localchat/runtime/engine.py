@@ -22,7 +22,7 @@ from .draft_model import DraftModel
 from .sequence import Sequence
 from .speculative import Drafter, PromptLookup, SpecConfig, Speculator, StepCosts
 from .text_output import TextOutput
-from .threads import ThreadTuner
+from .threads import ThreadTuner, width_class
 from .worker import BatchRow, Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -75,9 +75,8 @@ class Engine:
         self.steps = 0  # steps run so far (tests and benchmarks read it)
         self.placement = "one worker"  # what runs where, in words (the CLI names the devices)
         self.step_log: list[tuple[float, float, int, int]] | None = None  # (start, seconds, tokens, decode rows)
-        # Thread counts for single-token steps and for batches, tuned apart (threads.py).
-        self.tuners = (ThreadTuner(worker.max_threads), ThreadTuner(worker.max_threads, react_to_slowdown=False)) \
-            if adapt_threads else None
+        # Thread counts tuned per class of step width (threads.py); None keeps the configured count.
+        self.tuners: dict[int, ThreadTuner] | None = {} if adapt_threads else None
         self.speculator: Speculator | None = None
         if drafter is not None:
             self.speculator = Speculator(drafter, StepCosts(), spec_config or SpecConfig())
@@ -262,11 +261,11 @@ class Engine:
                           r.want_logits, all_logits=r.seq.id in drafts) for r in rows]
         width = sum(len(b.tokens) for b in batch)
         t0 = time.perf_counter()
-        threads = self._set_threads(width, t0)
+        tuner = self._tuner(width, t0)
         last = self.worker.decode(batch)
         seconds = time.perf_counter() - t0
-        if self.tuners is not None:
-            self.tuners[width > 1].record(threads, width, seconds, t0 + seconds)
+        if tuner is not None:
+            tuner.record(self.worker.threads[width > 1], seconds, t0 + seconds)
         self.steps += 1
         self.scheduler.budget.record(step.num_tokens, step.num_decode_rows, seconds)
         if step.num_decode_rows == 0:  # prompt tokens alone: their cost grows with the context read so far
@@ -304,14 +303,19 @@ class Engine:
             outside = time.perf_counter() - t_step - seconds - catch_up
             self.speculator.record_overhead(max(len(d) for d in drafts.values()), outside)
 
-    def _set_threads(self, width: int, now: float) -> int:
-        """The thread count for a step of `width` tokens (llama.cpp: one count for single tokens, one for batches)."""
+    def _tuner(self, width: int, now: float) -> ThreadTuner | None:
+        """Set the threads for a step of `width` tokens; the tuner that will hear how it went.
+        (llama.cpp keeps one count for single tokens and one for batches.)"""
         if self.tuners is None:
-            return self.worker.threads[width > 1]
-        single, batch = self.tuners
-        threads = (batch if width > 1 else single).choose(width, now)
-        self.worker.set_threads(single.threads if width > 1 else threads, threads if width > 1 else batch.threads)
-        return threads
+            return None
+        kind = width_class(width)
+        tuner = self.tuners.get(kind)
+        if tuner is None:
+            tuner = self.tuners[kind] = ThreadTuner(self.worker.max_threads, now, react_to_slowdown=kind == 1)
+        threads = tuner.choose(now)
+        single, batch = self.worker.threads
+        self.worker.set_threads(threads if width == 1 else single, threads if width > 1 else batch)
+        return tuner
 
     def _drafts(self, step: Step) -> dict[str, list[int]]:
         """Draft tokens for this step's decoding sequences, where speculation is predicted to pay."""

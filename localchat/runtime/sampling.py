@@ -86,8 +86,10 @@ class Sampler:
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
         """Sample from the logits of batch position `index` and record the token in the chain."""
         if self._argmax_of:
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(self._argmax_of,))
-            return int(logits.argmax())  # the first of equal maxima, as llama.cpp's greedy sampler
+            pointer = llama_cpp.llama_get_logits_ith(ctx, index)
+            assert pointer, index  # the engine asks only for positions it requested logits of
+            return int(np.ctypeslib.as_array(pointer, shape=(self._argmax_of,)).argmax())  # the first
+            # of equal maxima, as llama.cpp's greedy sampler takes
         return llama_cpp.llama_sampler_sample(self._chain, ctx, index)
 
     def accept(self, token: int) -> None:

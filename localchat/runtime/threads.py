@@ -1,10 +1,10 @@
 """Thread counts that follow a busy machine.
 
 When another program holds a core, llama.cpp's threads wait on each other at every barrier and a
-2-thread decode on 2 cores drops to half the speed of 1 thread (measured: 26 vs 55.6 tok/s). The
-tuner watches step times per thread count and batch width, tries a neighbouring count now and then
-(at once when steps slow down, rarely while they hold steady), and keeps whichever is faster.
-Single-token steps and batches are tuned apart: llama.cpp gives them separate thread counts.
+2-thread decode on 2 cores drops to half the speed of 1 thread (measured: 26 vs 55.6 tok/s). A
+tuner watches the step times of one kind of step (single tokens, or batches of about one width:
+the engine keeps one tuner per width class), tries another count now and then (at once when single
+tokens slow down, rarely while they hold steady) and keeps whichever is faster.
 Pure Python: the engine reports step times and applies the counts.
 """
 
@@ -21,9 +21,10 @@ MIN_GAIN = 0.05  # a trial count must be this much faster to be kept (steps are 
 SLOWDOWN = 1.25  # steps this much slower than their best recent median: look for a better count now
 EXPLORE_FIRST_S = 1.0  # wait before the first trial; doubles after each trial that lost, up to:
 EXPLORE_MAX_S = 8.0
+RECENT = 7  # steps whose median stands for a count
 
 
-def width_bucket(width: int) -> int:
+def width_class(width: int) -> int:
     """Steps of comparable cost: 1, 2, 3-4, 5-8, ... tokens."""
     return 1 if width <= 1 else 1 << (width - 1).bit_length()
 
@@ -31,21 +32,20 @@ def width_bucket(width: int) -> int:
 @dataclass(slots=True)
 class _Trial:
     threads: int
-    bucket: int
     seconds: list[float] = field(default_factory=list)
 
 
 class ThreadTuner:
-    """The thread count for one kind of step (single tokens, or batches)."""
+    """The thread count for one kind of step."""
 
     def __init__(self, max_threads: int, now: float = 0.0, react_to_slowdown: bool = True) -> None:
         self.max_threads = max(1, max_threads)
+        self.threads = self.max_threads
         # Single tokens cost about the same step after step, so a slower run of them means other
         # programs took cores; prompt chunks get dearer as the context fills, so they only trial.
         self.react_to_slowdown = react_to_slowdown
-        self.threads = self.max_threads
-        self._recent: dict[tuple[int, int], deque[float]] = {}
-        self._best: dict[tuple[int, int], float] = {}
+        self._recent: dict[int, deque[float]] = {}
+        self._best: dict[int, float] = {}
         self._trial: _Trial | None = None
         self._search = self._candidates()  # counts to try soon: at start, after a slowdown or a win
         self._cycle = 0  # which candidate the next routine trial takes
@@ -53,54 +53,49 @@ class ThreadTuner:
         self._next_trial = now + EXPLORE_FIRST_S
         self.changes = 0  # how often the count changed (benchmarks and tests read it)
 
-    def choose(self, width: int, now: float) -> int:
-        """Threads for the next step of `width` tokens."""
-        bucket = width_bucket(width)
+    def choose(self, now: float) -> int:
+        """Threads for the next step."""
         if self._trial is None and self.max_threads > 1 and (self._search or now >= self._next_trial) \
-                and self._median(self.threads, bucket) is not None:
+                and self._median(self.threads) is not None:
             if self._search:
                 candidate = self._search.pop(0)
             else:
                 options = self._candidates()
                 candidate = options[self._cycle % len(options)]
                 self._cycle += 1
-            self._trial = _Trial(candidate, bucket)
-        if self._trial is not None and self._trial.bucket == bucket:
-            return self._trial.threads
-        return self.threads
+            self._trial = _Trial(candidate)
+        return self._trial.threads if self._trial is not None else self.threads
 
-    def record(self, threads: int, width: int, seconds: float, now: float) -> None:
-        """A step of `width` tokens took `seconds` with `threads` threads."""
-        bucket = width_bucket(width)
+    def record(self, threads: int, seconds: float, now: float) -> None:
+        """A step took `seconds` with `threads` threads."""
         trial = self._trial
-        if trial is not None and threads == trial.threads and bucket == trial.bucket:
+        if trial is not None and threads == trial.threads:
             trial.seconds.append(seconds)
             if len(trial.seconds) >= PROBE_STEPS or sum(trial.seconds) >= PROBE_SECONDS:
                 self._judge(trial, now)
             return
-        key = (threads, bucket)
-        recent = self._recent.setdefault(key, deque(maxlen=7))
+        recent = self._recent.setdefault(threads, deque(maxlen=RECENT))
         recent.append(seconds)
-        if threads != self.threads or len(recent) < recent.maxlen:
+        if threads != self.threads or len(recent) < RECENT:
             return
         median = statistics.median(recent)
-        best = self._best.get(key)
+        best = self._best.get(threads)
         if best is None or median < best:
-            self._best[key] = median
+            self._best[threads] = median
         elif median > best * SLOWDOWN and not self._search and self.react_to_slowdown:
             # Something took cores: search now, and let this count's figure start afresh so
             # that it is compared as it runs today.
             self._search = self._candidates()
-            self._best[key] = median
+            self._best[threads] = median
 
     def _judge(self, trial: _Trial, now: float) -> None:
         self._trial = None
-        current = self._median(self.threads, trial.bucket)
+        current = self._median(self.threads)
         tried = statistics.median(trial.seconds)
         if current is not None and tried < current * (1 - MIN_GAIN):
-            for table in (self._recent, self._best):
-                table.pop((self.threads, trial.bucket), None)
-            self._recent[(trial.threads, trial.bucket)] = deque(trial.seconds, maxlen=7)
+            self._recent.pop(self.threads, None)
+            self._best.pop(self.threads, None)
+            self._recent[trial.threads] = deque(trial.seconds, maxlen=RECENT)
             self.threads = trial.threads
             self.changes += 1
             self._search = self._candidates()  # the best may lie further the same way
@@ -110,16 +105,17 @@ class ThreadTuner:
         self._next_trial = now + max(self._interval, sum(trial.seconds) / TRIAL_SHARE)
 
     def _candidates(self) -> list[int]:
-        """Counts worth a trial from here, nearest first: a neighbour either way and a few jumps
-        down (threads beyond the free cores all stall alike, so one step down can show no gain)."""
+        """Counts worth a trial from here, nearest first: a neighbour either way, a few jumps down
+        (threads beyond the free cores all stall alike, so one step down can show no gain) and
+        all of them (near the top each extra thread gains less than a trial can tell)."""
         n = self.threads
-        options = (n - 1, n + 1, n - 2, n // 2, n - 4)
+        options = (n - 1, n + 1, n - 2, n // 2, n - 4, self.max_threads)
         seen: list[int] = []
         for c in options:
             if 1 <= c <= self.max_threads and c != n and c not in seen:
                 seen.append(c)
         return seen
 
-    def _median(self, threads: int, bucket: int) -> float | None:
-        recent = self._recent.get((threads, bucket))
+    def _median(self, threads: int) -> float | None:
+        recent = self._recent.get(threads)
         return statistics.median(recent) if recent and len(recent) >= 3 else None

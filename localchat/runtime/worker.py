@@ -83,14 +83,15 @@ def check_gguf_file(path: Path) -> None:
 class Worker:
     """One model + one context with room for `n_seq_max` sequences sharing a unified KV cache."""
 
-    live = 0  # contexts open in this process: the CPU kernels may change only while none is
-
     def __init__(self, model_path: str | Path, config: WorkerConfig | None = None) -> None:
         self.config = config or WorkerConfig()
         self.model_path = Path(model_path)
         llama_log.install()
         check_gguf_file(self.model_path)
-        self.cpu_backend = backends.activate(self.config.deterministic, self.model_path, Worker.live)
+        self.cpu_backend = backends.acquire(self.config.deterministic, self.model_path)
+        if self.config.deterministic and self.config.n_gpu_layers:
+            log.warning("--deterministic holds for the CPU kernels; layers offloaded to a GPU round as its "
+                        "kernels do, which may depend on the batch")
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = self.config.n_gpu_layers
         mparams.main_gpu = self.config.main_gpu
@@ -106,6 +107,7 @@ class Worker:
         llama_log.recent_problems.clear()
         model = llama_cpp.llama_model_load_from_file(str(self.model_path).encode(), mparams)
         if not model:
+            backends.release()
             reason = "; ".join(llama_log.recent_problems) or "llama.cpp gave no reason"
             raise ModelLoadError(
                 f"could not load {self.model_path} ({reason}). The file may be truncated or corrupt: "
@@ -121,6 +123,7 @@ class Worker:
         cparams.n_ubatch = self.config.n_batch
         if self.config.deterministic:
             cparams.type_k = cparams.type_v = GGML_TYPE_Q8_0
+            cparams.op_offload = False  # a GPU would take the prompt's big matrix products, not single tokens
         cparams.n_seq_max = self.config.n_seq_max
         self.max_threads = self.config.n_threads or default_threads()
         cparams.n_threads = self.max_threads
@@ -140,10 +143,10 @@ class Worker:
             ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             llama_cpp.llama_model_free(model)
+            backends.release()
             reason = "; ".join(llama_log.recent_problems) or "out of memory?"
             raise ModelLoadError(f"could not create a context of {self.config.n_ctx} tokens ({reason}); try a smaller n_ctx.")
         self.ctx = ctx
-        Worker.live += 1
         self.threads = (self.max_threads, self.max_threads)  # (single-token steps, batches)
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.fingerprint = self._fingerprint(cparams)
@@ -301,7 +304,7 @@ class Worker:
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self.ctx)
             self.ctx = None
-            Worker.live -= 1
         if getattr(self, "model", None):
             llama_cpp.llama_model_free(self.model)
             self.model = None
+            backends.release()

@@ -15,6 +15,7 @@ from typing import Iterator
 # The planner quotes decode speed with this many tokens already in the KV cache; measuring at the
 # same fill makes predicted and measured numbers comparable.
 from ..models.placement import DECODE_FILL
+from ..workloads import document, greedy
 
 MIB = 1 << 20
 # llama.cpp reports each buffer it allocates, e.g. "CPU KV buffer size = 180.00 MiB"; the device
@@ -101,15 +102,8 @@ def capture_buffers() -> Iterator[dict[str, int]]:
 
 
 def filler(num_lines: int, seed: int = 0) -> str:
-    """Deterministic prose with numbers (about 20 tokens per line) for timing runs."""
-    return "\n".join(f"Entry {seed}-{i}: crate {i * 37 % 997} left dock {i % 13} with {i * 11 % 89} parts."
-                     for i in range(num_lines))
-
-
-def _greedy(n: int):
-    from ..runtime.sampling import SamplingParams
-
-    return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+    """Deterministic prose with numbers for timing runs, `num_lines` lines of it."""
+    return document(23 * num_lines, seed)
 
 
 def _speeds(engine, fill: int, n_decode: int, repeats: int) -> tuple[float, float]:
@@ -126,11 +120,11 @@ def _speeds(engine, fill: int, n_decode: int, repeats: int) -> tuple[float, floa
     for stage in range(1, stages + 1):
         num_lines = int(fill * stage / stages / tokens_per_line)
         prompt = "\n".join(lines[:num_lines]) + "\n"
-        stats = engine.submit(Request(prompt=prompt, sampling=_greedy(n_decode))).result().stats
+        stats = engine.submit(Request(prompt=prompt, sampling=greedy(n_decode))).result().stats
         if stats.prompt_tokens - stats.cached_tokens >= 64:
             prefill.append(stats.prefill_tokens_per_s)
     for _ in range(repeats):
-        stats = engine.submit(Request(prompt=prompt, sampling=_greedy(n_decode))).result().stats
+        stats = engine.submit(Request(prompt=prompt, sampling=greedy(n_decode))).result().stats
         decode.append(stats.tokens_per_s)
     return statistics.median(prefill or [0.0]), statistics.median(decode)
 
@@ -142,13 +136,13 @@ def _step_costs(engine, widths: tuple[int, ...], chunks: tuple[int, ...], n_step
     engine.step_log = []
     for width in widths:
         streams = [engine.submit(Request(prompt=f"Count from {width * 100 + i}: {width * 100 + i},",
-                                         sampling=_greedy(n_steps))) for i in range(width)]
+                                         sampling=greedy(n_steps))) for i in range(width)]
         for stream in streams:
             stream.result()
     decode_log, engine.step_log = engine.step_log, []
     for size in chunks:
         # Alone in the engine, a prompt of `size` tokens is one prefill step of (nearly) that width.
-        engine.submit(Request(prompt=filler(max(1, size // 20), seed=1000 + size), sampling=_greedy(1))).result()
+        engine.submit(Request(prompt=filler(max(1, size // 20), seed=1000 + size), sampling=greedy(1))).result()
     chunk_log, engine.step_log = engine.step_log, None
     by_width: dict[int, list[float]] = defaultdict(list)
     for _, seconds, width, decode_rows in decode_log:
