@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from localchat.bench import Report, isolated, llama_bench, our_llama_bench, single_stream
+from localchat.bench import Report, isolated, single_stream_table
 from localchat.hardware.probe import probe
 
 
@@ -22,29 +22,13 @@ def main() -> int:
     args = parser.parse_args()
     hardware = isolated(probe, True)
     report = Report()
-    emit = report.emit
     for gpu in hardware.gpus:
-        emit(f"GPU {gpu.index}: {gpu.name}, {gpu.memory_total / 2**30:.0f} GiB, bandwidth "
-             f"{(gpu.bandwidth or 0) / 1e9:.0f} GB/s ({'measured' if gpu.measured_bandwidth else 'spec'})")
-    emit("")
-    s = single_stream(args.model, args.repeats, n_decode=128, n_prefill=512)
-    pre, dec = [s["ours_prefill"], s["ref_prefill"]], [s["ours_decode"], s["ref_decode"]]
-    bench = our_llama_bench()
-    if bench:
-        p, d = llama_bench(bench, args.model, args.repeats)
-        pre.append(p)
-        dec.append(d)
+        report.emit(f"GPU {gpu.index}: {gpu.name}, {gpu.memory_total / 2**30:.0f} GiB, bandwidth "
+                    f"{(gpu.bandwidth or 0) / 1e9:.0f} GB/s ({'measured' if gpu.measured_bandwidth else 'spec'})")
+    report.emit("")
     bandwidth = hardware.gpus[0].bandwidth if hardware.gpus else None
-    roofline = bandwidth / args.model.stat().st_size if bandwidth else 0.0
-    emit(f"### {args.model.name}, all layers on GPU 0 (medians of {args.repeats})")
-    emit("")
-    emit("| | ours | Llama | llama-bench (ours) | ours / best |")
-    emit("|---|---|---|---|---|")
-    emit("| prefill-512 | " + " | ".join(f"{v:.0f} tok/s" for v in pre) + f" | {pre[0] / max(pre):.2f} |")
-    emit("| decode | " + " | ".join(f"{v:.1f} tok/s" for v in dec) + f" | {dec[0] / max(dec):.2f} |")
-    if roofline:
-        emit("")
-        emit(f"Decode roofline {roofline:.0f} tok/s (bandwidth / file size): ours at {100 * dec[0] / roofline:.0f}%.")
+    single_stream_table(report.emit, {f"{args.model.name}, all layers on GPU 0": args.model}, args.repeats,
+                        quick=False, bandwidth=bandwidth, where="GPU 0")
     report.save(args.output)
     return 0
 

@@ -247,15 +247,18 @@ def our_llama_bench() -> Path | None:
     return run if (run / "llama-bench").is_file() else None
 
 
-def single_stream_table(emit, files: dict[str, Path], repeats: int, quick: bool) -> None:
+def single_stream_table(emit, files: dict[str, Path], repeats: int, quick: bool,
+                        bandwidth: float | None = None, where: str = "host copy") -> None:
+    """The four runners side by side on each file; `bandwidth` (bytes/s) makes the decode
+    roofline, the host's measured copy bandwidth unless given (a GPU's)."""
     from .hardware.bandwidth import measure_host_bandwidth
     from .runtime import backends
 
     ours_bench, native = our_llama_bench(), os.environ.get("LLAMA_CPP_BIN")
-    bandwidth = measure_host_bandwidth(seconds=1.0) or 0.0
+    bandwidth = bandwidth or measure_host_bandwidth(seconds=1.0) or 0.0
     emit(f"### Single stream: prefill of ~512 tokens and decode of {64 if quick else 128} (medians of {repeats})")
     emit("")
-    emit(f"Our CPU kernels: {backends.describe()}; host copy bandwidth {bandwidth / 1e9:.1f} GB/s. "
+    emit(f"Our CPU kernels: {backends.describe()}; {where} bandwidth {bandwidth / 1e9:.1f} GB/s. "
          "llama-bench (ours) drives our wheel's own libraries; native is llama.cpp built with -march=native and llamafile."
          + ("" if ours_bench else " Run benchmarks/build-llama-bench.sh to add llama-bench."))
     emit("")
