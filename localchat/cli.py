@@ -86,16 +86,27 @@ def _window_epilog(window: list[argparse.Action]) -> str:
     return "\n".join(lines)
 
 
-def _sampling_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--system", help="system prompt")
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--top-p", type=float, default=0.95, dest="top_p")
-    parser.add_argument("--top-k", type=int, default=40, dest="top_k")
-    parser.add_argument("--min-p", type=float, default=0.05, dest="min_p")
-    parser.add_argument("--repeat-penalty", type=float, default=1.0, dest="repeat_penalty")
-    parser.add_argument("--max-tokens", type=int, dest="max_tokens", help="answer length limit in tokens")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+# Sampling flags; unset ones keep SamplingParams' own defaults (one place for them).
+_SAMPLING_FLAGS = (("--temperature", float, "temperature"), ("--top-p", float, "top_p"), ("--top-k", int, "top_k"),
+                   ("--min-p", float, "min_p"), ("--repeat-penalty", float, "repeat_penalty"),
+                   ("--max-tokens", int, "max_tokens"))
+
+
+def _sampling_args(parser: argparse.ArgumentParser, defaults_for: str = "") -> None:
+    """`chat`'s sampling flags; with `defaults_for`, the defaults of what the window or the API is
+    not told per request (a request's own values win)."""
+    from .runtime.sampling import SamplingParams
+
+    group = parser.add_argument_group(f"sampling defaults for {defaults_for}" if defaults_for else "sampling")
+    base = SamplingParams()
+    for flag, kind, dest in _SAMPLING_FLAGS:
+        default = getattr(base, dest)
+        group.add_argument(flag, type=kind, dest=dest,
+                           help=f"default {default}" if default is not None else "answer length limit in tokens")
+    if not defaults_for:
+        group.add_argument("--system", help="system prompt")
+        group.add_argument("--seed", type=int)
+        group.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,9 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend-key", dest="backend_key", help="bearer token to send to the --backend server")
     serve.add_argument("--cors-origin", dest="cors_origins", action="append", default=[], metavar="ORIGIN",
                        help="let web pages from ORIGIN (e.g. http://localhost:3000) call the API; repeatable")
+    _sampling_args(serve, "API requests")
 
     ui = sub.add_parser("ui", help="open the chat window in the browser (the default without a command)")
     _engine_args(ui)
+    _sampling_args(ui, "new chats and API requests")
     parser.epilog = _window_epilog(_window_args(ui))
 
     bench = sub.add_parser("bench", help="run the runtime benchmark (see benchmarks/runtime.py)")
@@ -254,11 +267,16 @@ def arrange_workers(settings: Settings, worker, path, draft):
 
 
 def _sampling(args: argparse.Namespace):
+    """SamplingParams from the sampling flags given; the rest keep their defaults. Checked here, so a
+    bad flag fails before the model loads."""
     from .runtime.sampling import SamplingParams
 
-    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                          repeat_penalty=args.repeat_penalty, seed=args.seed, max_tokens=args.max_tokens,
-                          stop=list(args.stop))
+    params = SamplingParams(seed=getattr(args, "seed", None), stop=list(getattr(args, "stop", [])))
+    for _, _, dest in _SAMPLING_FLAGS:
+        if getattr(args, dest, None) is not None:
+            setattr(params, dest, getattr(args, dest))
+    params.validate()
+    return params
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
@@ -266,7 +284,6 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     sampling = _sampling(args) if hasattr(args, "temperature") else SamplingParams()
-    sampling.validate()  # before the model loads: a bad flag fails fast
     documents = _read_documents(args.files)  # before the model loads: a broken file fails fast
     if documents and args.prompt is None:
         raise RequestError("--file needs a question: localchat chat --file PATH \"What does it say about ...?\"")
@@ -430,7 +447,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from .server.local import served_name
 
     options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key,
-                           backend=args.backend, backend_key=args.backend_key, cors_origins=tuple(args.cors_origins))
+                           backend=args.backend, backend_key=args.backend_key, cors_origins=tuple(args.cors_origins),
+                           sampling=_sampling(args))
     options.bind_host()  # refuse an unsafe address before spending time on a model
     if args.backend:
         return serve(options)
@@ -461,7 +479,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
                 instance.open_browser(running.url)
             return 0
     options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key,
-                           cors_origins=tuple(args.cors_origins))
+                           cors_origins=tuple(args.cors_origins), sampling=_sampling(args))
     host = options.bind_host()  # refuse an unsafe address before spending time on a model
     settings = _settings(args)
     options.port, url = instance.reserve_url(host, options.port, DEFAULT_UI_PORT)

@@ -206,7 +206,9 @@ def test_a_taken_default_port_moves_to_the_next_free_one():
 def test_a_client_leaving_mid_answer_cancels_it(servers: dict[str, str], engine: Engine):
     body = {"model": MODEL, "prompt": COUNTING, "max_tokens": 1500, "temperature": 0}
     for server in ("open", "proxy"):  # the proxy passes the disconnect on to its backend
-        with httpx.stream("POST", f"{servers[server]}/v1/completions", json={**body, "stream": True}) as reply:
+        # A generous read timeout: on a busy machine the first chunk may take longer than httpx's 5 s.
+        with httpx.stream("POST", f"{servers[server]}/v1/completions", json={**body, "stream": True},
+                          timeout=120) as reply:
             for line in reply.iter_lines():
                 if line.startswith("data: {"):
                     break

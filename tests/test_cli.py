@@ -163,3 +163,23 @@ def test_a_logged_user_error_is_one_line_and_a_bug_keeps_its_traceback():
                      "for the names. (ModelNotFoundError)")
     assert rest[0] == "ERROR localchat.check: engine step failed" and rest[1].startswith("Traceback")
     assert rest[-1] == "ValueError: a real bug"
+
+
+def test_window_and_api_take_sampling_defaults_and_requests_still_win(model_path: Path):
+    from localchat.cli import _sampling, build_parser
+    from localchat.server.chat import Sampling
+    from localchat.server.schemas import ChatBody
+
+    for command in ("serve", "ui"):
+        args = build_parser().parse_args([command, "--temperature", "0", "--top-k", "7", "--max-tokens", "9"])
+        defaults = _sampling(args)
+        assert (defaults.temperature, defaults.top_k, defaults.max_tokens, defaults.top_p) == (0.0, 7, 9, 0.95)
+    chat = Sampling.over(defaults)
+    assert (chat.temperature, chat.max_tokens) == (0.0, 9) and chat.params().top_k == 7  # the window
+    body = ChatBody(model="x", messages=[{"role": "user", "content": "hi"}])
+    assert body.to_request(defaults).sampling.top_k == 7  # what a request leaves out
+    body = ChatBody(model="x", messages=[{"role": "user", "content": "hi"}], top_k=3, max_tokens=2)
+    request = body.to_request(defaults)
+    assert (request.sampling.top_k, request.sampling.max_tokens, request.sampling.temperature) == (3, 2, 0.0)
+    bad = run("serve", "--temperature", "9")
+    assert bad.returncode != 0 and "temperature" in bad.stderr and "Traceback" not in bad.stderr

@@ -16,6 +16,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
 from ..errors import ConfigError
+from ..runtime.sampling import SamplingParams
 from .api import Service, build_router
 from .origins import LOOPBACK_NAMES, OriginPolicy, install
 from .wire import error_response
@@ -35,6 +36,7 @@ class ServeOptions:
     backend: str | None = None
     backend_key: str | None = None
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (--cors-origin)
+    sampling: SamplingParams | None = None  # what a request leaves out (the sampling flags); None: the defaults
 
     def policy(self, port: int | None) -> OriginPolicy:
         """Which Host names and browser origins the server on `port` serves."""
@@ -150,7 +152,7 @@ def serve(options: ServeOptions, engine: Any = None, model_name: str = "") -> in
         service: Service = ProxyService(options.backend, options.backend_key, forward_client_auth=not options.api_key)
         what = f"forwarding to {service.base}"
     else:
-        service = LocalService(engine, model_name)
+        service = LocalService(engine, model_name, options.sampling)
         what = f"model {model_name} ({getattr(engine, 'placement', 'one worker')})"
     sock = bind_socket(host, options.port)
     url = url_of(sock)

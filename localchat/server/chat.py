@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -50,16 +51,26 @@ class Runtime:
         old.close()
 
 
+WINDOW_MAX_TOKENS = 512  # a new chat's answer limit unless the server was given --max-tokens
+
+
 @dataclass(slots=True)
 class Sampling:
-    """The per-conversation settings shown in the window."""
+    """The per-conversation settings shown in the window, over the server's sampling defaults."""
 
     temperature: float = 0.7
     top_p: float = 0.95
-    max_tokens: int = 512
+    max_tokens: int = WINDOW_MAX_TOKENS
+    base: SamplingParams = field(default_factory=SamplingParams)  # what the window does not show
+
+    @classmethod
+    def over(cls, base: SamplingParams) -> "Sampling":
+        """A new chat's settings: the server's defaults (`localchat ui --temperature ...`)."""
+        return cls(base.temperature, base.top_p, base.max_tokens or WINDOW_MAX_TOKENS, base)
 
     def params(self) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=int(self.max_tokens))
+        return dataclasses.replace(self.base, temperature=self.temperature, top_p=self.top_p,
+                                   max_tokens=int(self.max_tokens))
 
 
 def title_of(message: str) -> str:

@@ -16,6 +16,7 @@ from ..runtime.chat_template import check_prompt_size
 from ..runtime.template_sandbox import Budget
 from ..runtime.engine import Engine
 from ..runtime.events import Done, Failed, Stats, TextDelta
+from ..runtime.sampling import SamplingParams
 from .bridge import StreamBridge, wait_for_disconnect
 from .schemas import ChatBody, CompletionBody, parse
 from .wire import error_body, sse
@@ -33,9 +34,10 @@ def served_name(model: str) -> str:
 class LocalService:
     """Answers /v1 requests with a local Engine."""
 
-    def __init__(self, engine: Engine, model_name: str) -> None:
+    def __init__(self, engine: Engine, model_name: str, defaults: SamplingParams | None = None) -> None:
         self.engine = engine
         self.model_name = model_name
+        self.defaults = defaults or SamplingParams()  # what a request leaves out
         self.created = int(time.time())
         self._budgets: set[Budget] = set()  # requests being rendered and tokenized right now
 
@@ -71,7 +73,7 @@ class LocalService:
 
     async def _generate(self, body: ChatBody | CompletionBody, kind: str, request: HTTPRequest) -> Response:
         self._check_model(body.model)
-        engine_request = body.to_request()
+        engine_request = body.to_request(self.defaults)
         texts = ([m["content"] for m in engine_request.messages] if engine_request.messages is not None
                  else [engine_request.prompt or ""])
         check_prompt_size(texts, self.engine.n_ctx)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -66,9 +68,9 @@ class _Sampled(_Body):
         if self.logprobs:
             raise RequestError("logprobs are not supported by this server; leave them out.", "logprobs")
 
-    def sampling(self) -> SamplingParams:
-        """SamplingParams with the fields the client set; the engine's defaults for the rest."""
-        params = SamplingParams()
+    def sampling(self, defaults: SamplingParams | None = None) -> SamplingParams:
+        """SamplingParams with the fields the client set; the server's defaults for the rest."""
+        params = dataclasses.replace(defaults) if defaults is not None else SamplingParams()
         for name in ("temperature", "top_k", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if value is not None:
@@ -81,7 +83,8 @@ class _Sampled(_Body):
         # -1 is the llama.cpp servers' "random seed"; OpenAI seeds are 64-bit, llama.cpp's are 32.
         if self.seed is not None and self.seed != -1:
             params.seed = self.seed % 2**32
-        params.max_tokens = self.limit()
+        if self.limit() is not None:
+            params.max_tokens = self.limit()
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         params.stop = [s for s in stops if s]  # an empty stop string would end every answer at once
         if len(params.stop) > 16:
@@ -106,11 +109,11 @@ class ChatBody(_Sampled):
         if kind != "text":
             raise RequestError(f"response_format {kind!r} is not supported; only 'text' is.", "response_format")
 
-    def to_request(self) -> Request:
+    def to_request(self, defaults: SamplingParams | None = None) -> Request:
         self.check()
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": _text(m, i)}
                     for i, m in enumerate(self.messages)]
-        return Request(messages=messages, sampling=self.sampling())
+        return Request(messages=messages, sampling=self.sampling(defaults))
 
 
 class CompletionBody(_Sampled):
@@ -130,12 +133,12 @@ class CompletionBody(_Sampled):
         if isinstance(self.prompt, list) and len(self.prompt) != 1:
             raise RequestError("send one prompt per request (a string, or a list of exactly one string).", "prompt")
 
-    def to_request(self) -> Request:
+    def to_request(self, defaults: SamplingParams | None = None) -> Request:
         self.check()
         prompt = self.prompt if isinstance(self.prompt, str) else self.prompt[0]
         if not prompt:
             raise RequestError("prompt is empty; send some text to complete.", "prompt")
-        return Request(prompt=prompt, sampling=self.sampling())
+        return Request(prompt=prompt, sampling=self.sampling(defaults))
 
 
 def _text(message: ChatMessage, index: int) -> str:

@@ -107,7 +107,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             if not text.strip():
                 yield gr.skip(), gr.skip(), cid, docs, gr.skip(), gr.skip(), gr.skip()
                 return
-            sampling = Sampling(temp, tp, int(mx))
+            sampling = Sampling(temp, tp, int(mx), defaults.base)
             try:
                 cid = core.add_user_turn(cid, text, docs, sys_prompt, sampling)
             except Exception as exc:
@@ -131,7 +131,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 raise user_error("nothing to regenerate yet; send a message first.")
             last_user = max(i for i, m in enumerate(conv.messages) if m.role == "user")
             store.truncate(conv.id, last_user + 1)
-            yield from stream_reply(conv.id, Sampling(temp, tp, int(mx)))
+            yield from stream_reply(conv.id, Sampling(temp, tp, int(mx), defaults.base))
 
         def edit_last(cid: str | None) -> tuple:
             conv = store.get(cid) if cid else None

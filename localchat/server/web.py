@@ -31,7 +31,7 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
 
     from .ui import CSS, build_ui
 
-    service = LocalService(runtime.engine, served_name(runtime.model))
+    service = LocalService(runtime.engine, served_name(runtime.model), defaults.base if defaults else None)
     runtime.service = service
 
     app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None)
@@ -65,6 +65,8 @@ def run_ui(options: ServeOptions, load: Callable[[str], Engine], model: str, ope
     store = Store()
     runtime = Runtime(engine, model, load)
     try:
+        if defaults is None and options.sampling is not None:
+            defaults = Sampling.over(options.sampling)
         app = create_ui_app(runtime, store, options.api_key, defaults, options.policy(sock.getsockname()[1]))
         url = url_of(sock)
         exposed = "" if is_loopback(host) else f" (listening on {host}; log in as '{UI_USER}' with the API key)"
