@@ -206,6 +206,7 @@ def test_a_taken_default_port_moves_to_the_next_free_one():
 def test_a_client_leaving_mid_answer_cancels_it(servers: dict[str, str], engine: Engine):
     body = {"model": MODEL, "prompt": COUNTING, "max_tokens": 1500, "temperature": 0}
     for server in ("open", "proxy"):  # the proxy passes the disconnect on to its backend
+        steps = engine.steps
         # A generous read timeout: on a busy machine the first chunk may take longer than httpx's 5 s.
         with httpx.stream("POST", f"{servers[server]}/v1/completions", json={**body, "stream": True},
                           timeout=120) as reply:
@@ -213,11 +214,15 @@ def test_a_client_leaving_mid_answer_cancels_it(servers: dict[str, str], engine:
                 if line.startswith("data: {"):
                     break
             assert engine.scheduler.running, "the request should still be generating"
-        assert wait_idle(engine), f"{server}: the engine kept generating for a client that left"
-    # Without streaming, a client that times out has left too.
+        assert wait_idle(engine, seconds=120), f"{server}: the engine kept generating for a client that left"
+        assert engine.steps - steps < 1000, f"{server}: the request ran (nearly) to its end after its client left"
+    # Without streaming, a client that times out has left too. Cancelled, the request ends long
+    # before its 1,500 tokens (counted in engine steps, so a busy machine cannot fake a pass).
+    steps = engine.steps
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{servers['open']}/v1/completions", json=body, timeout=1.0)
-    assert wait_idle(engine), "a non-streaming request outlived its client"
+    assert wait_idle(engine, seconds=120), "a non-streaming request outlived its client"
+    assert engine.steps - steps < 1000, "the request ran (nearly) to its end after its client left"
 
 
 def test_backend_proxy_forwards_everything(servers: dict[str, str], client: openai.OpenAI):
