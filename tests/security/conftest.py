@@ -15,9 +15,11 @@ from localchat.server.local import LocalService
 from ui_server import RunningUI, serve_in_thread, start_ui  # noqa: F401 - serve_in_thread for the tests
 
 MODEL = "smollm2-135m"
+# Module-scoped, not session-scoped: the default-mode models these servers load must be closed
+# before the deterministic tests outside this package (a process switches kernels only without models).
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine(model_path: Path) -> Iterator[Engine]:
     # One thread: the suite must pass beside other work on a two-core machine.
     config = EngineConfig(worker=WorkerConfig(n_ctx=2048, n_threads=1, n_seq_max=8))
@@ -25,13 +27,13 @@ def engine(model_path: Path) -> Iterator[Engine]:
         yield engine
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def window(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
     """The chat window and its API on one server, as `localchat` runs them."""
     yield from start_ui(model_path, tmp_path_factory.mktemp("window") / "conversations.sqlite3")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def api(engine: Engine) -> Iterator[str]:
     """The URL of `localchat serve`'s app (no key, loopback) on the shared engine."""
     url, server, thread = serve_in_thread(create_app(LocalService(engine, MODEL)))
