@@ -65,8 +65,9 @@ def _ggml() -> ctypes.CDLL:
     """libggml as libllama links it. A wheel holds copies, not links, of libggml.so, .so.0 and
     .so.0.x.y: opening another name than libllama's would give a second ggml with its own registry."""
     lib = lib_dir()
-    names = sorted((p.name for p in lib.iterdir() if p.name.startswith(("libggml.so.", "libggml.")) and
-                    p.name.count(".") >= 2 and "-" not in p.name), key=len)
+    # libggml.so.0 (or libggml.0.dylib): the shortest versioned name is the one libllama links.
+    names = sorted((p.name for p in lib.iterdir() if p.name.startswith("libggml.") and p.name.count(".") >= 2),
+                   key=len)
     for name in [*names, "libggml.so", "libggml.dylib", "ggml.dll"]:
         if (lib / name).is_file():
             libggml = ctypes.CDLL(str(lib / name))
