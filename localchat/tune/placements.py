@@ -65,8 +65,9 @@ class MixedResult:
 
 
 def _turn(engine: Engine, n: int, n_chats: int, tokens: int, gaps: list, ttfts: list,
-          stop: threading.Event | None = None) -> None:
-    """`n_chats` answers at once, each read on its own thread so stamps are taken on arrival."""
+          stop: threading.Event | None = None, streaming: threading.Event | None = None) -> None:
+    """`n_chats` answers at once, each read on its own thread so stamps are taken on arrival.
+    `streaming` is set at the first token; each answer is cancelled at its first token after `stop`."""
     def read(i: int) -> None:
         t0 = time.perf_counter()
         stream = engine.submit(Request(prompt=f"Turn {n}.{i}: a short story about a lighthouse keeper:",
@@ -77,6 +78,8 @@ def _turn(engine: Engine, n: int, n_chats: int, tokens: int, gaps: list, ttfts: 
                 now = time.perf_counter()
                 if last is None:
                     ttfts.append((t0, now - t0))
+                    if streaming is not None:
+                        streaming.set()
                 else:
                     gaps.append((last, now))
                 last = now
@@ -92,14 +95,16 @@ def _turn(engine: Engine, n: int, n_chats: int, tokens: int, gaps: list, ttfts: 
 
 def mixed_workload(engine: Engine, placement: str, doc_tokens: int, turn_tokens: int = 96,
                    n_chats: int = 2) -> MixedResult:
-    """Chats alone, then chats while a ~`doc_tokens` document is read; gaps that overlap the read count."""
+    """Chats alone, then chats while a ~`doc_tokens` document is read; gaps that overlap the read count.
+    The read starts once the chats stream, so even a read shorter than one step lies inside a gap."""
     idle: list = []
     for n in range(2):
         _turn(engine, n, n_chats, turn_tokens, idle, [])
     window: dict = {}
-    done = threading.Event()
+    done, streaming = threading.Event(), threading.Event()
 
     def read_document() -> None:
+        streaming.wait()
         window["start"] = time.perf_counter()
         window["result"] = engine.submit(Request(prompt=document(doc_tokens, seed=7),
                                                  sampling=SamplingParams(temperature=0.0, max_tokens=1))).result()
@@ -109,11 +114,10 @@ def mixed_workload(engine: Engine, placement: str, doc_tokens: int, turn_tokens:
     busy: list = []
     ttfts: list = []
     reader = threading.Thread(target=read_document)
+    reader.start()
     n = 2
     while not done.is_set():
-        if n == 3:
-            reader.start()
-        _turn(engine, n, n_chats, turn_tokens, busy, ttfts, done)
+        _turn(engine, n, n_chats, turn_tokens, busy, ttfts, done, streaming)
         n += 1
     reader.join()
     start, end, stats = window["start"], window["end"], window["result"].stats
