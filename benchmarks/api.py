@@ -23,8 +23,8 @@ from localchat.workloads import document
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.worker import WorkerConfig, default_threads
-from localchat.server.app import bind_socket, create_app, url_of
-from localchat.server.local import LocalService
+from localchat.api.app import bind_socket, create_app, url_of
+from localchat.api.local import LocalService
 
 
 def start_server(engine: Engine) -> tuple[str, uvicorn.Server]:

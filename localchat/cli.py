@@ -12,6 +12,7 @@ import sys
 import textwrap
 from typing import Any, Callable
 
+from .assemble import open_engine, progress_bar
 from .config import PLACEMENT_HELP, PLACEMENTS, Settings, load_settings
 from .errors import LocalchatError, RequestError
 from .logging_setup import one_line_user_errors
@@ -214,58 +215,6 @@ def _settings(args: argparse.Namespace, model: str | None = None) -> Settings:
     return load_settings(overrides)
 
 
-def progress_bar(label: str) -> Callable[[int, int], None]:
-    """A one-line progress display on stderr."""
-    def show(done: int, total: int) -> None:
-        if not sys.stderr.isatty() and done < total:
-            return
-        width = 30
-        filled = int(width * done / total) if total else width
-        end = "\n" if done >= total else ""
-        print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done / 1e6:.0f}/{total / 1e6:.0f} MB",
-              end=end, file=sys.stderr, flush=True)
-    return show
-
-
-def open_engine(settings: Settings, status: Callable[[str], None] | None = None):
-    """Resolve (fetching when needed) and load the configured model; `status` hears when loading starts."""
-    from .models.catalog import catalog_draft, resolve_model
-    from .runtime.engine import Engine, EngineConfig
-    from .runtime.worker import WorkerConfig
-
-    path = resolve_model(settings.model, progress=progress_bar(f"fetching {settings.model}"))
-    worker = WorkerConfig(n_ctx=settings.n_ctx, n_batch=settings.n_batch, n_seq_max=settings.n_seq_max,
-                          n_threads=settings.n_threads, n_gpu_layers=settings.n_gpu_layers,
-                          deterministic=settings.deterministic)
-    draft = None
-    if settings.speculation and not settings.lookup:
-        draft = (resolve_model(settings.draft, progress=progress_bar(f"fetching {settings.draft}"))
-                 if settings.draft else catalog_draft(settings.model))
-    if status is not None:
-        status(f"loading {path.name}")
-    layout = arrange_workers(settings, worker, path, draft)
-    log.info("placement: %s", layout.description)
-    config = EngineConfig(worker=layout.worker, step_budget=settings.step_budget, draft_path=draft,
-                          lookup=settings.speculation and draft is None, prefill=layout.prefill,
-                          draft_worker=layout.draft)
-    engine = Engine.load(path, config)
-    engine.placement = layout.description
-    return engine
-
-
-def arrange_workers(settings: Settings, worker, path, draft):
-    """The workers of the configured placement; the hardware is probed only when it matters."""
-    from .hardware import HardwareInfo
-    from .runtime.devices import ModelSize, arrange
-
-    if settings.placement in ("auto", "single") and not settings.devices:
-        return arrange("single", HardwareInfo(), worker)
-    from .hardware.probe import probe
-
-    return arrange(settings.placement, probe(measure=False), worker, ModelSize.of(path), settings.devices,
-                   ModelSize.of(draft) if draft else None)
-
-
 def _sampling(args: argparse.Namespace):
     """SamplingParams from the sampling flags given; the rest keep their defaults. Checked here, so a
     bad flag fails before the model loads."""
@@ -443,8 +392,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from .server.app import ServeOptions, serve
-    from .server.local import served_name
+    from .api.app import ServeOptions, serve
+    from .api.local import served_name
 
     options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key,
                            backend=args.backend, backend_key=args.backend_key, cors_origins=tuple(args.cors_origins),
@@ -461,9 +410,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
-    from .server import instance
-    from .server.app import ServeOptions
-    from .server.web import DEFAULT_UI_PORT, run_ui
+    from .ui import instance
+    from .api.app import ServeOptions
+    from .ui.web import DEFAULT_UI_PORT, run_ui
 
     instance.log_to_file(args.verbose)
     # A plain start (a double-click) while a window runs opens that one; a start that names a

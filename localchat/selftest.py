@@ -203,10 +203,10 @@ def _start_server(state: dict[str, Any]) -> str:
     import httpx
     import uvicorn
 
-    from .server.app import bind_socket, url_of
-    from .server.chat import Runtime
-    from .server.store import Store
-    from .server.web import create_ui_app
+    from .api.app import bind_socket, url_of
+    from .ui.chat import Runtime
+    from .ui.store import Store
+    from .ui.web import create_ui_app
 
     # A throwaway store: the selftest must not add conversations to the user's own.
     state["tmp"] = tempfile.TemporaryDirectory(prefix="localchat-selftest-")

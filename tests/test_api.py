@@ -18,9 +18,9 @@ from localchat.cli import main
 from localchat.errors import ConfigError
 from localchat.runtime.engine import Engine, EngineConfig
 from localchat.runtime.worker import WorkerConfig
-from localchat.server.app import ServeOptions, bind_socket, create_app
-from localchat.server.local import LocalService
-from localchat.server.proxy import ProxyService
+from localchat.api.app import ServeOptions, bind_socket, create_app
+from localchat.api.local import LocalService
+from localchat.api.proxy import ProxyService
 from ui_server import serve_in_thread
 
 MODEL = "smollm2-135m"

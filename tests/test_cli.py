@@ -167,8 +167,8 @@ def test_a_logged_user_error_is_one_line_and_a_bug_keeps_its_traceback():
 
 def test_window_and_api_take_sampling_defaults_and_requests_still_win(model_path: Path):
     from localchat.cli import _sampling, build_parser
-    from localchat.server.chat import Sampling
-    from localchat.server.schemas import ChatBody
+    from localchat.ui.chat import Sampling
+    from localchat.api.schemas import ChatBody
 
     for command in ("serve", "ui"):
         args = build_parser().parse_args([command, "--temperature", "0", "--top-k", "7", "--max-tokens", "9"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from localchat.server import instance
+from localchat.ui import instance
 
 
 def test_selftest_passes_and_reports_every_check(model_path: Path):

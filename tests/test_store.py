@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from localchat.server.store import Store
+from localchat.ui.store import Store
 
 
 def test_conversations_persist_across_restarts(tmp_path: Path):
@@ -48,7 +48,7 @@ def test_truncate_update_delete(tmp_path: Path):
 
 WRITER = """
 import sys
-from localchat.server.store import Store
+from localchat.ui.store import Store
 store = Store(__import__("pathlib").Path(sys.argv[1]))
 conv = store.create("busy")
 print(conv, flush=True)

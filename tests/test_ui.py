@@ -10,8 +10,8 @@ import pytest
 from gradio_client import Client
 
 from localchat.ingest import DocumentError
-from localchat.server.render import inert, reply_markdown
-from localchat.server.uploads import MAX_UPLOAD_BYTES, read_upload, safe_name, store_upload
+from localchat.ui.render import inert, reply_markdown
+from localchat.ui.uploads import MAX_UPLOAD_BYTES, read_upload, safe_name, store_upload
 from ui_server import RunningUI, start_ui
 
 KEY = "ui-test-key-81c3"
@@ -35,7 +35,7 @@ def test_upload_names_cannot_leave_their_folder(name: str, expected: str):
 
 
 def test_uploads_are_stored_checked_and_limited(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr("localchat.server.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
     note = tmp_path / "note.txt"
     note.write_text("The vault code is 7341.\n")
     stored = store_upload(note, "../../note.txt")
@@ -95,14 +95,14 @@ def test_a_key_protects_window_and_api(model_path: Path, tmp_path: Path):
 
 
 def test_prefill_line_gives_an_eta():
-    from localchat.server.render import prefill_line
+    from localchat.ui.render import prefill_line
 
     line = prefill_line(1024, 4096, started=10.0, first_done=0, now=12.0)
     assert "1,024 / 4,096 tokens (25%)" in line and "about 6 s left" in line
 
 
 def test_stop_cancels_and_keeps_the_partial_answer(ui: RunningUI):
-    from localchat.server.chat import ChatCore, Sampling
+    from localchat.ui.chat import ChatCore, Sampling
 
     core = ChatCore(ui.runtime, ui.store)
     sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=200)
@@ -119,7 +119,7 @@ def test_stop_cancels_and_keeps_the_partial_answer(ui: RunningUI):
 
 
 def test_expected_user_errors_are_toasts_without_a_traceback_in_the_log():
-    from localchat.server.ui import user_error
+    from localchat.ui.layout import user_error
 
     error = user_error("there is no message to edit yet.")
     assert error.message == "there is no message to edit yet." and error.print_exception is False

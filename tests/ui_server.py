@@ -13,9 +13,9 @@ import uvicorn
 
 from localchat.runtime.engine import Engine, EngineConfig
 from localchat.runtime.worker import WorkerConfig
-from localchat.server.app import bind_socket, url_of
-from localchat.server.chat import Runtime, Sampling
-from localchat.server.store import Store
+from localchat.api.app import bind_socket, url_of
+from localchat.ui.chat import Runtime, Sampling
+from localchat.ui.store import Store
 
 # Greedy and short: the answers are deterministic and the tests stay quick on two cores.
 DEFAULTS = Sampling(temperature=0.0, top_p=1.0, max_tokens=48)
@@ -43,7 +43,7 @@ class RunningUI:
 
 def start_ui(model_path: Path, store_path: Path, api_key: str | None = None) -> Iterator[RunningUI]:
     """Yield a running app (window + API) and stop it afterwards."""
-    from localchat.server.web import create_ui_app
+    from localchat.ui.web import create_ui_app
 
     def load(path: str) -> Engine:
         return Engine.load(path, EngineConfig(worker=WorkerConfig(n_ctx=4096, n_threads=1, n_seq_max=4)))

@@ -10,8 +10,8 @@ import pytest
 
 from localchat.runtime.engine import Engine, EngineConfig
 from localchat.runtime.worker import WorkerConfig
-from localchat.server.app import create_app
-from localchat.server.local import LocalService
+from localchat.api.app import create_app
+from localchat.api.local import LocalService
 from ui_server import RunningUI, serve_in_thread, start_ui  # noqa: F401 - serve_in_thread for the tests
 
 MODEL = "smollm2-135m"

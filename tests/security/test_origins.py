@@ -7,8 +7,8 @@ import json
 import httpx
 import pytest
 
-from localchat.server.app import ServeOptions, create_app
-from localchat.server.local import LocalService
+from localchat.api.app import ServeOptions, create_app
+from localchat.api.local import LocalService
 from conftest import MODEL, serve_in_thread
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2, "temperature": 0}

@@ -9,7 +9,7 @@ import pytest
 
 from localchat.errors import RequestError
 from localchat.runtime.chat_template import ChatTemplate
-from localchat.server.render import inert
+from localchat.ui.render import inert
 
 HELLO = [{"role": "user", "content": "Hello"}]
 

@@ -68,7 +68,7 @@ def test_the_model_switcher_loads_only_listed_models_and_echoes_no_file(window, 
 
 
 def test_a_link_in_the_upload_folder_that_points_out_is_refused(window, tmp_path: Path):
-    from localchat.server.uploads import received_dir
+    from localchat.ui.uploads import received_dir
 
     secret = secret_file(tmp_path)
     link = received_dir() / "planted-link.txt"

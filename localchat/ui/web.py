@@ -11,10 +11,10 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 
 from ..runtime.engine import Engine
-from .app import ServeOptions, _invalid, add_api, bind_socket, is_loopback, url_of
+from ..api.app import ServeOptions, _invalid, add_api, bind_socket, is_loopback, url_of
 from .chat import ChatCore, Runtime, Sampling
-from .local import LocalService, served_name
-from .origins import OriginPolicy, install
+from ..api.local import LocalService, served_name
+from ..api.origins import OriginPolicy, install
 from .store import Store
 from .uploads import MAX_UPLOAD_BYTES, received_dir
 
@@ -29,7 +29,7 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
     os.environ["GRADIO_TEMP_DIR"] = str(received_dir())
     import gradio as gr
 
-    from .ui import CSS, build_ui
+    from .layout import CSS, build_ui
 
     service = LocalService(runtime.engine, served_name(runtime.model), defaults.base if defaults else None)
     runtime.service = service

@@ -45,7 +45,7 @@ class Runtime:
             engine = self.load(model)
             old, self.engine, self.model = self.engine, engine, model
             if self.service is not None:
-                from .local import served_name
+                from ..api.local import served_name
 
                 self.service.engine, self.service.model_name = engine, served_name(model)
         old.close()

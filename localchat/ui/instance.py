@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 from .. import __version__
 from ..paths import data_dir, log_dir, private_file
-from .app import bind_socket, url_of
-from .origins import LOOPBACK_NAMES
+from ..api.app import bind_socket, url_of
+from ..api.origins import LOOPBACK_NAMES
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from ..errors import ConfigError
 from ..runtime.sampling import SamplingParams
-from .api import Service, build_router
+from .routes import Service, build_router
 from .origins import LOOPBACK_NAMES, OriginPolicy, install
 from .wire import error_response
 
