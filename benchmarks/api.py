@@ -54,7 +54,7 @@ def stream_timing(client: OpenAI, messages: list[dict[str, str]], max_tokens: in
 
 
 def main() -> int:
-    from localchat.models.catalog import resolve_model
+    from localchat.models.resolve import resolve_model
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")

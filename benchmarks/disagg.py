@@ -17,13 +17,14 @@ from pathlib import Path
 
 from localchat.bench import THREADS, Report, isolated
 from localchat.hardware import HardwareInfo
-from localchat.runtime.devices import ModelSize, arrange
+from localchat.planning.fit import ModelSize
+from localchat.planning.placements import arrange
 from localchat.runtime.worker import WorkerConfig
 from localchat.tune.placements import keep_placement, measure_placement
 
 
 def main() -> int:
-    from localchat.models.catalog import resolve_model
+    from localchat.models.resolve import resolve_model
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")

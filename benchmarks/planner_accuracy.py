@@ -17,11 +17,11 @@ from pathlib import Path
 
 from localchat.bench import isolated, machine_facts
 from localchat.hardware.probe import probe
-from localchat.models.catalog import resolve_model
-from localchat.models.catalog_facts import facts_from_gguf
+from localchat.models.catalog import facts_from_gguf
 from localchat.models.derive import requantize
 from localchat.models.gguf_info import read_gguf
-from localchat.models.placement import DECODE_FILL
+from localchat.models.resolve import resolve_model
+from localchat.planning.cost import DECODE_FILL
 from localchat.runtime import llama_log
 from localchat.tune.calibrate import predict
 from localchat.tune.measure import Measurement, measure

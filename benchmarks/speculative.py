@@ -66,7 +66,7 @@ def measure(model: Path, prompts: list[str], repeats: int, n: int, draft: Path |
 
 
 def main() -> int:
-    from localchat.models.catalog import resolve_model
+    from localchat.models.resolve import resolve_model
     from localchat.models.derive import random_weights_like, requantize
 
     parser = argparse.ArgumentParser()

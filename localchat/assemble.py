@@ -51,13 +51,17 @@ def open_engine(settings: Settings, status: Callable[[str], None] | None = None)
 
 
 def arrange_workers(settings: Settings, worker, path, draft):
-    """The workers of the configured placement; the hardware is probed only when it matters."""
-    from .hardware import HardwareInfo
-    from .runtime.devices import ModelSize, arrange
+    """The workers of the configured placement (`auto`: the tuned profile's when it holds for this model,
+    else the planner's pick for this machine), with the profile's measured step costs where they hold.
+    The hardware is read (quickly, in-process, once) only when the placement depends on it."""
+    import functools
 
-    if settings.placement in ("auto", "single") and not settings.devices:
-        return arrange("single", HardwareInfo(), worker)
-    from .hardware.probe import probe
+    from .planning.choose import choose_layout
+    from .tune.profile import launch_profile, quick_hardware, tuned_for
 
-    return arrange(settings.placement, probe(measure=False), worker, ModelSize.of(path), settings.devices,
-                   ModelSize.of(draft) if draft else None)
+    hardware = functools.cache(quick_hardware)
+    profile = tuned_for(launch_profile(hardware), path)
+    layout = choose_layout(settings.placement, worker, path, draft, settings.devices, hardware,
+                           tuned=profile.placement if profile else None)
+    layout.step_costs = profile.step_costs(layout) if profile else None
+    return layout

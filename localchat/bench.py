@@ -16,7 +16,7 @@ from pathlib import Path
 from .runtime.engine import Engine, EngineConfig, Request
 from .runtime.events import TextDelta
 from .runtime.worker import WorkerConfig, default_threads
-from .workloads import document, greedy
+from .workloads import document, greedy, mixed_workload
 
 THREADS = default_threads()
 # Layers offloaded to the GPU, for scripts/gpu-bench.sh: every side of a comparison offloads alike.
@@ -110,9 +110,8 @@ def latency_beside_prefill(path: Path, doc_tokens: int, turn_tokens: int, n_batc
     """Inter-token latency of a user chatting while a long document is read beside the chat.
 
     The user's chat is a series of `turn_tokens`-token answers (a real chat's context stays short):
-    the wizard's mixed workload with one chat (see tune/placements.py).
+    the wizard's mixed workload with one chat (see workloads.py).
     """
-    from .tune.placements import mixed_workload
 
     with _engine(path, n_ctx=8192 + 4096, n_batch=n_batch, step_budget=step_budget) as engine:
         r = mixed_workload(engine, "single", doc_tokens, turn_tokens, n_chats=1)

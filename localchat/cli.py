@@ -22,7 +22,7 @@ log = logging.getLogger("localchat")
 # Subcommands with their own argument parsers: everything after the name is passed through.
 DELEGATED = {
     "probe": ("localchat.hardware.probe", "show this machine's CPU, memory and GPUs"),
-    "plan": ("localchat.models.planner", "choose the best model, quant and placement for a machine"),
+    "plan": ("localchat.tune.plan", "choose the best model, quant and placement for a machine"),
     "tune": ("localchat.tune.wizard", "measure this machine and keep the fastest good model (hardware wizard)"),
 }
 

@@ -18,20 +18,12 @@ except ModuleNotFoundError:  # Python 3.10
 
 from .errors import ConfigError
 from .paths import config_dir
+from .planning.placements import PLACEMENT_HELP, PLACEMENTS  # where the model runs: one vocabulary
 
 if TYPE_CHECKING:
     from .hardware import HardwareInfo
 
 DEFAULT_MODEL = "smollm2-135m"
-# Where the model runs, one line each (`--help` shows them; the README says more).
-PLACEMENT_HELP = {
-    "auto": "the tuned profile's placement (`localchat tune`); single without a profile",
-    "single": "one worker: on the CPU, or n_gpu_layers of the layers on one GPU",
-    "layer-split": "the layers spread over two GPUs by free memory: a model too big for one GPU",
-    "pd-split": "prompts read on one GPU while answers decode on another; no GPUs: two CPU workers",
-    "draft-gpu": "the draft model of speculative decoding on a second GPU, the model on the first",
-}
-PLACEMENTS = tuple(PLACEMENT_HELP)
 # Profile values measured for the tuned model: they do not carry over to a model chosen above the profile.
 MODEL_BOUND = ("model", "n_ctx", "n_gpu_layers", "step_budget", "placement", "devices", "draft")
 

@@ -1,4 +1,5 @@
-"""What the benchmarks run on: filler prompts, greedy sampling, and the model files they compare.
+"""What the benchmarks and the wizard run on: filler prompts, greedy sampling, the mixed workload
+(streaming chats beside a long read) and the model files the benchmarks compare.
 
 Beside the embedded SmolLM2: quant levels derived from it, the real gemma-3-270m Q4_K_M (a K-quant
 with sliding-window layers and a 262k vocabulary, carried by packages on the Python package index)
@@ -8,9 +9,15 @@ numbers reach the bandwidth-bound regime real models live in.
 
 from __future__ import annotations
 
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .models.catalog import ModelFile
+from .runtime.engine import Engine, Request
+from .runtime.events import TextDelta
 from .runtime.sampling import SamplingParams
 
 
@@ -24,6 +31,105 @@ def document(n_tokens_approx: int, seed: int = 0) -> str:
 def greedy(n: int) -> SamplingParams:
     """Greedy sampling of exactly n tokens (EOS ignored)."""
     return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+
+
+@dataclass(slots=True)
+class MixedResult:
+    """Inter-token gaps of streaming chats alone and while a document is read, and the read itself."""
+
+    placement: str
+    idle_gaps_ms: list[float] = field(default_factory=list)
+    busy_gaps_ms: list[float] = field(default_factory=list)
+    busy_ttft_ms: list[float] = field(default_factory=list)
+    doc_tokens: int = 0
+    doc_ttft_ms: float = 0.0
+    transfer_ms: float = 0.0
+    transfer_bytes: int = 0
+
+    @property
+    def idle_p50(self) -> float:
+        return statistics.median(self.idle_gaps_ms)
+
+    @property
+    def busy_p50(self) -> float:
+        return statistics.median(self.busy_gaps_ms)
+
+    @property
+    def busy_p99(self) -> float:
+        ordered = sorted(self.busy_gaps_ms)
+        return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+    def summary(self) -> dict:
+        return {"placement": self.placement, "idle_itl_p50_ms": round(self.idle_p50, 2),
+                "busy_itl_p50_ms": round(self.busy_p50, 2), "busy_itl_p99_ms": round(self.busy_p99, 2),
+                "busy_chat_ttft_ms": round(statistics.median(self.busy_ttft_ms), 1) if self.busy_ttft_ms else None,
+                "doc_tokens": self.doc_tokens, "doc_ttft_ms": round(self.doc_ttft_ms, 1),
+                "kv_transfer_ms": round(self.transfer_ms, 1), "kv_transfer_bytes": self.transfer_bytes}
+
+
+def _turn(engine: Engine, n: int, n_chats: int, tokens: int, gaps: list, ttfts: list,
+          stop: threading.Event | None = None, streaming: threading.Event | None = None) -> None:
+    """`n_chats` answers at once, each read on its own thread so stamps are taken on arrival.
+    `streaming` is set at the first token; each answer is cancelled at its first token after `stop`."""
+    def read(i: int) -> None:
+        t0 = time.perf_counter()
+        stream = engine.submit(Request(prompt=f"Turn {n}.{i}: a short story about a lighthouse keeper:",
+                                       sampling=greedy(tokens)))
+        last = None
+        for event in stream:
+            if isinstance(event, TextDelta):
+                now = time.perf_counter()
+                if last is None:
+                    ttfts.append((t0, now - t0))
+                    if streaming is not None:
+                        streaming.set()
+                else:
+                    gaps.append((last, now))
+                last = now
+                if stop is not None and stop.is_set():
+                    stream.cancel()
+
+    readers = [threading.Thread(target=read, args=(i,)) for i in range(n_chats)]
+    for r in readers:
+        r.start()
+    for r in readers:
+        r.join()
+
+
+def mixed_workload(engine: Engine, placement: str, doc_tokens: int, turn_tokens: int = 96,
+                   n_chats: int = 2) -> MixedResult:
+    """Chats alone, then chats while a ~`doc_tokens` document is read; gaps that overlap the read count.
+    The read starts once the chats stream, so even a read shorter than one step lies inside a gap."""
+    idle: list = []
+    for n in range(2):
+        _turn(engine, n, n_chats, turn_tokens, idle, [])
+    window: dict = {}
+    done, streaming = threading.Event(), threading.Event()
+
+    def read_document() -> None:
+        streaming.wait()
+        window["start"] = time.perf_counter()
+        window["result"] = engine.submit(Request(prompt=document(doc_tokens, seed=7),
+                                                 sampling=greedy(1))).result()
+        window["end"] = time.perf_counter()
+        done.set()
+
+    busy: list = []
+    ttfts: list = []
+    reader = threading.Thread(target=read_document)
+    reader.start()
+    n = 2
+    while not done.is_set():
+        _turn(engine, n, n_chats, turn_tokens, busy, ttfts, done, streaming)
+        n += 1
+    reader.join()
+    start, end, stats = window["start"], window["end"], window["result"].stats
+    return MixedResult(
+        placement, idle_gaps_ms=[(b - a) * 1000 for a, b in idle],
+        busy_gaps_ms=[(b - a) * 1000 for a, b in busy if a < end and b > start],
+        busy_ttft_ms=[t * 1000 for t0, t in ttfts if start < t0 < end],
+        doc_tokens=stats.prompt_tokens, doc_ttft_ms=stats.ttft_ms,
+        transfer_ms=stats.kv_transfer_ms, transfer_bytes=stats.kv_transfer_bytes)
 
 
 _GEMMA_PART = 63963136
@@ -56,7 +162,7 @@ def synthetic_1b(source: Path) -> Path:
 
 def bench_files(quick: bool = False) -> dict[str, Path]:
     """The files the runtime benchmark compares, by label."""
-    from .models.catalog import resolve_model
+    from .models.resolve import resolve_model
     from .models.derive import requantize
 
     q4 = resolve_model("smollm2-135m")

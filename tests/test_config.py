@@ -59,7 +59,7 @@ def _save_profile(tmp_path, machine, **changes):
 
 
 def test_a_current_profile_sets_the_defaults(tmp_path, monkeypatch):
-    from localchat.models.placement import MIN_DRAFT_SPEEDUP
+    from localchat.planning.cost import MIN_DRAFT_SPEEDUP
     from localchat.tune.profile import DRAFT_PAYS
 
     assert DRAFT_PAYS == MIN_DRAFT_SPEEDUP

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from localchat.cli import main
 from localchat.errors import PlacementError
 from localchat.hardware import GPUInfo, HardwareInfo
-from localchat.runtime.devices import ModelSize, arrange
+from localchat.planning.fit import ModelSize
+from localchat.planning.placements import arrange
 from localchat.runtime.worker import WorkerConfig
 
 GiB = 1 << 30
@@ -120,3 +123,80 @@ def test_the_mixed_workload_runs_on_both_cpu_layouts(model_path):
         result = measure_placement(model_path, arrange(placement, HardwareInfo(), base), doc_tokens=300)
         assert result.busy_gaps_ms and result.idle_gaps_ms and result.doc_tokens > 250
         assert (result.transfer_bytes > 0) == (placement == "pd-split")
+
+
+def test_the_planner_and_the_launch_agree_on_what_fits():
+    """Same model, same GPUs: the plan offers a PD split exactly where the launch does not refuse one."""
+    from localchat.models.catalog import load_catalog
+    from localchat.planning.cost import DEFAULT_EFFICIENCY, devices_of, options_for
+    from localchat.planning.planner import Wants
+
+    catalog = load_catalog()
+    model, quant, n_ctx = catalog["qwen3-8b"], "Q4_K_M", 8192
+    size = ModelSize.of_facts(model, quant)
+    verdicts = set()
+    for tenths in range(40, 90):  # 4.0 .. 8.9 GiB per GPU, across the boundary
+        hw = box(tenths / 10, tenths / 10)
+        hw.ram_available = 32 * GiB
+        for gpu in hw.gpus:
+            gpu.spec_bandwidth = 500e9  # the planner uses only GPUs whose bandwidth it knows
+        devices, _ = devices_of(hw, DEFAULT_EFFICIENCY)
+        planned = any(o.placement == "pd-split" for o in options_for(
+            model, quant, n_ctx, "f16", devices, catalog, Wants(n_ctx=n_ctx, concurrency=2)))
+        try:
+            arrange("pd-split", hw, WorkerConfig(n_ctx=n_ctx), size)
+            launched = True
+        except PlacementError:
+            launched = False
+        assert planned == launched, tenths
+        verdicts.add(planned)
+    assert verdicts == {True, False}
+
+
+def test_auto_is_the_planners_pick_for_this_model_on_this_machine(model_path):
+    from localchat.planning.choose import choose_layout
+
+    def described(vram_gb: float) -> HardwareInfo:
+        hw = box(vram_gb)
+        hw.ram_available, hw.gpus[0].spec_bandwidth = 32 * GiB, 500e9
+        return hw
+
+    base = WorkerConfig(n_ctx=2048, n_threads=2)
+    one_gpu = described(24)
+    layout = choose_layout("auto", base, model_path, hardware=lambda: one_gpu)
+    assert layout.placement == "single" and layout.worker.n_gpu_layers == 31  # all 30 layers and the head
+    tiny = described(0.6)  # after the CUDA reserve, room for some of the layers only
+    partial = choose_layout("auto", base, model_path, hardware=lambda: tiny)
+    assert partial.placement == "single" and 0 < partial.worker.n_gpu_layers < 30
+    cpu = choose_layout("auto", base, model_path, hardware=lambda: HardwareInfo(physical_cores=2, ram_total=8 * GiB,
+                                                                                 ram_available=6 * GiB))
+    assert cpu.placement == "single" and cpu.worker.n_gpu_layers == 0 and "CPU" in cpu.description
+    # A layer count the settings give wins over the planner's.
+    assert choose_layout("auto", dataclasses.replace(base, n_gpu_layers=4), model_path,
+                         hardware=lambda: one_gpu).worker.n_gpu_layers == 4
+
+
+def test_auto_is_the_tuned_placement_when_the_profile_holds(model_path, tmp_path, monkeypatch):
+    from localchat.assemble import arrange_workers
+    from localchat.config import Settings
+    from localchat.tune.profile import Profile, fingerprint, quick_hardware, save_profile, tuned_for
+
+    machine = quick_hardware()
+    if machine is None or machine.gpus:
+        pytest.skip("needs a machine whose GPU-less pd-split runs on two CPU workers")
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    base = WorkerConfig(n_ctx=2048, n_threads=2)
+    tuned = Profile(fingerprint=fingerprint(machine), hardware="this machine", model="smollm2-135m", quant="Q4_1",
+                    path=str(model_path), placement="pd-split", n_ctx=2048, n_threads=2,
+                    step_ms={"1": 6.5, "2": 9.0})
+    save_profile(tuned)
+    settings = Settings(model=str(model_path), placement="auto")
+    layout = arrange_workers(settings, base, model_path, None)
+    assert layout.placement == "pd-split" and layout.prefill is not None
+    assert layout.step_costs is None  # measured on one worker: they do not hold for two
+    tuned.placement = "cpu"  # the planner's layout name for one worker on the CPU
+    save_profile(tuned)
+    layout = arrange_workers(settings, base, model_path, None)
+    assert layout.placement == "single" and layout.step_costs == {1: 6.5, 2: 9.0}
+    # Another model file: the profile does not hold for it (then the planner picks).
+    assert tuned_for(tuned, tmp_path / "other.gguf") is None and tuned_for(tuned, model_path) is tuned

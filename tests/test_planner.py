@@ -9,10 +9,10 @@ import pytest
 
 from localchat.errors import ConfigError, ModelNotFoundError
 from localchat.hardware import GPUInfo, HardwareInfo
-from localchat.models import planner
-from localchat.models.catalog_facts import facts_from_gguf, load_facts
+from localchat.planning import planner
+from localchat.models.catalog import facts_from_gguf, load_catalog
 from localchat.models.gguf_info import read_gguf
-from localchat.models.planner import Wants, plan, quality
+from localchat.planning.planner import Wants, plan, quality
 
 GiB = 1 << 30
 CATALOG = Path(__file__).resolve().parents[1] / "models.yaml"
@@ -20,7 +20,7 @@ CATALOG = Path(__file__).resolve().parents[1] / "models.yaml"
 
 @pytest.fixture(scope="module")
 def catalog():
-    return load_facts(CATALOG)
+    return load_catalog(CATALOG)
 
 
 def cpu_box(ram_gb: int, bandwidth: float = 38e9) -> HardwareInfo:
@@ -194,7 +194,7 @@ def test_a_described_machine_that_lacks_a_field_is_told_which(drop, named, tmp_p
     assert message.startswith(f"{machine}: the hardware description lacks {named};")
     assert '"ram_available": ' in message and "localchat probe --json" in message  # an example and the way to get one
     example = json.loads(message.split("needs at least ")[1].split(" (bytes")[0])
-    assert planner.plan(HardwareInfo.from_description(json.dumps(example)), load_facts(CATALOG)).model  # it plans
+    assert planner.plan(HardwareInfo.from_description(json.dumps(example)), load_catalog(CATALOG)).model  # it plans
 
 
 def test_plan_help_documents_the_description_format(capsys: pytest.CaptureFixture[str]):

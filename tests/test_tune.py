@@ -132,9 +132,9 @@ models:
 def test_wizard_measures_the_draft_pairing_and_the_planner_uses_it(model_path, tmp_path, own_profile_home) -> None:
     """An F16 target with its Q4_1 sibling as the catalog's draft: both real files, same tokenizer."""
     from localchat.config import load_settings
-    from localchat.models.catalog_facts import load_facts
+    from localchat.models.catalog import load_catalog
     from localchat.models.derive import requantize
-    from localchat.models.planner import Wants, plan
+    from localchat.planning.planner import Wants, plan
 
     f16 = requantize(model_path, "F16")
     catalog = tmp_path / "pair.yaml"
@@ -156,7 +156,7 @@ def test_wizard_measures_the_draft_pairing_and_the_planner_uses_it(model_path, t
     assert load_profile() == profile
 
     # The planner decides on the draft with the measured acceptance instead of its assumed 70%.
-    facts = load_facts(catalog)
+    facts = load_catalog(catalog)
     tuned = plan(machine, facts, Wants(measured_acceptance=profile.measured_acceptance(), decode_fill=256))
     # (The planner caps acceptance at 95%: no draft is trusted to be always right.)
     assert any(f"{min(profile.draft_acceptance, 0.95):.0%} acceptance (measured" in r for r in tuned.reasons)

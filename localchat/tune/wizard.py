@@ -13,10 +13,11 @@ from typing import Callable, TextIO
 from ..errors import LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
 from ..hardware.probe import probe
-from ..models.catalog import ModelEntry, catalog_draft, load_catalog
-from ..models.catalog_facts import ModelFacts, load_facts
-from ..models.placement import DECODE_FILL
-from ..models.planner import SPEED_TIE, Wants, plan
+from ..models.catalog import ModelFacts, load_catalog
+from ..planning.cost import DECODE_FILL, gpu_indices
+from ..planning.placements import placement_of
+from ..planning.planner import SPEED_TIE, Wants, plan
+from ..models.resolve import catalog_draft
 from ..models.sizes import apply_to_entries, refresh_sizes
 from ..runtime.worker import WorkerConfig
 from .calibrate import corrections, predict
@@ -25,7 +26,7 @@ from .chart import ChartRow, save_chart
 from .draft import DraftMeasurement, measure_draft
 from .measure import Measurement, measure
 from .placements import tune_placement
-from .profile import (PLACEMENT_SETTING, Profile, fingerprint, load_profile, profile_is_current, profile_path,
+from .profile import (Profile, fingerprint, load_profile, profile_is_current, profile_path,
                       save_profile)
 
 # A prompt chunk beside streaming chats may stretch one step to this: 20 tokens/s still reads smoothly.
@@ -34,8 +35,6 @@ DRAFT_TOKENS = 64  # tokens per chat when measuring a draft: enough passes for a
 PLACEMENT_DOC_TOKENS = 1500  # the long read of the placement workload: several prefill chunks
 BUSY_CORES = 0.5    # cores other programs use before measuring that make the numbers doubtful
 SUSPICIOUS = 0.25   # a measured decode speed below this share of the prediction: likely a busy machine
-# The runtime's placement names back to the planner's, which the profile keeps.
-PLANNER_NAME = {"draft-gpu": "draft-on-second-gpu"}
 
 
 def _busy_cores(seconds: float = 1.0) -> float:
@@ -65,7 +64,7 @@ def _step_budget(m: Measurement) -> int:
 Speculation = tuple[str, DraftMeasurement, float]  # (draft key, what was measured, predicted speedup)
 
 
-def _measure_draft(best: Candidate, entries: dict[str, ModelEntry], hardware: HardwareInfo,
+def _measure_draft(best: Candidate, entries: dict[str, ModelFacts], hardware: HardwareInfo,
                    facts: dict[str, ModelFacts], efficiency: dict[str, float], n_tokens: int,
                    out: TextIO) -> Speculation | None:
     """The kept model with its catalog draft, when that file is here: greedy acceptance and speedup,
@@ -103,10 +102,6 @@ def _print_table(measured: list[Candidate], best: Candidate, spec: Speculation |
               f"measured, {predicted:.2f}x predicted" + ("" if d.identical else "; OUTPUT DIFFERED"), file=out)
 
 
-def _gpu_indices(devices: list[str]) -> str:
-    return ",".join(d.split(":", 1)[1] for d in devices if d.startswith(("cuda:", "metal:")))
-
-
 def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | None = None, download: bool = True,
                out: TextIO = sys.stdout, *, wants: Wants | None = None, fill: int = DECODE_FILL,
                max_measured: int = 2, refresh: bool | None = None, draft_tokens: int = DRAFT_TOKENS,
@@ -117,7 +112,7 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     wants = replace(wants or Wants(), decode_fill=fill)
     hardware = probe_fn()
     entries = load_catalog(catalog)
-    sized = refresh_sizes(load_facts(catalog), network=download if refresh is None else refresh)
+    sized = refresh_sizes(entries, network=download if refresh is None else refresh)
     facts = sized.facts
     apply_to_entries(entries, sized)
     print(f"hardware: {hardware.cpu_model}, {hardware.physical_cores} cores, {hardware.ram_total / 2**30:.0f} GiB RAM"
@@ -166,20 +161,20 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     p = best.predicted
     placement, placements, placement_reason = best.placement, [], "not measured"
     if placement_doc_tokens:
-        planned = PLACEMENT_SETTING[best.placement]
+        planned = placement_of(best.placement).name
         base = WorkerConfig(n_ctx=m.n_ctx, n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0)
         kept, placements, placement_reason = tune_placement(
             best.path, hardware, base, planned, Path(spec[1].draft_path) if spec else None, placement_doc_tokens, out)
         print(f"placement: {placement_reason}", file=out)
-        if kept != planned:
-            placement = PLANNER_NAME.get(kept, kept)
+        if kept != planned:  # the planner's layout did not win: the profile names the placement that did
+            placement = kept
     profile = Profile(
         fingerprint=fingerprint(hardware), hardware=f"{hardware.cpu_model}, {hardware.physical_cores} cores",
         model=best.key, quant=best.quant, path=str(best.path), placement=placement, n_ctx=m.n_ctx,
         n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0,
         step_budget=_step_budget(m),
-        devices=_gpu_indices(p.devices) if p and placement == best.placement
-        and placement in ("layer-split", "pd-split", "draft-on-second-gpu") else "",
+        devices=gpu_indices(p.devices) if p and placement == best.placement
+        and placement_of(placement).names_gpus else "",
         placements=placements, placement_reason=placement_reason,
         prefill_tps=m.prefill_tps, decode_tps=m.decode_tps,
         predicted_prefill_tps=round(p.prefill_tps, 1) if p else 0.0,

@@ -8,11 +8,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ..errors import ConfigError, ModelNotFoundError
 from ..hardware import DESCRIPTION_HELP, HardwareInfo
-from .catalog_facts import ModelFacts, load_facts
-from .placement import DECODE_FILL, DEFAULT_EFFICIENCY, Device, Option, devices_of, options_for
+from ..models.catalog import ModelFacts, load_catalog as load_facts
+from .cost import DECODE_FILL, DEFAULT_EFFICIENCY, Device, Option, devices_of, gpu_indices, options_for
 
 # Quality is a model's log2 size in billions, plus a family bonus (newer training, same size),
 # minus the quant's loss; one unit ~ doubling the parameters. Penalties follow llama.cpp's
@@ -104,6 +105,10 @@ class Plan:
     def to_dict(self) -> dict:
         """Plain data for JSON."""
         return dataclasses.asdict(self)
+
+    def gpu_indices(self) -> str:
+        """The GPUs the plan uses, as the `devices` setting writes them ("0,1")."""
+        return gpu_indices([u.device for u in self.devices])
 
 
 def quality(model: ModelFacts, quant: str) -> float:
@@ -228,8 +233,19 @@ def format_plan(result: Plan) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`localchat plan [--json] [--hardware FILE.json] [--context N] [--model FAMILY]`."""
+@dataclass(slots=True)
+class Measured:
+    """What `localchat tune` measured on this machine, for the planner: speed corrections and the
+    draft acceptance by target key, and a note saying where they come from."""
+
+    efficiency: dict[str, float]
+    acceptance: dict[str, float]
+    note: str
+
+
+def main(argv: list[str] | None = None, measured: Callable[[HardwareInfo], Measured | None] | None = None) -> int:
+    """`localchat plan [--json] [--hardware FILE.json] [--context N] [--model FAMILY]`; `measured` gives
+    this machine's tuned corrections when it has some (the command passes the tuned profile's)."""
     parser = argparse.ArgumentParser(prog="localchat plan", description="Plan the best model for a machine.",
                                      epilog=DESCRIPTION_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -255,15 +271,14 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{args.hardware}: {exc}") from None
     else:
         from ..hardware.probe import probe
-        from ..tune.profile import load_profile, profile_is_current
 
         hardware = probe()
-        tuned = load_profile()
-        if profile_is_current(tuned, hardware):
+        tuned = measured(hardware) if measured else None
+        if tuned is not None:
             # This machine was measured: its corrections and draft acceptance beat the defaults.
-            wants.efficiency, wants.measured_acceptance = dict(tuned.efficiency), tuned.measured_acceptance()
-            notes.append(f"speeds corrected by the measurements of `localchat tune` ({tuned.created or 'undated'}).")
-    from .sizes import refresh_sizes
+            wants.efficiency, wants.measured_acceptance = dict(tuned.efficiency), dict(tuned.acceptance)
+            notes.append(tuned.note)
+    from ..models.sizes import refresh_sizes
 
     sized = refresh_sizes(load_facts(args.catalog), network=not args.offline)
     result = plan(hardware, sized.facts, wants)

@@ -1,16 +1,15 @@
-"""The planner's cost model: device budgets, where layers go, and roofline speed per placement."""
+"""The planner's cost model: device budgets, and roofline speed and memory of each placement's layouts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..hardware import HardwareInfo
-from .catalog_facts import ModelFacts
+from ..models.catalog import ModelFacts
+from .fit import N_UBATCH, budget, fits, gpu_budget, usage
+from .placements import Parts, layout_named, layouts, takes_draft
 
-MARGIN = 0.08                  # of each device's free memory, kept free: estimates are estimates
-GPU_RESERVE = 400 << 20        # CUDA context, cuBLAS workspace, driver allocations per GPU
-HOST_RESERVE = 1 << 30         # the app, the UI and the OS's breathing room
-N_UBATCH = 512
 DECODE_FILL = 2048             # context tokens already present when decode speed is quoted
 MIN_DRAFT_SPEEDUP = 1.15       # below this a draft costs memory for noise-level gain
 # Fractions of the roofline llama.cpp reaches; the tune wizard measures and overrides them.
@@ -82,7 +81,7 @@ def devices_of(hw: HardwareInfo, eff: dict[str, float]) -> tuple[list[Device], l
         apple = [g.bandwidth for g in hw.gpus if g.unified and g.bandwidth]
         bandwidth = apple[0] if apple else 20e9
         warnings.append(f"host bandwidth not measured; assuming {bandwidth / 1e9:.0f} GB/s.")
-    cpu = Device("cpu", "cpu", -1, hw.ram_available, max(0, int(hw.ram_available * (1 - MARGIN)) - HOST_RESERVE),
+    cpu = Device("cpu", "cpu", -1, hw.ram_available, budget(hw.ram_available, "cpu"),
                  bandwidth * eff["bandwidth"], hw.physical_cores * ghz * 1e9 * per_cycle, hw.unified_memory,
                  stream=hw.physical_cores * CORE_BANDWIDTH * eff["bandwidth"])
     devices = [cpu]
@@ -91,12 +90,45 @@ def devices_of(hw: HardwareInfo, eff: dict[str, float]) -> tuple[list[Device], l
             warnings.append(f"{gpu.name}: memory or bandwidth unknown; not used.")
             continue
         free = min(gpu.memory_free, hw.ram_available) if gpu.unified else gpu.memory_free
-        reserve = 0 if gpu.unified else GPU_RESERVE
         flops = (gpu.fp16_tflops or (gpu.fp32_tflops or 0) * 2 or gpu.bandwidth / 1e12 * 50) * 1e12
         devices.append(Device(f"metal:{gpu.index}" if gpu.unified else f"cuda:{gpu.index}", "gpu", gpu.index, free,
-                              max(0, int(free * (1 - MARGIN)) - reserve), gpu.bandwidth * eff["bandwidth"],
+                              gpu_budget(gpu, hw.ram_available), gpu.bandwidth * eff["bandwidth"],
                               flops, gpu.unified))
     return devices, warnings
+
+
+@dataclass(slots=True)
+class Site:
+    """What a planner layout sees: one model+quant at one context and KV type, and the devices."""
+
+    model: ModelFacts
+    quant: str
+    n_ctx: int
+    type_kv: str
+    cpu: Device
+    gpus: list[Device]
+    wants: Any                    # the planner's Wants
+    fitting: list[Device] = field(default_factory=list)  # GPUs that hold the whole model
+
+    def use(self, device: Device, n_layers: int, head: bool, whole_file: bool = False) -> dict:
+        """The fit model's bytes of these layers on `device`, with its budget."""
+        return {"device": device.name, **usage(self.model, self.quant, self.n_ctx, self.type_kv, n_layers, head,
+                                               whole_file), "budget": device.budget, "free": device.free}
+
+    def embeddings_on_host(self) -> dict:
+        """The token embedding stays in RAM whatever runs on the GPUs (llama.cpp keeps it there)."""
+        host = self.use(self.cpu, 0, False)
+        weights = self.model.embedding_bytes(self.quant)
+        return {**host, "weights": weights, "total": weights}
+
+    @property
+    def per_layer(self) -> int:
+        return self.model.layer_bytes(self.quant) + self.model.kv_bytes(self.n_ctx, self.type_kv, 1)
+
+
+def gpu_indices(names: list[str]) -> str:
+    """The GPU indices among device names ("cuda:0", "metal:0", "cpu"), as the `devices` setting writes them."""
+    return ",".join(n.split(":", 1)[1] for n in names if n.startswith(("cuda:", "metal:")))
 
 
 def _step_time(model: ModelFacts, quant: str, parts: list[tuple[Device, int, bool]], n_tokens: int,
@@ -129,82 +161,44 @@ def _step_time(model: ModelFacts, quant: str, parts: list[tuple[Device, int, boo
     return total
 
 
-def _usage(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, device: Device, n_layers: int,
-           head: bool, whole_file: bool = False) -> dict:
-    weights = model.files[quant].size if whole_file else \
-        n_layers * model.layer_bytes(quant) + (model.output_bytes(quant) if head else 0)
-    kv = model.kv_bytes(n_ctx, type_kv, n_layers)
-    compute = model.compute_bytes(N_UBATCH) if n_layers or whole_file else 0
-    return {"device": device.name, "weights": weights, "kv": kv, "compute": compute, "draft": 0,
-            "total": weights + kv + compute, "budget": device.budget, "free": device.free}
-
-
-def _fits(usages: list[dict]) -> bool:
-    return all(u["total"] <= u["budget"] for u in usages)
-
-
-def _layouts(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices: list[Device], wants) -> list[tuple]:
-    """(placement, parts, usage) for every layout that fits; parts list (device, layers, head)."""
-    cpu, gpus, L = devices[0], devices[1:], model.n_layer
+def _layouts(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices: list[Device],
+             wants) -> list[tuple[str, Parts, list[dict]]]:
+    """(layout, parts, usage) for every planner layout of the vocabulary that fits."""
+    site = Site(model, quant, n_ctx, type_kv, devices[0], devices[1:], wants)
+    site.fitting = [g for g in site.gpus if fits([site.use(g, model.n_layer, True)])]
     found = []
-    host = _usage(model, quant, n_ctx, type_kv, cpu, L, True, whole_file=True)
-    if _fits([host]) and (not cpu.unified or not gpus):  # with unified memory, Metal always wins
-        found.append(("cpu", [(cpu, L, True)], [host]))
-    embd_on_host = {**_usage(model, quant, n_ctx, type_kv, cpu, 0, False), "weights": model.embedding_bytes(quant)}
-    embd_on_host["total"] = embd_on_host["weights"]
-    fitting = [g for g in gpus if _fits([_usage(model, quant, n_ctx, type_kv, g, L, True)])]
-    for gpu in sorted(fitting, key=lambda g: -g.bandwidth)[:1]:
-        found.append(("gpu", [(gpu, L, True)], [_usage(model, quant, n_ctx, type_kv, gpu, L, True), embd_on_host]))
-    if len(fitting) >= 2 and (wants.concurrency > 1 or wants.long_prompts):
-        pair = sorted(fitting, key=lambda g: -g.bandwidth)[:2]
-        found.append(("pd-split", [(pair[1], L, True)],
-                      [_usage(model, quant, n_ctx, type_kv, g, L, True) for g in pair] + [embd_on_host]))
-    per_layer = model.layer_bytes(quant) + model.kv_bytes(n_ctx, type_kv, 1)
-    if not fitting and len(gpus) >= 2:
-        counts, left = [], L
-        for gpu in gpus:  # fill GPUs in order; the last one also holds the output head
-            room = gpu.budget - model.compute_bytes(N_UBATCH) - (model.output_bytes(quant) if gpu is gpus[-1] else 0)
-            counts.append(min(left, max(0, room // per_layer)))
-            left -= counts[-1]
-        if left == 0 and sum(1 for c in counts if c) >= 2:
-            parts = [(g, c, g is gpus[-1]) for g, c in zip(gpus, counts) if c]
-            found.append(("layer-split", parts, [_usage(model, quant, n_ctx, type_kv, g, c, h) for g, c, h in parts]
-                          + [embd_on_host]))
-    if not fitting and gpus and not cpu.unified:
-        gpu = max(gpus, key=lambda g: g.budget)
-        k = min(L - 1, max(0, (gpu.budget - model.compute_bytes(N_UBATCH)) // per_layer))
-        on_host = {**_usage(model, quant, n_ctx, type_kv, cpu, L - k, True)}
-        on_host["weights"] += model.embedding_bytes(quant)
-        on_host["total"] += model.embedding_bytes(quant)
-        if k > 0 and _fits([on_host]):
-            found.append(("partial", [(gpu, k, False), (cpu, L - k, True)],
-                          [_usage(model, quant, n_ctx, type_kv, gpu, k, False), on_host]))
+    for _, layout in layouts():
+        placed = layout.place(site) if layout.place else None
+        if placed:
+            found.append((layout.name, *placed))
     return found
 
 
-def _draft(model: ModelFacts, quant: str, parts: list, usage: list[dict], placement: str, n_ctx: int,
+def _draft(model: ModelFacts, quant: str, parts: list, use: list[dict], placement: str, n_ctx: int,
            type_kv: str, devices: list[Device], catalog: dict[str, ModelFacts], wants, eff: dict) -> dict | None:
     """The best draft setup for a layout (pays or not), or None when no draft can be placed."""
+    from ..runtime.speculative import expected_tokens  # here: `localchat plan` loads no llama.cpp otherwise
     draft = catalog.get(model.draft or "")
-    if draft is None or draft.key == model.key or placement == "pd-split":
+    if draft is None or draft.key == model.key or not takes_draft(placement):
         return None
     d_quant = "Q8_0" if "Q8_0" in draft.files else draft.default_quant
-    need = draft.files[d_quant].size + draft.kv_bytes(n_ctx, type_kv) + draft.compute_bytes(N_UBATCH)
+    need = usage(draft, d_quant, n_ctx, type_kv, draft.n_layer, True, whole_file=True)["total"]
     main = parts[-1][0]
-    used_names = {u["device"] for u in usage}
-    spare = [d for d in devices[1:] if d.name not in used_names] if placement == "gpu" else []
+    # The target's own device first, then each draft site of the vocabulary beside this layout.
+    sites = [(main, placement)] + [(d, site.name) for _, site in layouts() if site.draft_on
+                                   for d in site.draft_on(placement, devices, use)]
     # A measured acceptance (the tune wizard's, for this target and its pairing) beats the assumed one.
     measured = wants.measured_acceptance.get(model.key)
     alpha = min(max(wants.draft_acceptance if measured is None else measured, 0.0), 0.95)
     fill = min(wants.decode_fill, n_ctx)
     t_plain = _step_time(model, quant, parts, 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
-    for where, label in [(main, placement), *[(d, "draft-on-second-gpu") for d in spare]]:
-        used = next((u["total"] for u in usage if u["device"] == where.name), 0)
+    for where, label in sites:
+        used = next((u["total"] for u in use if u["device"] == where.name), 0)
         if used + need > where.budget:
             continue
         t_draft = _step_time(draft, d_quant, [(where, draft.n_layer, True)], 1, type_kv, eff, fill)
         # Speculation: k cheap draft steps, one target pass over k+1 tokens, E accepted tokens.
-        speedups = [((1 - alpha ** (k + 1)) / (1 - alpha) * t_plain
+        speedups = [(expected_tokens(alpha, k) * t_plain
                      / (_step_time(model, quant, parts, k + 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
                         + k * t_draft), k) for k in range(1, 9)]
         speedup, k = max(speedups)
@@ -216,16 +210,6 @@ def _draft(model: ModelFacts, quant: str, parts: list, usage: list[dict], placem
 
 def _how(spec: dict) -> str:
     return "measured by `localchat tune`" if spec["measured"] else "assumed"
-
-
-_PLACEMENT_WHY = {
-    "cpu": "runs on the CPU from RAM{why}.",
-    "gpu": "all {L} layers and the KV cache fit on {dev}.",
-    "pd-split": "each GPU holds the whole model and its KV cache: prompts prefill on one, tokens decode on the "
-                "other, so long prompts do not stall streaming chats.",
-    "layer-split": "too big for one GPU: layers split {split} over the GPUs.",
-    "partial": "{dev} holds {k} of {L} layers; the rest run on the CPU from RAM.",
-}
 
 
 def options_for(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices: list[Device],
@@ -243,7 +227,7 @@ def options_for(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices
         gpu_layers = sum(n for d, n, _ in parts if d.kind == "gpu")
         split = [n / model.n_layer for d, n, _ in parts if d.kind == "gpu"] if placement == "layer-split" else []
         why = "" if len(devices) > 1 else " (no usable GPU)"
-        text = _PLACEMENT_WHY[placement].format(
+        text = layout_named(placement).why.format(
             why=why, L=model.n_layer, dev=parts[0][0].name, k=parts[0][1],
             split=":".join(str(n) for _, n, _ in parts))
         option = Option(model.key, quant, n_ctx, type_kv, placement, gpu_layers + (1 if gpu_layers == model.n_layer else 0),
