@@ -26,7 +26,7 @@ def progress_bar(label: str) -> Callable[[int, int], None]:
 
 def open_engine(settings: Settings, status: Callable[[str], None] | None = None):
     """Resolve (fetching when needed) and load the configured model; `status` hears when loading starts."""
-    from .models.catalog import catalog_draft, resolve_model
+    from .models.resolve import catalog_draft, resolve_model
     from .runtime.engine import Engine, EngineConfig
     from .runtime.worker import WorkerConfig
 

@@ -371,7 +371,7 @@ def _interactive(engine, system: str | None, sampling, progress: bool) -> int:
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
-    from .models.catalog import resolve_model
+    from .models.resolve import resolve_model
 
     path = resolve_model(args.name, progress=progress_bar(f"fetching {args.name}"))
     print(path)

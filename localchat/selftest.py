@@ -110,7 +110,7 @@ def run_selftest(model: str | None, open_engine: Callable[[Any], Any], out: Text
 def _run_checks(test: SelfTest, state: dict[str, Any], model: str | None, open_engine: Callable[[Any], Any]) -> None:
     def find_model() -> str:
         from .config import load_settings
-        from .models.catalog import resolve_model
+        from .models.resolve import resolve_model
         from .models.download import bundled_model_dir
 
         settings = load_settings({"model": model})

@@ -14,7 +14,7 @@ os.environ["LOCALCHAT_HOME"] = str(_HOME)
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:
-    from localchat.models.catalog import resolve_model
+    from localchat.models.resolve import resolve_model
 
     return resolve_model("smollm2-135m")
 

@@ -13,9 +13,10 @@ import pytest
 from hub_server import COMMIT, FakeHub
 from localchat.errors import DownloadError
 from localchat.models import hub as hub_module
-from localchat.models.catalog import load_catalog, resolve_model
+from localchat.models.catalog import load_catalog
 from localchat.models.download import cached_file
 from localchat.models.hub import download_hub_file, hub_file_info
+from localchat.models.resolve import resolve_model
 
 REPO, FILE = "org/tiny-GGUF", "tiny.Q8_0.gguf"
 BIG_REPO, BIG_FILE = "org/SmolLM2-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -202,6 +203,7 @@ models:
     family: tiny
     license: apache-2.0
     default_quant: Q8_0
+    architecture: {{arch: llama, n_layer: 2, n_head_kv: 2}}
     files:
       Q8_0:
         file: {FILE}

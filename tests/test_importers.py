@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from localchat.errors import ModelLoadError, ModelNotFoundError
-from localchat.models.catalog import resolve_model
 from localchat.models.importers import LocalRoots, import_model, is_gguf, list_local_models
+from localchat.models.resolve import resolve_model
 
 
 def tiny_gguf(path: Path, name: str = "tiny") -> Path:

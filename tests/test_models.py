@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from localchat.errors import DownloadError, ModelNotFoundError
-from localchat.models.catalog import ModelFile, load_catalog, resolve_model
+from localchat.models.catalog import ModelFile, load_catalog
 from localchat.models.download import _extract_members, cached_file, sha256_of
+from localchat.models.resolve import resolve_model
 from localchat.paths import models_dir
 
 

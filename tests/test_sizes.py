@@ -11,10 +11,9 @@ import pytest
 
 from hub_server import FakeHub
 from localchat.hardware import HardwareInfo
-from localchat.models import planner
+from localchat.planning import planner
 from localchat.models.catalog import load_catalog
-from localchat.models.catalog_facts import load_facts
-from localchat.models.planner import plan
+from localchat.planning.planner import plan
 from localchat.models.sizes import CACHE_FILE, apply_to_entries, refresh_sizes
 
 REPO, MISSING = "org/Tiny-GGUF", "org/Gone-GGUF"
@@ -79,7 +78,7 @@ def _listings(hub: FakeHub) -> int:
 
 
 def test_hub_sizes_replace_the_catalogs_and_are_kept_for_a_day(catalog: Path, hub: FakeHub):
-    facts = load_facts(catalog)
+    facts = load_catalog(catalog)
     refreshed = refresh_sizes(facts)
     assert refreshed.facts["tiny"].files["Q8_0"].size == LISTED
     assert refreshed.facts["tiny"].files["Q4_K_M"].size == 398_000_000  # a verified size stays
@@ -102,11 +101,11 @@ def test_hub_sizes_replace_the_catalogs_and_are_kept_for_a_day(catalog: Path, hu
     # Answers (refusals too) are kept for a day: the next plan asks nothing.
     asked = _listings(hub)
     assert asked == 2
-    again = refresh_sizes(load_facts(catalog))
+    again = refresh_sizes(load_catalog(catalog))
     assert _listings(hub) == asked and again.facts["tiny"].files["Q8_0"].size == LISTED
     cached = json.loads((Path(hub_home()) / CACHE_FILE).read_text())
     assert any(REPO in key for key in cached)
-    refresh_sizes(load_facts(catalog), max_age=0)
+    refresh_sizes(load_catalog(catalog), max_age=0)
     assert _listings(hub) == 2 * asked
 
 
@@ -125,21 +124,21 @@ def _closed_port() -> int:
 def test_offline_keeps_the_catalog_sizes_and_says_so(catalog: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     started = time.perf_counter()
-    refreshed = refresh_sizes(load_facts(catalog))
+    refreshed = refresh_sizes(load_catalog(catalog))
     assert time.perf_counter() - started < 5
     assert refreshed.facts["tiny"].files["Q8_0"].size == 531_000_000 and not refreshed.changed
     assert len(refreshed.warnings) == 1 and "did not answer" in refreshed.warnings[0]
     assert "catalog's sizes" in refreshed.warnings[0] and not refreshed.reasons
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert "HF_HUB_OFFLINE is set" in refresh_sizes(load_facts(catalog)).warnings[0]
+    assert "HF_HUB_OFFLINE is set" in refresh_sizes(load_catalog(catalog)).warnings[0]
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    assert "not to use the network" in refresh_sizes(load_facts(catalog), network=False).warnings[0]
+    assert "not to use the network" in refresh_sizes(load_catalog(catalog), network=False).warnings[0]
 
 
 def test_an_old_answer_beats_the_catalog_when_the_hub_is_gone(catalog: Path, hub: FakeHub):
-    refresh_sizes(load_facts(catalog))
+    refresh_sizes(load_catalog(catalog))
     hub.down = True
-    stale = refresh_sizes(load_facts(catalog), max_age=0, timeout=1)
+    stale = refresh_sizes(load_catalog(catalog), max_age=0, timeout=1)
     assert stale.facts["tiny"].files["Q8_0"].size == LISTED
     assert any("older answers" in r for r in stale.reasons) and "did not answer" in stale.warnings[-1]
 

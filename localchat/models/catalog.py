@@ -1,41 +1,92 @@
-"""The model catalog (models.yaml) and the resolution of a model name or path to a local file."""
+"""The model catalog: models.yaml parsed once into ModelFacts (files and their sources, architecture, draft pairing)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
 from ..errors import ConfigError, ModelNotFoundError
+from ..runtime.gguf_types import GGML_TYPES
+from .gguf_info import GGUFInfo
 
 CATALOG_FILE = Path(__file__).resolve().parent.parent / "models.yaml"
+
+# Effective bits per weight of llama.cpp's quant mixes (scales included), for estimates only;
+# a GGUF header, when at hand, gives the exact bytes instead.
+QUANT_BITS = {"F32": 32.0, "F16": 16.0, "BF16": 16.0, "Q8_0": 8.5, "Q6_K": 6.56, "Q5_K_M": 5.69,
+              "Q5_K_S": 5.54, "Q5_1": 6.0, "Q5_0": 5.5, "Q4_K_M": 4.89, "Q4_K_S": 4.58, "Q4_1": 5.0,
+              "Q4_0": 4.5, "IQ4_XS": 4.25, "IQ4_NL": 4.5, "Q3_K_L": 4.27, "Q3_K_M": 3.91, "Q3_K_S": 3.5,
+              "IQ3_M": 3.66, "IQ3_XS": 3.3, "Q2_K": 3.35, "IQ2_M": 2.7, "IQ2_XS": 2.31}
+# Bytes per element of llama.cpp's KV cache types (type_k / type_v), from ggml's block sizes.
+KV_TYPE_BYTES = {name.lower(): size / block for name, block, size in GGML_TYPES.values()
+                 if name in ("F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")}
 
 
 @dataclass(slots=True)
 class ModelFile:
-    """One quant level of a model: its file name, size, checksum and where to fetch it."""
+    """One quant level of a model: its file name, size, checksum, weight format and where to fetch it."""
 
     quant: str
     file: str
     size: int
     sha256: str | None = None  # hub-only entries may leave it out: the hub's LFS sha256 is checked then
-    sources: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)  # as written: [{kind: spec}], tried in order
+    format: str = "gguf"  # the weights' format; one model may list files of several formats
+
+    @property
+    def verified(self) -> bool:
+        """Whether the size and checksum were checked against the bytes (a hub listing's rounded size is not)."""
+        return bool(self.sha256) and any(next(iter(s.values())).get("verified", True) for s in self.sources)
+
+    @property
+    def hub(self) -> dict[str, Any]:
+        """The first hub source's spec (repo, file, revision, verified), or {} when the hub does not serve it."""
+        return next((s["hub"] for s in self.sources if "hub" in s), None) or {}
+
+    @property
+    def repo(self) -> str | None:
+        """The hub repo that serves the file, where the catalog names one."""
+        return self.hub.get("repo")
+
+    @property
+    def repo_file(self) -> str | None:
+        """The file's name in that repo."""
+        return self.hub.get("file", self.file) if self.hub else None
+
+    @property
+    def revision(self) -> str:
+        return self.hub.get("revision", "main")
 
 
 @dataclass(slots=True)
-class ModelEntry:
-    """A catalog model with its quant files."""
+class ModelFacts:
+    """One catalog model: its files, its architecture (what planning needs) and its draft pairing."""
 
     key: str
     name: str
     family: str
     license: str
-    default_quant: str
-    architecture: dict[str, Any]
-    files: dict[str, ModelFile]
-    draft: str | None = None  # the catalog key of a smaller model with the same tokenizer
+    arch: str
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    params_b: float
+    tied_embeddings: bool = True
+    sliding_window: int | None = None
+    swa_pattern: int | None = None          # every n-th layer keeps full attention
+    draft: str | None = None                # the catalog key of a smaller model with the same tokenizer
+    default_quant: str = "Q4_K_M"
+    gptq: str | None = None
+    files: dict[str, ModelFile] = field(default_factory=dict)
+    exact_layer_bytes: dict[str, int] = field(default_factory=dict)  # quant -> bytes, from a header
 
     def file_for(self, quant: str | None) -> ModelFile:
         """The file of a quant level (the default one when None), or a clear error."""
@@ -47,95 +98,117 @@ class ModelEntry:
             f"{self.key} has no quant '{quant}'. Available: {', '.join(self.files)}."
         )
 
+    def embedding_bytes(self, quant: str) -> int:
+        """Bytes of one vocab x n_embd matrix (the token embedding; the output head is another)."""
+        return int(self.n_vocab * self.n_embd * QUANT_BITS.get(quant, 8.5) / 8)
+
+    def layer_bytes(self, quant: str) -> int:
+        """Weight bytes of one repeating block."""
+        if quant in self.exact_layer_bytes:
+            return self.exact_layer_bytes[quant]
+        size = self.files[quant].size
+        outside = self.embedding_bytes(quant) * (1 if self.tied_embeddings else 2)
+        # Never below half an even split: the bits table is an estimate, the file size is not.
+        return max(size - outside, size // 2) // self.n_layer
+
+    def output_bytes(self, quant: str) -> int:
+        """Bytes of the output head, which lives with the last layer (tied heads are a copy)."""
+        return self.embedding_bytes(quant)
+
+    def kv_bytes(self, n_ctx: int, type_kv: str = "f16", n_layers: int | None = None, n_ubatch: int = 512) -> int:
+        """KV cache bytes of `n_layers` layers (all by default) at n_ctx tokens."""
+        n_layers = self.n_layer if n_layers is None else n_layers
+        per_token_layer = 2 * self.n_head_kv * self.head_dim * KV_TYPE_BYTES[type_kv]
+        if self.sliding_window and self.swa_pattern:
+            n_full = math.ceil(n_layers / self.swa_pattern)
+            # llama.cpp sizes a sliding-window layer's cache to the window plus one ubatch.
+            swa_cells = min(n_ctx, self.sliding_window + n_ubatch)
+            return int(per_token_layer * (n_full * n_ctx + (n_layers - n_full) * swa_cells))
+        return int(per_token_layer * n_layers * n_ctx)
+
+    def attended_cells(self, fill: int, n_layers: int | None = None) -> int:
+        """KV cells one new token attends over with `fill` tokens cached, summed over `n_layers` layers."""
+        n_layers = self.n_layer if n_layers is None else n_layers
+        if self.sliding_window and self.swa_pattern:
+            n_full = math.ceil(n_layers / self.swa_pattern)
+            return n_full * fill + (n_layers - n_full) * min(fill, self.sliding_window)
+        return n_layers * fill
+
+    def kv_read_bytes(self, fill: int, type_kv: str = "f16", n_layers: int | None = None) -> int:
+        """KV bytes one decode step reads at `fill` cached tokens (sliding-window layers read their window)."""
+        return int(2 * self.n_head_kv * self.head_dim * KV_TYPE_BYTES[type_kv] * self.attended_cells(fill, n_layers))
+
+    def attention_flops(self, fill: int, n_layers: int | None = None) -> float:
+        """Attention FLOPs of one new token over `fill` cached tokens: Q.K and P.V, 2 FLOPs each per head dim."""
+        return 4.0 * self.n_head * self.head_dim * self.attended_cells(fill, n_layers)
+
+    def compute_bytes(self, n_ubatch: int = 512) -> int:
+        """Scratch buffer of one llama.cpp context with flash attention: logits plus activations."""
+        return int(n_ubatch * 4 * (self.n_vocab + 8 * self.n_embd))
+
+    def flops_per_token(self) -> float:
+        """Matmul FLOPs per token, 2 per weight."""
+        return 2 * self.params_b * 1e9
+
 
 def catalog_path() -> Path:
     """models.yaml inside the package (a source checkout links it from the repository root)."""
     return CATALOG_FILE
 
 
-def load_catalog(path: Path | None = None) -> dict[str, ModelEntry]:
-    """Parse models.yaml into entries keyed by model name."""
-    path = path or catalog_path()
+def _model_file(quant: str, raw: dict[str, Any]) -> ModelFile:
+    return ModelFile(quant=quant, file=raw["file"], size=int(raw["size"]), sha256=raw.get("sha256"),
+                     sources=list(raw.get("sources") or []), format=raw.get("format", "gguf"))
+
+
+def _model(key: str, raw: dict[str, Any]) -> ModelFacts:
+    arch = raw["architecture"]
+    files = {quant: _model_file(quant, entry) for quant, entry in raw["files"].items()}
+    n_layer = int(arch["n_layer"])
+    first = next(iter(files.values()))
+    # Older entries lack some facts: estimate them from the file size (params ~ 12 * L * d^2).
+    params_b = float(arch.get("params_b") or first.size * 8 / QUANT_BITS.get(first.quant, 8.5) / 1e9)
+    n_embd = int(arch.get("n_embd") or math.sqrt(params_b * 1e9 / (12 * n_layer)))
+    head_dim = int(arch.get("head_dim") or 128)
+    gptq = raw.get("gptq")
+    return ModelFacts(
+        key=key, name=raw.get("name", key), family=raw.get("family", key), license=raw.get("license", "unknown"),
+        arch=arch.get("arch", "unknown"), n_layer=n_layer, n_head=int(arch.get("n_head") or n_embd // head_dim),
+        n_head_kv=int(arch["n_head_kv"]), head_dim=head_dim, n_embd=n_embd, n_vocab=int(arch.get("n_vocab") or 32000),
+        n_ctx_train=int(arch.get("n_ctx_train") or 4096), params_b=params_b,
+        tied_embeddings=bool(arch.get("tied_embeddings", True)), sliding_window=arch.get("sliding_window"),
+        swa_pattern=arch.get("swa_pattern"), draft=raw.get("draft"), default_quant=raw.get("default_quant", first.quant),
+        gptq=gptq.get("repo") if isinstance(gptq, dict) else gptq, files=files)
+
+
+def load_catalog(path: Path | None = None) -> dict[str, ModelFacts]:
+    """Parse models.yaml (or a catalog file in its schema) into models keyed by catalog name."""
+    path = Path(path) if path is not None else catalog_path()
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        entries = {}
-        for key, raw in data["models"].items():
-            files = {
-                quant: ModelFile(quant=quant, file=f["file"], size=int(f["size"]), sha256=f.get("sha256"),
-                                 sources=list(f.get("sources", [])))
-                for quant, f in raw["files"].items()
-            }
-            entries[key] = ModelEntry(
-                key=key, name=raw["name"], family=raw["family"], license=raw["license"],
-                default_quant=raw["default_quant"], architecture=dict(raw.get("architecture", {})),
-                files=files, draft=raw.get("draft"),
-            )
-        return entries
-    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
-        raise ConfigError(f"the model catalog {path} is unreadable ({exc!r}); reinstall localchat.") from None
+        catalog = {key: _model(key, raw) for key, raw in data["models"].items()}
+    except (OSError, KeyError, TypeError, ValueError, StopIteration, AttributeError, yaml.YAMLError) as exc:
+        fix = "reinstall localchat" if path == catalog_path() else "check it against models.yaml's schema"
+        raise ConfigError(f"the model catalog {path} is unreadable ({exc!r}); {fix}.") from None
+    for model in catalog.values():
+        if model.draft and model.draft not in catalog:
+            raise ConfigError(f"{model.key} names draft '{model.draft}', which is not in the catalog {path}.")
+    return catalog
 
 
-def looks_like_path(name: str) -> bool:
-    return name.endswith(".gguf") or "/" in name or "\\" in name or name.startswith(".")
-
-
-def split_name(name: str) -> tuple[str, str | None]:
-    """'smollm2-135m:Q8_0' -> ('smollm2-135m', 'Q8_0')."""
-    key, _, quant = name.partition(":")
-    return key, (quant or None)
-
-
-def catalog_draft(name: str, catalog: dict[str, ModelEntry] | None = None) -> Path | None:
-    """The local file of the catalog's draft pairing for `name`, if there is one and it is present."""
-    if looks_like_path(name):
-        return None
-    from .download import cached_file
-
-    catalog = catalog if catalog is not None else load_catalog()
-    entry = catalog.get(split_name(name)[0])
-    draft = catalog.get(entry.draft) if entry and entry.draft else None
-    return cached_file(draft.file_for(None)) if draft else None
-
-
-def resolve_model(
-    name: str,
-    catalog: dict[str, ModelEntry] | None = None,
-    fetch: bool = True,
-    progress: Callable[[int, int], None] | None = None,
-) -> Path:
-    """A model name (catalog key[:QUANT]) or a GGUF path -> a local file, fetching it when needed."""
-    path = Path(name).expanduser()
-    if path.is_file():
-        return path.resolve()
-    if looks_like_path(name):
-        from .importers import find_local_model, import_model
-
-        if path.is_dir():
-            return import_model(path).path
-        # 'publisher/repo/file' (LM Studio) or 'user/model:tag' (Ollama) names look like paths too.
-        local = find_local_model(name)
-        if local is not None:
-            return local.path
-        raise ModelNotFoundError(f"no model file at {path}; check the path, or run `localchat models` to see the catalog.")
-    catalog = catalog if catalog is not None else load_catalog()
-    key, quant = split_name(name)
-    entry = catalog.get(key)
-    if entry is None:
-        from .importers import find_local_model
-
-        # Not a catalog name: maybe a model the user already has in LM Studio, Ollama or the hub cache.
-        local = find_local_model(name)
-        if local is not None:
-            return local.path
-        raise ModelNotFoundError(
-            f"unknown model '{name}'. Use a catalog name ({', '.join(sorted(catalog))}) or a path to a .gguf file."
-        )
-    from .download import cached_file, fetch_model_file
-
-    model_file = entry.file_for(quant)
-    local = cached_file(model_file)
-    if local is not None:
-        return local
-    if not fetch:
-        raise ModelNotFoundError(f"{name} is not downloaded yet; run `localchat pull {name}`.")
-    return fetch_model_file(model_file, progress=progress)
+def facts_from_gguf(info: GGUFInfo, key: str, size: int, family: str = "local") -> ModelFacts:
+    """Exact facts for a GGUF file at hand (the per-layer bytes come from its tensors)."""
+    quant = info.quant or "F16"
+    layers = info.layer_bytes()
+    params = sum(math.prod(t.shape) for t in info.tensors)
+    model = ModelFacts(
+        key=key, name=str(info.metadata.get("general.name", key)), family=family,
+        license=str(info.metadata.get("general.license", "unknown")), arch=info.arch, n_layer=info.n_layer,
+        n_head=info.n_head, n_head_kv=info.n_head_kv, head_dim=info.head_dim, n_embd=info.n_embd,
+        n_vocab=info.vocab_size, n_ctx_train=info.context_length, params_b=params / 1e9,
+        tied_embeddings=not any(t.name == "output.weight" for t in info.tensors),
+        sliding_window=info.sliding_window, swa_pattern=6 if info.sliding_window and info.arch == "gemma3" else None,
+        default_quant=quant, files={quant: ModelFile(quant, Path(info.source).name, size)})
+    if layers:
+        model.exact_layer_bytes[quant] = max(layers)
+    return model

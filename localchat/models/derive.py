@@ -11,8 +11,10 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..paths import models_dir
+from ..runtime.gguf_types import FILE_TYPE_ID
 
-FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "F16": 1, "Q5_0": 8, "Q5_1": 9, "Q4_K_M": 15, "Q6_K": 18}
+# The quant levels derived files come in, with their llama_ftype ids.
+FTYPES = {quant: FILE_TYPE_ID[quant] for quant in ("Q4_0", "Q4_1", "Q8_0", "F16", "Q5_0", "Q5_1", "Q4_K_M", "Q6_K")}
 
 
 def requantize(source: Path, quant: str, target: Path | None = None) -> Path:

@@ -4,44 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..errors import DownloadError, ModelLoadError
+from ..runtime.gguf_types import (FILE_TYPES, GGML_TYPES, GGUF_ARRAY, GGUF_INT32, GGUF_MAGIC, GGUF_SCALARS,
+                                  GGUF_STRING)
+from .gguf_bytes import GGUFError, HeaderReader, file_reader, url_reader
 
-# ggml type id -> (name, elements per block, bytes per block); mirrors ggml's type traits.
-GGML_TYPES: dict[int, tuple[str, int, int]] = {
-    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
-    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
-    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176),
-    14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74),
-    18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
-    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
-    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
-    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
-}
-# llama_ftype (general.file_type) -> the quant name used in file names.
-FILE_TYPES: dict[int, str] = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
-    23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M",
-    30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE",
-}
-# GGUF metadata value types: id -> struct format of a scalar (8 string, 9 array handled apart).
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_MAGIC = b"GGUF"
 _MAX_KEY = 1 << 16          # no real key is longer; a larger length means a corrupt file
 _MAX_DIMS = 4               # GGML_MAX_DIMS
 DEFAULT_HEADER_LIMIT = 64 << 20  # real headers are a few MB (vocab arrays); more means corruption
 _MAX_VOCAB = 1 << 22        # token arrays beyond this are corruption, and would cost GBs as Python objects
-
-
-class GGUFError(ModelLoadError):
-    """The bytes are not a well-formed GGUF header (wrong magic, truncated, corrupt, unsupported)."""
 
 
 @dataclass(slots=True)
@@ -152,81 +126,26 @@ def _block_index(name: str) -> int | None:
     return int(number) if number.isdigit() else None
 
 
-class _Reader:
-    """Sequential reads over a growing prefix of the file; `fetch(start, end)` returns those bytes."""
-
-    def __init__(self, fetch: Callable[[int, int], bytes], file_size: int | None, limit: int, what: str):
-        self._fetch, self.file_size, self._limit, self._what = fetch, file_size, limit, what
-        self.buf = b""
-        self.pos = 0
-
-    def remaining(self) -> int:
-        """Bytes the header may still use: up to the end of the file and within the header limit."""
-        end = self._limit if self.file_size is None else min(self.file_size, self._limit)
-        return max(0, end - self.pos)
-
-    def ensure(self, end: int, context: str) -> None:
-        """Make bytes [0, end) available, fetching a geometrically larger prefix when needed."""
-        if end <= len(self.buf):
-            return
-        if self.file_size is not None and end > self.file_size:
-            raise GGUFError(f"{self._what} ends at byte {self.file_size} while reading {context}: the file is "
-                            "truncated or corrupt. Download it again.")
-        if end > self._limit:
-            raise GGUFError(f"{self._what}: the header is larger than {self._limit >> 20} MiB at {context}; "
-                            "it is corrupt or not a model this reader supports.")
-        target = min(max(end, 2 * len(self.buf), 1 << 18), self._limit)
-        if self.file_size is not None:
-            target = min(target, self.file_size)
-        self.buf += self._fetch(len(self.buf), target)
-        if end > len(self.buf):
-            raise GGUFError(f"{self._what} ends at byte {len(self.buf)} while reading {context}: the file "
-                            "is truncated. Download it again.")
-
-    def take(self, n: int, context: str) -> bytes:
-        self.ensure(self.pos + n, context)
-        start, self.pos = self.pos, self.pos + n
-        return self.buf[start:self.pos]
-
-    def unpack(self, fmt: str, context: str) -> Any:
-        size = struct.calcsize(fmt)
-        self.ensure(self.pos + size, context)
-        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
-        self.pos += size
-        return value
-
-    def string(self, context: str, cap: int | None = None, decode: bool = True) -> str | None:
-        length = self.unpack("<Q", context)
-        if length > self.remaining() or (cap is not None and length > cap):
-            raise GGUFError(f"{self._what}: a string of {length} bytes in {context} cannot fit the file; "
-                            "the header is corrupt.")
-        if not decode:
-            self.ensure(self.pos + length, context)
-            self.pos += length
-            return None
-        return self.take(length, context).decode("utf-8", errors="replace")
-
-
-def _read_value(reader: _Reader, value_type: int, key: str, keep_array: bool, depth: int = 0) -> Any:
-    if value_type in _SCALARS:
-        return reader.unpack(_SCALARS[value_type], key)
-    if value_type == 8:
+def _read_value(reader: HeaderReader, value_type: int, key: str, keep_array: bool, depth: int = 0) -> Any:
+    if value_type in GGUF_SCALARS:
+        return reader.unpack(GGUF_SCALARS[value_type], key)
+    if value_type == GGUF_STRING:
         return reader.string(key)
-    if value_type != 9 or depth > 1:
-        raise GGUFError(f"{reader._what}: unknown value type {value_type} for '{key}'; the header is corrupt.")
+    if value_type != GGUF_ARRAY or depth > 1:
+        raise GGUFError(f"{reader.what}: unknown value type {value_type} for '{key}'; the header is corrupt.")
     elem_type, count = reader.unpack("<I", key), reader.unpack("<Q", key)
-    elem_size = struct.calcsize(_SCALARS[elem_type]) if elem_type in _SCALARS else 8
+    elem_size = struct.calcsize(GGUF_SCALARS[elem_type]) if elem_type in GGUF_SCALARS else 8
     if count * elem_size > reader.remaining():
-        raise GGUFError(f"{reader._what}: the array '{key}' claims {count} elements, more than the file holds; "
+        raise GGUFError(f"{reader.what}: the array '{key}' claims {count} elements, more than the file holds; "
                         "the header is corrupt.")
     if keep_array and count > _MAX_VOCAB:
-        raise GGUFError(f"{reader._what}: the array '{key}' claims {count} elements; the header is corrupt.")
-    if elem_type in _SCALARS:
+        raise GGUFError(f"{reader.what}: the array '{key}' claims {count} elements; the header is corrupt.")
+    if elem_type in GGUF_SCALARS:
         raw = reader.take(count * elem_size, key)
         if not keep_array or count > 64 and key not in _KEPT_TOKENIZER_ARRAYS:
             return ArraySummary(elem_type, count)
-        return list(struct.unpack(f"<{count}{_SCALARS[elem_type][1]}", raw))
-    if elem_type == 8 and not keep_array:  # merges: walk the lengths, skip the text
+        return list(struct.unpack(f"<{count}{GGUF_SCALARS[elem_type][1]}", raw))
+    if elem_type == GGUF_STRING and not keep_array:  # merges: walk the lengths, skip the text
         for _ in range(count):
             reader.string(key, decode=False)
         return ArraySummary(elem_type, count)
@@ -234,9 +153,9 @@ def _read_value(reader: _Reader, value_type: int, key: str, keep_array: bool, de
     return values if keep_array else ArraySummary(elem_type, count)
 
 
-def _parse(reader: _Reader, source: str) -> GGUFInfo:
+def _parse(reader: HeaderReader, source: str) -> GGUFInfo:
     magic = reader.take(4, "the magic number")
-    if magic != _MAGIC:
+    if magic != GGUF_MAGIC:
         raise GGUFError(f"{source} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); "
                         "give a .gguf model file.")
     version = reader.unpack("<I", "the version")
@@ -269,14 +188,14 @@ def _parse(reader: _Reader, source: str) -> GGUFInfo:
     info.tokenizer_fingerprint = _fingerprint(metadata)
     for key in _KEPT_TOKENIZER_ARRAYS:  # kept only to fingerprint; summarize to keep the object small
         if isinstance(metadata.get(key), list):
-            metadata[key] = ArraySummary(8 if key.endswith("tokens") else 5, len(metadata[key]))
+            metadata[key] = ArraySummary(GGUF_STRING if key.endswith("tokens") else GGUF_INT32, len(metadata[key]))
     return info
 
 
 _KEPT_TOKENIZER_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type")
 
 
-def _read_tensor(reader: _Reader, source: str) -> TensorInfo:
+def _read_tensor(reader: HeaderReader, source: str) -> TensorInfo:
     name = reader.string("a tensor name", cap=_MAX_KEY)
     n_dims = reader.unpack("<I", f"the rank of tensor '{name}'")
     if not 1 <= n_dims <= _MAX_DIMS:
@@ -327,38 +246,11 @@ def _fingerprint(metadata: dict[str, Any]) -> str | None:
 
 def read_gguf(path: str | Path, header_limit: int = DEFAULT_HEADER_LIMIT) -> GGUFInfo:
     """Parse the header of a local GGUF file (reads only the header bytes)."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            def fetch(start: int, end: int) -> bytes:
-                handle.seek(start)
-                return handle.read(end - start)
-            return _parse(_Reader(fetch, size, header_limit, path.name), str(path))
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read {path} ({exc.strerror or exc}); check the path and its permissions.") from None
+    with file_reader(Path(path), header_limit) as reader:
+        return _parse(reader, str(path))
 
 
 def read_gguf_url(url: str, headers: dict[str, str] | None = None, timeout: float = 30.0,
                   header_limit: int = DEFAULT_HEADER_LIMIT) -> GGUFInfo:
     """Parse the header of a remote GGUF through HTTP range requests, growing the range as needed."""
-    def fetch(start: int, end: int) -> bytes:
-        request = urllib.request.Request(url, headers={**(headers or {}), "Range": f"bytes={start}-{end - 1}"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                content_range = response.headers.get("Content-Range", "")
-                total = content_range.rsplit("/", 1)[-1]
-                if response.status == 206 and total.isdigit():
-                    reader.file_size = int(total)
-                    return response.read(end - start)
-                # A server that ignores Range sends the whole file from byte 0: read only the prefix.
-                if response.headers.get("Content-Length", "").isdigit():
-                    reader.file_size = int(response.headers["Content-Length"])
-                return response.read(end)[start:]
-        except urllib.error.HTTPError as exc:
-            raise DownloadError(f"reading {url} failed with HTTP {exc.code}; check the address or your access.") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise DownloadError(f"cannot reach {url} ({exc}); check the network.") from None
-
-    reader = _Reader(fetch, None, header_limit, url)
-    return _parse(reader, url)
+    return _parse(url_reader(url, headers, timeout, header_limit), url)

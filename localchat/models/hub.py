@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 import logging
 import os
 import re
@@ -16,6 +15,7 @@ from urllib.parse import urlparse
 from tqdm import tqdm
 
 from ..errors import DownloadError
+from .hub_errors import explain_hub_error
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def hub_file_info(repo: str, filename: str, revision: str = "main") -> HubFile:
     try:
         meta = get_hf_file_metadata(url, endpoint=endpoint)
     except Exception as exc:
-        raise explain_hub_error(exc, repo, filename, revision) from None
+        raise explain_hub_error(exc, endpoint, repo, filename, revision) from None
     if not meta.commit_hash or not meta.etag:
         raise DownloadError(
             f"{endpoint} answered for {repo}/{filename} without the hub's file headers (X-Repo-Commit, ETag); "
@@ -171,7 +171,7 @@ def _download(info: HubFile, partial: Path, progress: Progress | None) -> dict[s
                      displayed_filename=info.filename, tqdm_class=_SilentBar if progress else None)
         except Exception as exc:
             kept = f" {sink.done / 1e6:.0f} MB are kept; run the same command again to resume." if sink.done else ""
-            raise explain_hub_error(exc, info.repo, info.filename, info.revision, kept) from None
+            raise explain_hub_error(exc, hub_endpoint(), info.repo, info.filename, info.revision, kept) from None
         return sink.hexdigests()
 
 
@@ -183,7 +183,7 @@ def _link_into_cache(info: HubFile) -> Path:
         path = hf_hub_download(info.repo, info.filename, revision=info.revision,
                                cache_dir=str(hub_cache_dir()), endpoint=hub_endpoint())
     except Exception as exc:
-        raise explain_hub_error(exc, info.repo, info.filename, info.revision) from None
+        raise explain_hub_error(exc, hub_endpoint(), info.repo, info.filename, info.revision) from None
     return Path(path)
 
 
@@ -263,58 +263,3 @@ class _Sink:
 
     def hexdigests(self) -> dict[str, str]:
         return {name: digest.hexdigest() for name, digest in self.digests.items()}
-
-
-def _network_errors() -> tuple[type[BaseException], ...]:
-    kinds: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    # The hub client moved between HTTP libraries across versions; accept whichever is installed.
-    for module, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)),
-                          ("requests", ("ConnectionError", "Timeout"))):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        kinds += [getattr(mod, name) for name in names if hasattr(mod, name)]
-    return tuple(kinds)
-
-
-def explain_hub_error(exc: BaseException, repo: str, filename: str, revision: str = "main",
-                      hint: str = "") -> BaseException:
-    """A hub client failure as a DownloadError that says what happened and what to do."""
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
-                                        OfflineModeIsEnabled, RemoteEntryNotFoundError,
-                                        RepositoryNotFoundError, RevisionNotFoundError)
-
-    endpoint, where = hub_endpoint(), f"{repo}/{filename}"
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if isinstance(exc, GatedRepoError) or (isinstance(exc, HfHubHTTPError) and status == 403):
-        return DownloadError(
-            f"{repo} is a gated model (the hub answered {status}): open {endpoint}/{repo} while logged in, "
-            "accept its license, then set HF_TOKEN to an access token of that account (or run `hf auth login`) and retry."
-        )
-    if isinstance(exc, RemoteEntryNotFoundError):
-        return DownloadError(
-            f"{repo} has no file '{filename}' at revision '{revision}' (404). Check the file name; the repo's "
-            f"files are listed at {endpoint}/{repo}/tree/{revision}."
-        )
-    if isinstance(exc, RevisionNotFoundError):
-        return DownloadError(f"{repo} has no revision '{revision}' (404); check the branch, tag or commit.")
-    if isinstance(exc, RepositoryNotFoundError) or (isinstance(exc, HfHubHTTPError) and status == 401):
-        return DownloadError(
-            f"the hub has no repo '{repo}' that we may read (answered {status}) while fetching {filename}. "
-            "Check the repo name; if it is private or gated, set HF_TOKEN to an access token that can read it."
-        )
-    if isinstance(exc, OfflineModeIsEnabled):
-        return DownloadError(f"cannot fetch {where}: HF_HUB_OFFLINE is set. Unset it to download, "
-                             "or use a model that is already downloaded.")
-    if isinstance(exc, (LocalEntryNotFoundError, *_network_errors())):
-        return DownloadError(
-            f"cannot reach the model hub at {endpoint} to fetch {where} ({type(exc).__name__}: {exc}).{hint} "
-            "Check the network connection (and HF_ENDPOINT or proxy settings); models already downloaded "
-            "still work offline."
-        )
-    if isinstance(exc, HfHubHTTPError):
-        return DownloadError(f"the hub answered {status} for {where}; try again later.{hint}")
-    if isinstance(exc, OSError):
-        return DownloadError(f"downloading {where} failed: {exc}.{hint}")
-    return exc

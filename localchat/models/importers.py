@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ModelLoadError, ModelNotFoundError
+from ..runtime.gguf_types import GGUF_MAGIC
 from .hub import hub_cache_dir
 
 log = logging.getLogger(__name__)
 
-GGUF_MAGIC = b"GGUF"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_REGISTRY = "registry.ollama.ai"
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import cache_dir
-from .catalog_facts import ModelFacts
+from .catalog import ModelFacts
 from .hub import hub_endpoint
+from .hub_errors import network_errors
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +81,9 @@ def _ask(endpoint: str, repo: Repo, timeout: float) -> dict:
     """One listing: {'sizes': {file: bytes}} or {'error': why, 'network': whether the hub was unreachable}."""
     from huggingface_hub import HfApi
 
-    from .hub import _network_errors
-
     try:
         info = HfApi(endpoint=endpoint).model_info(repo[0], revision=repo[1], files_metadata=True, timeout=timeout)
-    except _network_errors() as exc:
+    except network_errors() as exc:
         return {"error": f"{type(exc).__name__}: {exc}", "network": True}
     except Exception as exc:  # 404, 401, a proxy's HTML page: this repo only
         status = getattr(getattr(exc, "response", None), "status_code", None)
@@ -184,9 +183,9 @@ def _apply(facts: dict[str, ModelFacts], endpoint: str, cache: dict[str, dict],
     return updated
 
 
-def apply_to_entries(entries: dict, refreshed: SizeRefresh) -> None:
-    """Give catalog entries (models.catalog.ModelEntry) the refreshed sizes, so a whole downloaded copy is
-    recognised by its hub size and a download's size is announced right."""
+def apply_to_entries(entries: dict[str, ModelFacts], refreshed: SizeRefresh) -> None:
+    """Give the caller's catalog the refreshed sizes in place, so a whole downloaded copy is recognised by
+    its hub size and a download's size is announced right."""
     for (key, quant), (_, size) in refreshed.changed.items():
         entry = entries.get(key)
         if entry is not None and quant in entry.files:

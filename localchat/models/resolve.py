@@ -1,0 +1,69 @@
+"""A model name (catalog key[:QUANT]), a GGUF path or a model the user already has -> a local file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ..errors import ModelNotFoundError
+from .catalog import ModelFacts, load_catalog
+from .download import cached_file, fetch_model_file
+from .importers import find_local_model, import_model
+
+
+def looks_like_path(name: str) -> bool:
+    return name.endswith(".gguf") or "/" in name or "\\" in name or name.startswith(".")
+
+
+def split_name(name: str) -> tuple[str, str | None]:
+    """'smollm2-135m:Q8_0' -> ('smollm2-135m', 'Q8_0')."""
+    key, _, quant = name.partition(":")
+    return key, (quant or None)
+
+
+def catalog_draft(name: str, catalog: dict[str, ModelFacts] | None = None) -> Path | None:
+    """The local file of the catalog's draft pairing for `name`, if there is one and it is present."""
+    if looks_like_path(name):
+        return None
+    catalog = catalog if catalog is not None else load_catalog()
+    entry = catalog.get(split_name(name)[0])
+    draft = catalog.get(entry.draft) if entry and entry.draft else None
+    return cached_file(draft.file_for(None)) if draft else None
+
+
+def resolve_model(
+    name: str,
+    catalog: dict[str, ModelFacts] | None = None,
+    fetch: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """A model name (catalog key[:QUANT]) or a GGUF path -> a local file, fetching it when needed."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path.resolve()
+    if looks_like_path(name):
+        if path.is_dir():
+            return import_model(path).path
+        # 'publisher/repo/file' (LM Studio) or 'user/model:tag' (Ollama) names look like paths too.
+        local = find_local_model(name)
+        if local is not None:
+            return local.path
+        raise ModelNotFoundError(f"no model file at {path}; check the path, or run `localchat models` to see the catalog.")
+    catalog = catalog if catalog is not None else load_catalog()
+    key, quant = split_name(name)
+    entry = catalog.get(key)
+    if entry is None:
+        # Not a catalog name: maybe a model the user already has in LM Studio, Ollama or the hub cache.
+        local = find_local_model(name)
+        if local is not None:
+            return local.path
+        raise ModelNotFoundError(
+            f"unknown model '{name}'. Use a catalog name ({', '.join(sorted(catalog))}) or a path to a .gguf file."
+        )
+    model_file = entry.file_for(quant)
+    local = cached_file(model_file)
+    if local is not None:
+        return local
+    if not fetch:
+        raise ModelNotFoundError(f"{name} is not downloaded yet; run `localchat pull {name}`.")
+    return fetch_model_file(model_file, progress=progress)
