@@ -119,7 +119,7 @@ def extract(path: str | os.PathLike[str], *, name: str | None = None,
     if size == 0:
         raise EmptyDocumentError(f"{name}: the file is empty; attach the file again or pick another.")
     kind = detect_kind(name, data)
-    from . import readers  # here, not at the top: readers imports this module's classes
+    from . import readers, text_sections  # here, not at the top: they import this module's classes
 
     if kind == "pdf":
         doc = readers.read_pdf(name, data)
@@ -128,11 +128,11 @@ def extract(path: str | os.PathLike[str], *, name: str | None = None,
     else:
         text, warnings = decode_text(name, data, html=kind == "html")
         if kind == "html":
-            sections = readers.html_sections(text)
+            sections = text_sections.html_sections(text)
         elif kind == "markdown":
-            sections = readers.markdown_sections(text)
+            sections = text_sections.markdown_sections(text)
         else:
-            sections = readers.line_sections(text)
+            sections = text_sections.line_sections(text)
         doc = Document(name=name, kind=kind, sections=sections, warnings=warnings)
     doc.sections = [s for s in doc.sections if s.text.strip()]
     if not doc.sections:
