@@ -25,6 +25,7 @@ def test_every_entry_is_complete_and_consistent():
         for quant, model_file in entry.files.items():
             assert quant in QUANTS, (key, quant)
             assert model_file.size > 10_000_000 and model_file.file.endswith(".gguf"), (key, quant)
+            assert model_file.format == "gguf", (key, quant)
             assert model_file.sources, (key, quant)
             for source in model_file.sources:
                 kind = next(iter(source))

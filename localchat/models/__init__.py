@@ -1,1 +1,1 @@
-"""Model catalog, GGUF facts, planning and downloads."""
+"""Models: the catalog (models.yaml, parsed once), GGUF headers, models already on this machine, downloads, derived files."""
