@@ -6,18 +6,21 @@ import asyncio
 import secrets
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..errors import ContextOverflowError, EngineError, ModelNotFoundError, RequestError
+from ..errors import ContextOverflowError, EngineError, LocalchatError, ModelNotFoundError, RequestError
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.template_sandbox import Budget
-from ..runtime.engine import Engine
+from ..runtime.engine import Engine, Request
 from ..runtime.events import Done, Failed, Stats, TextDelta
 from ..runtime.sampling import SamplingParams
 from .bridge import StreamBridge, wait_for_disconnect
+from .chat_output import ChoiceOutput
+from .constraints import constrain, grammar_of, raw_gbnf, response_gbnf
+from .tool_parser import ToolCallParser
 from .schemas import ChatBody, CompletionBody, parse
 from .wire import error_body, sse
 
@@ -31,6 +34,20 @@ def served_name(model: str) -> str:
     return path.stem if path.suffix.lower() == ".gguf" else model
 
 
+def names_of(model_name: str, path: Path | None) -> set[str]:
+    """Every name a client may use for the served model: its id, its file's name, its catalog name."""
+    names = {model_name}
+    if path is not None:
+        names |= {path.name, path.stem}
+        try:
+            from ..models.catalog import load_catalog
+            names |= {key for key, facts in load_catalog().items()
+                      if any(f.file == path.name for f in facts.files.values())}
+        except Exception:  # a broken catalog must not stop the server; the other names still work
+            pass
+    return names
+
+
 class LocalService:
     """Answers /v1 requests with a local Engine."""
 
@@ -40,10 +57,12 @@ class LocalService:
         self.defaults = defaults or SamplingParams()  # what a request leaves out
         self.created = int(time.time())
         self._budgets: set[Budget] = set()  # requests being rendered and tokenized right now
+        self.aliases = names_of(model_name, getattr(engine.worker, "model_path", None))
 
     def _card(self) -> dict[str, Any]:
         return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "localchat",
-                "x_localchat": {"description": self.engine.worker.describe(), "n_ctx": self.engine.n_ctx}}
+                "x_localchat": {"description": self.engine.worker.describe(), "n_ctx": self.engine.n_ctx,
+                                "aliases": sorted(self.aliases - {self.model_name})}}
 
     async def models(self, request: HTTPRequest) -> Response:
         return JSONResponse({"object": "list", "data": [self._card()]})
@@ -67,22 +86,39 @@ class LocalService:
 
     def _check_model(self, name: str | None) -> None:
         # A missing (or empty) model is accepted: there is one model, and some clients leave it out.
-        if name and name != self.model_name:
+        if name and name not in self.aliases:
             raise ModelNotFoundError(f"the model '{name}' is not served here; use '{self.model_name}' "
                                      "(GET /v1/models lists it).")
 
     async def _generate(self, body: ChatBody | CompletionBody, kind: str, request: HTTPRequest) -> Response:
         self._check_model(body.model)
         engine_request = body.to_request(self.defaults)
-        texts = ([m["content"] for m in engine_request.messages] if engine_request.messages is not None
-                 else [engine_request.prompt or ""])
-        check_prompt_size(texts, self.engine.n_ctx)
+        sampling, output = engine_request.sampling, ChoiceOutput(kind == "chat")
+        _set(sampling, "logprobs", body.top(), "logprobs")
+        if isinstance(body, ChatBody):
+            texts = [m["content"] for m in engine_request.messages or []]
+            check_prompt_size(texts, self.engine.n_ctx)  # before any work on the messages
+            plan = constrain(engine_request.messages or [], self.engine.template.source, body.tools,
+                             body.tool_choice, body.parallel_tool_calls, body.response_format)
+            _set(sampling, "grammar", grammar_of(plan.gbnf, plan.triggers), "tools")
+            if plan.names:
+                output.parser = ToolCallParser(plan.fmt, plan.names)
+            # The template renders here, within the request's time budget: tools go in beside messages.
+            build = lambda: Request(prompt=self.engine.template.render(plan.messages, tools=plan.tools),  # noqa: E731
+                                    sampling=sampling)
+        else:
+            if body.grammar and body.response_format:
+                raise RequestError("send grammar or response_format, not both.", "grammar")
+            _set(sampling, "grammar", grammar_of(raw_gbnf(body.grammar) or response_gbnf(body.response_format)),
+                 "grammar")
+            check_prompt_size([engine_request.prompt or ""], self.engine.n_ctx)
+            build = lambda: engine_request  # noqa: E731
         try:
-            stream = await self._submit(engine_request, request)
+            stream = await self._submit(build, request)
         except ContextOverflowError as exc:
             exc.param = "messages" if kind == "chat" else "prompt"
             raise
-        reply = _Reply(kind, self.model_name)
+        reply = _Reply(kind, self.model_name, output)
         bridge = StreamBridge(stream)
         if body.stream:
             return StreamingResponse(reply.chunks(bridge, body.include_usage), media_type="text/event-stream",
@@ -99,12 +135,12 @@ class LocalService:
             return Response(status_code=499)
         return JSONResponse(collecting.result())
 
-    async def _submit(self, engine_request: Any, request: HTTPRequest) -> Any:
-        """engine.submit off the event loop, within a time budget, stopped when the client leaves."""
+    async def _submit(self, build: Callable[[], Request], request: HTTPRequest) -> Any:
+        """engine.submit(build()) off the event loop, within a time budget, stopped when the client leaves."""
         budget = Budget()
         self._budgets.add(budget)
         # Rendering and tokenizing a long prompt take a while; the event loop stays free meanwhile.
-        submitting = asyncio.ensure_future(asyncio.to_thread(budget.run, self.engine.submit, engine_request))
+        submitting = asyncio.ensure_future(asyncio.to_thread(budget.run, lambda: self.engine.submit(build())))
         leaving = asyncio.ensure_future(wait_for_disconnect(request))
         try:
             await asyncio.wait({submitting, leaving}, return_when=asyncio.FIRST_COMPLETED)
@@ -119,6 +155,15 @@ class LocalService:
         return submitting.result()
 
 
+def _set(sampling: SamplingParams, name: str, value: Any, param: str) -> None:
+    """Ask the sampler for `name` (grammar, logprobs), or refuse while the runtime cannot do it."""
+    if value is None:
+        return
+    if not hasattr(sampling, name):
+        raise RequestError(f"this build cannot sample with {name}; send the request without {param}.", param)
+    setattr(sampling, name, value)
+
+
 def _cancel_stream(done: "asyncio.Future[Any]") -> None:
     if not done.cancelled() and done.exception() is None:
         done.result().cancel()  # submitted after all, for nobody
@@ -127,11 +172,12 @@ def _cancel_stream(done: "asyncio.Future[Any]") -> None:
 class _Reply:
     """One response's identity (id, created, model) and its shape for chat or text completions."""
 
-    def __init__(self, kind: str, model: str) -> None:
+    def __init__(self, kind: str, model: str, output: ChoiceOutput) -> None:
         self.chat = kind == "chat"
         self.id = ("chatcmpl-" if self.chat else "cmpl-") + secrets.token_hex(12)
         self.created = int(time.time())
         self.model = model
+        self.output = output
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
@@ -139,22 +185,30 @@ class _Reply:
 
     async def collect(self, bridge: StreamBridge) -> dict[str, Any]:
         """The whole answer as one OpenAI response object."""
-        parts: list[str] = []
+        try:
+            return await self._collect(bridge)
+        finally:
+            bridge.cancel()  # a broken tool call ends the request early
+
+    async def _collect(self, bridge: StreamBridge) -> dict[str, Any]:
+        out = self.output
         stats: Stats | None = None
         async for event in bridge.events():
             if isinstance(event, TextDelta):
-                parts.append(event.text)
+                out.feed(event.text)
+                out.add_logprobs(getattr(event, "logprobs", None) or [], event.text)
             elif isinstance(event, Stats):
                 stats = event
             elif isinstance(event, Failed):
                 raise event.error
             elif isinstance(event, Done):
-                text = "".join(parts)
-                choice: dict[str, Any] = {"index": 0, "finish_reason": event.finish_reason, "logprobs": None}
+                out.finish()
+                choice: dict[str, Any] = {"index": 0, "finish_reason": out.finish_reason(event.finish_reason),
+                                          "logprobs": out.all_logprobs()}
                 if self.chat:
-                    choice["message"] = {"role": "assistant", "content": text}
+                    choice["message"] = out.message()
                 else:
-                    choice["text"] = text
+                    choice["text"] = "".join(out.text)
                 obj = "chat.completion" if self.chat else "text_completion"
                 return self._envelope(obj, [choice], usage=_usage(stats), x_localchat=_extras(stats))
         raise EngineError("the engine ended this request without an answer; try again.")
@@ -163,33 +217,43 @@ class _Reply:
         """The answer as server-sent events, ending with [DONE]."""
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         extra: dict[str, Any] = {"usage": None} if include_usage else {}
+        out = self.output
 
-        def chunk(text: str | None, finish: str | None = None, first: bool = False, **more: Any) -> bytes:
+        def chunk(pieces: list[Any], finish: str | None = None, logprobs: Any = None, **more: Any) -> bytes:
             if self.chat:
-                delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
-                if text:
-                    delta["content"] = text
-                choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+                choice = {"index": 0, "delta": out.delta(pieces), "finish_reason": finish, "logprobs": logprobs}
             else:
-                choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+                text = "".join(p for p in pieces if isinstance(p, str))
+                choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}
             return sse(self._envelope(obj, [choice], **{**extra, **more}))
 
         stats: Stats | None = None
         if self.chat:  # OpenAI opens with the role, so clients can start the message at once
-            yield chunk(None, first=True)
-        async for event in bridge.events():
-            if isinstance(event, TextDelta):
-                yield chunk(event.text)
-            elif isinstance(event, Stats):
-                stats = event
-            elif isinstance(event, Failed):
-                # Headers are gone already: the error travels in the stream, as OpenAI's does.
-                yield sse(error_body(str(event.error), "server_error", None, "engine_error"))
-                return
-            elif isinstance(event, Done):
-                yield chunk(None, event.finish_reason, x_localchat=_extras(stats))
-                if include_usage:
-                    yield sse(self._envelope(obj, [], usage=_usage(stats)))
+            yield sse(self._envelope(obj, [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                            "finish_reason": None, "logprobs": None}], **extra))
+        try:
+            async for event in bridge.events():
+                if isinstance(event, TextDelta):
+                    pieces = out.feed(event.text)
+                    logprobs = out.add_logprobs(getattr(event, "logprobs", None) or [], event.text)
+                    if pieces or logprobs:
+                        yield chunk(pieces, logprobs=logprobs)
+                elif isinstance(event, Stats):
+                    stats = event
+                elif isinstance(event, Failed):
+                    raise event.error
+                elif isinstance(event, Done):
+                    pieces = out.finish()
+                    if pieces:
+                        yield chunk(pieces)
+                    yield chunk([], out.finish_reason(event.finish_reason), x_localchat=_extras(stats))
+                    if include_usage:
+                        yield sse(self._envelope(obj, [], usage=_usage(stats)))
+        except LocalchatError as exc:
+            bridge.cancel()
+            # Headers are gone already: the error travels in the stream, as OpenAI's does.
+            yield sse(error_body(str(exc), "server_error", None, "engine_error"))
+            return
         yield b"data: [DONE]\n\n"
 
 

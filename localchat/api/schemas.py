@@ -32,6 +32,8 @@ class TextPart(_Body):
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart | dict[str, Any]] | None = None
+    tool_calls: list[Any] | None = None  # an assistant turn's calls
+    tool_call_id: str | None = None  # the call a tool turn answers
 
 
 class _Sampled(_Body):
@@ -53,6 +55,8 @@ class _Sampled(_Body):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     logprobs: bool | int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
 
     @property
     def include_usage(self) -> bool:
@@ -65,8 +69,8 @@ class _Sampled(_Body):
         """Refuse what we cannot do, rather than silently doing something else."""
         if self.n not in (None, 1):
             raise RequestError(f"n={self.n} is not supported; this server returns one choice per request (n=1).", "n")
-        if self.logprobs:
-            raise RequestError("logprobs are not supported by this server; leave them out.", "logprobs")
+        if self.logprobs is not None and not isinstance(self.logprobs, bool) and not 0 <= self.logprobs <= 20:
+            raise RequestError(f"logprobs={self.logprobs} is invalid; use 0-20 alternatives.", "logprobs")
 
     def sampling(self, defaults: SamplingParams | None = None) -> SamplingParams:
         """SamplingParams with the fields the client set; the server's defaults for the rest."""
@@ -96,23 +100,21 @@ class ChatBody(_Sampled):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     tools: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
     def limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
-    def check(self) -> None:
-        _Sampled.check(self)
-        if self.tools:
-            raise RequestError("tool calling is not supported by this server; send the request without tools.", "tools")
-        kind = (self.response_format or {}).get("type", "text")
-        if kind != "text":
-            raise RequestError(f"response_format {kind!r} is not supported; only 'text' is.", "response_format")
+    def top(self) -> int | None:
+        """Alternatives per token for logprobs (None: no logprobs)."""
+        if self.top_logprobs and not self.logprobs:
+            raise RequestError("top_logprobs needs logprobs: true.", "top_logprobs")
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def to_request(self, defaults: SamplingParams | None = None) -> Request:
         self.check()
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": _text(m, i)}
-                    for i, m in enumerate(self.messages)]
+        messages = [_turn(m, i) for i, m in enumerate(self.messages)]
         return Request(messages=messages, sampling=self.sampling(defaults))
 
 
@@ -121,6 +123,10 @@ class CompletionBody(_Sampled):
     echo: bool | None = False
     suffix: str | None = None
     best_of: int | None = None
+    grammar: str | None = None  # GBNF, as the llama.cpp servers take it
+
+    def top(self) -> int | None:
+        return None if self.logprobs is None or self.logprobs is False else int(self.logprobs)
 
     def check(self) -> None:
         _Sampled.check(self)
@@ -139,6 +145,17 @@ class CompletionBody(_Sampled):
         if not prompt:
             raise RequestError("prompt is empty; send some text to complete.", "prompt")
         return Request(prompt=prompt, sampling=self.sampling(defaults))
+
+
+def _turn(message: ChatMessage, index: int) -> dict[str, Any]:
+    """One message as a plain dict: role, text, and the tool fields it carries."""
+    turn: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role,
+                            "content": _text(message, index)}
+    if message.tool_calls:
+        turn["tool_calls"] = message.tool_calls
+    if message.tool_call_id is not None:
+        turn["tool_call_id"] = message.tool_call_id
+    return turn
 
 
 def _text(message: ChatMessage, index: int) -> str:

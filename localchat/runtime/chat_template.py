@@ -78,35 +78,47 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Prompt:
-        """The prompt text for `messages`, ending where the assistant's answer starts."""
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               tools: list[dict[str, Any]] | None = None) -> Prompt:
+        """The prompt text for `messages` (and `tools`, for templates that know them), ending where the
+        assistant's answer starts."""
         budget = current_budget()
         if budget is None:  # a caller without a budget of its own (CLI, tests) still gets the bounds
-            return Budget().run(self.render, messages, add_generation_prompt)
+            return Budget().run(self.render, messages, add_generation_prompt, tools)
         validate_messages(messages)
-        contents = [m["content"] for m in messages]
-        limit = sum(map(len, contents)) * 2 + MAX_OUTPUT_SLACK
+        # The same messages with each content replaced by a unique mark: what is left is the
+        # template's own text, and the marks say where each message's text goes. Other strings from
+        # the client (tools, past tool calls) are marked too when they hold a marker character.
+        nonce = secrets.token_hex(6)
+        strings = [m["content"] for m in messages]
+
+        def mark(value: str) -> str:
+            strings.append(value)
+            return f"\ue000{nonce}:{len(strings) - 1}\ue001"
+
+        marked = [{**_marked({k: v for k, v in m.items() if k != "content"}, mark),
+                   "content": f"\ue000{nonce}:{i}\ue001"} for i, m in enumerate(messages)]
+        marked_tools = _marked(tools, mark) if tools else None
+        limit = sum(map(len, strings)) * 2 + MAX_OUTPUT_SLACK
         with budget.watching():
-            text = self._render(messages, add_generation_prompt, limit)
-            # The same messages with each content replaced by a unique mark: what is left is the
-            # template's own text, and the marks say where each message's text goes.
-            nonce = secrets.token_hex(6)
-            marked = [dict(m, content=f"\ue000{nonce}:{i}\ue001") for i, m in enumerate(messages)]
-            skeleton = self._render(marked, add_generation_prompt, limit)
-        pieces = _pieces(text, skeleton, nonce, contents)
+            text = self._render(messages, add_generation_prompt, limit, tools)
+            skeleton = self._render(marked, add_generation_prompt, limit, marked_tools)
+        pieces = _pieces(text, skeleton, nonce, strings)
         if pieces is None:
-            if any(_MARKER_CHARS.intersection(c) for c in contents):
+            if any(_MARKER_CHARS.intersection(c) for c in strings):
                 raise RequestError("the model's chat template changes message text, so localchat cannot keep "
                                    "it apart from the template's control tokens; remove '<', '[' and '|' from "
                                    "the messages or use another model.", "messages")
             pieces = ((text, True),)
         return Prompt(text, pieces)
 
-    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, limit: int) -> str:
+    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, limit: int,
+                tools: list[dict[str, Any]] | None = None) -> str:
         parts, size = [], 0
+        extra = {"tools": tools} if tools else {}
         try:
             for part in self._template.generate(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                bos_token=self.bos_token, eos_token=self.eos_token):
+                                                bos_token=self.bos_token, eos_token=self.eos_token, **extra):
                 size += len(part)
                 if size > limit:
                     raise TemplateError(f"its output passed {limit:,} characters")
@@ -117,6 +129,17 @@ class ChatTemplate:
             raise RequestError(f"the model's chat template failed on these messages ({type(exc).__name__}); "
                                "use another model or shorter messages.") from None
         return "".join(parts)
+
+
+def _marked(value: Any, mark: Any) -> Any:
+    """`value` with each string that holds a marker character replaced by mark(string)."""
+    if isinstance(value, str):
+        return mark(value) if _MARKER_CHARS.intersection(value) else value
+    if isinstance(value, dict):
+        return {_marked(k, mark): _marked(v, mark) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_marked(v, mark) for v in value]
+    return value
 
 
 _MARK = re.compile("\ue000([0-9a-f]{12}):([0-9]+)\ue001")
@@ -144,7 +167,9 @@ def _pieces(text: str, skeleton: str, nonce: str, contents: list[str]) -> tuple[
             continue
         # Templates often trim a message (`content | trim`); the mark has no spaces to trim.
         after = slots[n + 1] if n + 1 < len(slots) and isinstance(slots[n + 1], str) else ""
-        for candidate in dict.fromkeys((contents[slot], contents[slot].strip())):
+        # A string inside a tool's JSON (`tojson`) is printed escaped.
+        escaped = json.dumps(contents[slot], ensure_ascii=False)[1:-1]
+        for candidate in dict.fromkeys((contents[slot], contents[slot].strip(), escaped)):
             if text.startswith(candidate, pos) and text.startswith(after, pos + len(candidate)):
                 if candidate:
                     pieces.append((candidate, False))

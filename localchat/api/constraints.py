@@ -1,0 +1,195 @@
+"""What a chat request asks beyond text: tools, tool_choice, response_format; and the messages and
+grammar that follow from them for this model's template.
+
+Whatever is accepted is enforced: calls and structured answers are sampled under a grammar from
+their schemas, and a request the grammar cannot serve is refused here with a 400.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import RequestError
+from .structured import check_schema, schema_gbnf
+from .tool_formats import ToolFormat, call_gbnf, call_text, describe_tools, detect, short_id
+
+MAX_TOOLS = 128
+MAX_TOOLS_BYTES = 256_000
+MAX_GRAMMAR_CHARS = 64_000  # a raw GBNF `grammar` field on /v1/completions
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@dataclass(slots=True)
+class Constrained:
+    """A chat request prepared for the template and the sampler."""
+
+    fmt: ToolFormat
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None  # for a native template; None: none, or described in text
+    names: set[str] = field(default_factory=set)  # tools whose calls are read back; empty: no parsing
+    gbnf: str | None = None
+    triggers: tuple[str, ...] = ()  # empty: the grammar holds from the first token
+
+
+def grammar_of(gbnf: str | None, triggers: tuple[str, ...] = ()) -> Any:
+    """The engine's Grammar for `gbnf`; a 400 while this build has no grammar sampling."""
+    if gbnf is None:
+        return None
+    try:
+        from ..runtime.grammar import Grammar
+    except ImportError:
+        raise RequestError("constrained output (tools, response_format, grammar) needs grammar sampling, which "
+                           "this build lacks; send the request without them.") from None
+    return Grammar(gbnf, triggers)
+
+
+def response_gbnf(response_format: dict[str, Any] | None) -> str | None:
+    """The grammar a response_format asks for: None for text."""
+    kind = (response_format or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return schema_gbnf({"type": "object"}, "response_format")
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")  # type: ignore[union-attr]
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+            raise RequestError("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}.",
+                               "response_format.json_schema.schema")
+        return schema_gbnf(spec["schema"], "response_format.json_schema.schema")
+    raise RequestError(f"response_format {kind!r} is not supported; use 'text', 'json_object' or 'json_schema'.",
+                       "response_format")
+
+
+def raw_gbnf(grammar: Any) -> str | None:
+    """A client's own GBNF (the llama.cpp servers' `grammar` field), bounded."""
+    if grammar is None or grammar == "":
+        return None
+    if not isinstance(grammar, str) or len(grammar) > MAX_GRAMMAR_CHARS:
+        raise RequestError(f"grammar must be GBNF text of at most {MAX_GRAMMAR_CHARS:,} characters.", "grammar")
+    return grammar
+
+
+def check_tools(tools: Any) -> list[dict[str, Any]]:
+    """The request's tools, each a function with a name and an enforceable parameter schema."""
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise RequestError(f"tools must be a list of at most {MAX_TOOLS} functions.", "tools")
+    try:
+        size = len(json.dumps(tools))
+    except (TypeError, ValueError, RecursionError):
+        raise RequestError("tools must be plain JSON that does not nest too deeply.", "tools") from None
+    if size > MAX_TOOLS_BYTES:  # every schema becomes grammar rules, built before the request queues
+        raise RequestError(f"the tools are {size:,} bytes of JSON; send at most {MAX_TOOLS_BYTES:,}.", "tools")
+    names = set()
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or tool.get("type", "function") != "function":
+            raise RequestError(f"tools.{i} must be {{'type': 'function', 'function': {{'name': ..., "
+                               "'parameters': {...}}}.", f"tools.{i}")
+        name = function.get("name")
+        if not isinstance(name, str) or not _NAME.fullmatch(name) or name in names:
+            raise RequestError(f"tools.{i}.function.name must be a unique name of 1-64 letters, digits, '_' "
+                               "or '-'.", f"tools.{i}.function.name")
+        names.add(name)
+        parameters = function.get("parameters")
+        if parameters is not None:
+            check_schema(parameters, f"tools.{i}.function.parameters")
+            if parameters.get("type", "object") != "object":
+                raise RequestError(f"tools.{i}.function.parameters must describe an object.",
+                                   f"tools.{i}.function.parameters")
+    return tools
+
+
+def choose(tools: list[dict[str, Any]], tool_choice: Any) -> tuple[str, list[dict[str, Any]]]:
+    """The mode (auto | none | required) and the tools the model may call in it."""
+    if tool_choice is None or tool_choice in ("auto", "none", "required"):
+        return tool_choice or "auto", tools
+    name = (tool_choice.get("function") or {}).get("name") if isinstance(tool_choice, dict) else None
+    chosen = [t for t in tools if t["function"]["name"] == name]
+    if not chosen:
+        raise RequestError(f"tool_choice names {name!r}, which is not among the tools.", "tool_choice")
+    return "required", chosen
+
+
+def constrain(messages: list[dict[str, Any]], template_source: str, tools: Any, tool_choice: Any,
+              parallel: bool | None, response_format: dict[str, Any] | None) -> Constrained:
+    """Messages for the template, the tools it shows, and the grammar for this request."""
+    fmt = detect(template_source)
+    mode, callable_tools = choose(check_tools(tools), tool_choice) if tools else ("none", [])
+    answer_gbnf = response_gbnf(response_format)
+    if answer_gbnf is not None and mode != "none":
+        raise RequestError("response_format with tools is not supported; send one or the other (or "
+                           "tool_choice 'none').", "response_format")
+    shown = tools if mode != "none" else None
+    plan = Constrained(fmt, template_messages(messages, fmt, shown), shown if fmt.native else None,
+                       gbnf=answer_gbnf)
+    if mode != "none":
+        plan.names = {t["function"]["name"] for t in callable_tools}
+        plan.gbnf = call_gbnf(fmt, callable_tools, parallel is not False)
+        plan.triggers = (fmt.trigger,) if mode == "auto" else ()
+    return plan
+
+
+def template_messages(messages: list[dict[str, Any]], fmt: ToolFormat,
+                      tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """OpenAI messages (tool calls, tool results) as this family's template expects them."""
+    names: dict[str, str] = {}  # call id -> tool name, for the results that answer them
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        role, text = message["role"], message["content"]
+        if role == "assistant" and message.get("tool_calls"):
+            calls = [_call(call, f"messages.{i}.tool_calls.{j}") for j, call in enumerate(message["tool_calls"])]
+            names.update((call_id, name) for call_id, name, _ in calls)
+            if fmt.native:
+                out.append({"role": "assistant", "content": text, "tool_calls": [
+                    {"id": _id(fmt, call_id), "type": "function", "function": {"name": name, "arguments": args}}
+                    for call_id, name, args in calls]})
+            else:
+                written = call_text(fmt, [(name, args) for _, name, args in calls])
+                out.append({"role": "assistant", "content": f"{text}\n{written}" if text else written})
+        elif role == "tool":
+            call_id = message.get("tool_call_id") or ""
+            if fmt.native:
+                out.append({"role": "tool", "content": text, "tool_call_id": _id(fmt, call_id),
+                            "name": names.get(call_id, "")})
+            else:
+                out.append({"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"})
+        else:
+            out.append({"role": role, "content": text})
+    if tools and not fmt.native:
+        described = describe_tools(tools, fmt)
+        if out and out[0]["role"] == "system":
+            out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{described}"}
+        else:
+            out.insert(0, {"role": "system", "content": described})
+    return out if fmt.native else _merge_turns(out)
+
+
+def _call(call: Any, where: str) -> tuple[str, str, Any]:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise RequestError(f"{where} must be {{'id': ..., 'type': 'function', 'function': {{'name': ..., "
+                           "'arguments': '{...}'}}}.", where)
+    arguments = function.get("arguments") or "{}"
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except (json.JSONDecodeError, RecursionError):
+        raise RequestError(f"{where}.function.arguments is not JSON.", where) from None
+    return str(call.get("id") or ""), function["name"], args
+
+
+def _id(fmt: ToolFormat, call_id: str) -> str:
+    return short_id(call_id) if fmt.short_ids else call_id
+
+
+def _merge_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive turns of one role as one (templates without a tool role demand alternation)."""
+    merged: list[dict[str, Any]] = []
+    for message in messages:
+        if merged and merged[-1]["role"] == message["role"]:
+            merged[-1] = {**merged[-1], "content": f"{merged[-1]['content']}\n\n{message['content']}"}
+        else:
+            merged.append(message)
+    return merged

@@ -1,0 +1,258 @@
+"""The model's text, read as it streams, into content and OpenAI tool calls (with arguments in pieces).
+
+Text before the format's trigger is content (held back only while it could still be the start of
+the trigger). From the trigger on, everything must be call objects and the format's markers: a
+call that does not parse, names an unknown tool or is cut off raises ToolCallError, so a broken
+call becomes an error event and never slips out as plain text.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from ..errors import EngineError
+from .tool_formats import ToolFormat
+
+ARGS_KEYS = ("arguments", "parameters")  # families differ; either is read back
+
+
+class ToolCallError(EngineError):
+    """The model opened a tool call that cannot be read as one."""
+
+
+@dataclass(slots=True)
+class CallStart:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(slots=True)
+class ArgsDelta:
+    index: int
+    text: str
+
+
+Piece = Union[str, CallStart, ArgsDelta]  # a str is content
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text of an object, as OpenAI sends it
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+@dataclass(slots=True)
+class _Object:
+    """Scanner state of the call object being read."""
+
+    chars: list[str] = field(default_factory=list)
+    depth: int = 0
+    in_string: bool = False
+    escaped: bool = False
+    string_start: int = -1
+    expect_key: bool = True
+    key: str | None = None
+    await_value: bool = False
+    name: str | None = None
+    args_start: int = -1  # index in chars of the streamed arguments object
+    args_end: int = -1
+    started: bool = False  # CallStart sent
+    call_id: str = ""
+    sent: int = 0  # argument characters sent so far
+
+
+class ToolCallParser:
+    """Feed it text deltas; it returns content and call pieces. `calls` holds the finished calls."""
+
+    def __init__(self, fmt: ToolFormat, names: set[str]) -> None:
+        self.fmt = fmt
+        self.names = names
+        self.calls: list[ToolCall] = []
+        self._pending = ""  # content that may be the start of the trigger
+        self._in_calls = False
+        self._outside = ""  # text between call objects
+        self._obj: _Object | None = None
+        self._out: list[Piece] = []
+
+    def feed(self, text: str) -> list[Piece]:
+        self._out = []
+        if not self._in_calls:
+            self._pending += text
+            at = self._pending.find(self.fmt.trigger)
+            if at < 0:
+                keep = _partial_suffix(self._pending, self.fmt.trigger)
+                self._content(self._pending[:len(self._pending) - keep])
+                self._pending = self._pending[len(self._pending) - keep:]
+                return self._out
+            self._content(self._pending[:at])
+            text, self._pending, self._in_calls = self._pending[at:], "", True
+        for char in text:
+            self._scan(char)
+        self._flush_args()
+        return self._merged()
+
+    def finish(self) -> list[Piece]:
+        """The end of the answer: pending content, or an error if a call is open or malformed."""
+        self._out = []
+        if not self._in_calls:
+            self._content(self._pending)
+            self._pending = ""
+            return self._out
+        rest = self._leftover()
+        if self._obj is not None or (rest and any(m.startswith(rest) for m in self.fmt.markers)):
+            raise ToolCallError("the model's tool call was cut off before it closed (raise max_tokens, "
+                                "or ask for fewer or smaller calls).")
+        self._check_outside()
+        if not self.calls:
+            raise ToolCallError("the model opened a tool call but wrote none; try again.")
+        return self._out
+
+    # -- scanning ------------------------------------------------------------------------------
+
+    def _content(self, text: str) -> None:
+        if text:
+            self._out.append(text)
+
+    def _scan(self, char: str) -> None:
+        obj = self._obj
+        if obj is None:
+            if char != "{":
+                self._outside += char
+                return
+            self._check_outside()
+            obj = self._obj = _Object()
+        obj.chars.append(char)
+        if obj.in_string:
+            if obj.escaped:
+                obj.escaped = False
+            elif char == "\\":
+                obj.escaped = True
+            elif char == '"':
+                obj.in_string = False
+                if obj.depth == 1:
+                    self._string_at_top(obj, json.loads("".join(obj.chars[obj.string_start:])))
+            return
+        if obj.await_value and not char.isspace():
+            obj.await_value = False
+            if obj.key in ARGS_KEYS and char == "{" and obj.args_start < 0:
+                obj.args_start = len(obj.chars) - 1
+        if char == '"':
+            obj.in_string, obj.string_start = True, len(obj.chars) - 1
+        elif char in "{[":
+            obj.depth += 1
+        elif char in "}]":
+            obj.depth -= 1
+            if obj.depth == 1 and obj.args_start >= 0 and obj.args_end < 0:
+                obj.args_end = len(obj.chars)
+            if obj.depth == 0:
+                self._flush_args()
+                self._end_object(obj)
+        elif obj.depth == 1 and char == ",":
+            obj.expect_key = True
+        elif obj.depth == 1 and char == ":":
+            obj.expect_key, obj.await_value = False, True
+
+    def _string_at_top(self, obj: _Object, text: str) -> None:
+        if obj.expect_key:
+            obj.key = text
+        elif obj.key == "name" and obj.name is None:
+            obj.name = text
+            self._start(obj)
+
+    def _start(self, obj: _Object) -> None:
+        if obj.name not in self.names:
+            known = ", ".join(sorted(self.names)) or "none"
+            raise ToolCallError(f"the model called a tool named {obj.name!r}, which the request does not "
+                                f"offer (offered: {known}).")
+        obj.started, obj.call_id = True, new_call_id()
+        self._out.append(CallStart(len(self.calls), obj.call_id, obj.name))
+
+    def _flush_args(self) -> None:
+        obj = self._obj
+        if obj is None or not obj.started or obj.args_start < 0:
+            return
+        end = obj.args_end if obj.args_end >= 0 else len(obj.chars)
+        upto = obj.args_start + obj.sent
+        if end > upto:
+            self._out.append(ArgsDelta(len(self.calls), "".join(obj.chars[upto:end])))
+            obj.sent = end - obj.args_start
+
+    def _end_object(self, obj: _Object) -> None:
+        self._obj = None
+        raw = "".join(obj.chars)
+        try:
+            call = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ToolCallError(f"the model's tool call is not valid JSON ({exc.msg}); try again.") from None
+        key = next((k for k in ARGS_KEYS if k in call), None)
+        args = call.get(key) if key else {}
+        if isinstance(args, str):  # some models write the arguments as a JSON string
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                args = None
+        if not isinstance(call.get("name"), str) or not isinstance(args, dict):
+            raise ToolCallError("the model's tool call lacks a name or an arguments object; try again.")
+        if not obj.started:
+            obj.name = call["name"]
+            self._start(obj)
+        streamed = obj.args_start >= 0 and obj.args_end >= 0
+        text = raw[obj.args_start:obj.args_end] if streamed else json.dumps(args, ensure_ascii=False)
+        sent = obj.sent if streamed else 0
+        if len(text) > sent:
+            self._out.append(ArgsDelta(len(self.calls), text[sent:]))
+        self.calls.append(ToolCall(obj.call_id, call["name"], text))
+
+    def _leftover(self) -> str:
+        """The text between call objects that is not the format's markers."""
+        rest = self._outside
+        for marker in sorted(self.fmt.markers, key=len, reverse=True):
+            rest = rest.replace(marker, "")
+        return rest.strip()
+
+    def _check_outside(self) -> None:
+        rest = self._leftover()
+        self._outside = ""
+        if rest:
+            raise ToolCallError(f"the model wrote {rest[:40]!r} among its tool calls, which is not a "
+                                "call; try again.")
+
+    def _merged(self) -> list[Piece]:
+        merged: list[Piece] = []
+        for piece in self._out:
+            last = merged[-1] if merged else None
+            if isinstance(piece, ArgsDelta) and isinstance(last, ArgsDelta) and last.index == piece.index:
+                last.text += piece.text
+            elif isinstance(piece, str) and isinstance(last, str):
+                merged[-1] = last + piece
+            else:
+                merged.append(piece)
+        return merged
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """The length of the longest end of `text` that begins `marker`."""
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def parse_all(fmt: ToolFormat, names: set[str], text: str) -> tuple[str, list[ToolCall]]:
+    """A whole answer: its content and its calls (raises ToolCallError on a broken call)."""
+    parser = ToolCallParser(fmt, names)
+    pieces = parser.feed(text) + parser.finish()
+    return "".join(p for p in pieces if isinstance(p, str)), parser.calls
+
+
+def arguments_of(call: ToolCall) -> Any:
+    return json.loads(call.arguments)
