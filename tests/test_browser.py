@@ -1,8 +1,13 @@
-"""A real browser (Debian's chromium, driven by Playwright) against the running chat window."""
+"""A real browser (Debian's chromium, driven by Playwright) against the running chat window.
+
+One server and one browser per module; each test gets a fresh browser context (its own storage),
+so what one test leaves in the page never reaches the next. Every wait is on what the page shows.
+"""
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -16,10 +21,14 @@ BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backgr
                 "--disable-component-update", "--no-first-run"]
 FILLER = ("The quarterly report covers deliveries, staffing and the state of the warehouse. "
           "Shipments arrived on schedule and the team handled the seasonal peak without overtime. ")
+LONG = 180_000  # ms: an answer of a few hundred tokens with one core busy elsewhere
+WIDE = {"width": 1280, "height": 900}
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
                                 "(apt-get install -y chromium)")
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
+expect = sync_api.expect
+expect.set_options(timeout=60_000)  # waits on the page, never a short fixed time: the machine may be busy
 
 
 @pytest.fixture(scope="module")
@@ -27,17 +36,33 @@ def ui(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
     yield from start_ui(model_path, tmp_path_factory.mktemp("browser") / "conversations.sqlite3")
 
 
-@pytest.fixture()
-def page(ui: RunningUI):
+@pytest.fixture(scope="module")
+def browser():
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(60_000)
-        page.goto(ui.url + "/")
-        page.locator("#message textarea").wait_for()
-        yield page
+        yield browser
         browser.close()
+
+
+@pytest.fixture()
+def page(ui: RunningUI, browser):
+    context = browser.new_context(viewport=WIDE, permissions=["clipboard-read", "clipboard-write"])
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    open_window(page, ui)
+    yield page
+    context.close()
+
+
+def open_window(page, ui: RunningUI) -> None:
+    page.goto(ui.url + "/")
+    page.locator("#message textarea").wait_for()
+    expect(page.locator("#status")).to_contain_text("Context")  # the page's load event has run
+
+
+def shot(page, name: str, full_page: bool = False) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"), full_page=full_page)
 
 
 def last_reply(page):
@@ -49,27 +74,66 @@ def ask(page, question: str) -> None:
     page.locator("#send").click()
 
 
+def wait_answered(page, timeout: float = LONG) -> None:
+    """Until the last reply carries its final stats (the streaming line says "generating" instead)."""
+    expect(last_reply(page)).to_contain_text(re.compile("TTFT|stopped"), timeout=timeout)
+
+
+def wait_until(check, what: str, timeout_s: float = 60.0) -> None:
+    """Poll something the page cannot be asked to wait for (the clipboard)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f} s for {what}"
+        time.sleep(0.2)
+
+
+def set_max_tokens(page, n: int) -> None:
+    page.get_by_text("Settings for this chat").click()
+    number = page.locator("#max-tokens input[type=number]")
+    number.fill(str(n))
+    number.press("Enter")
+    expect(page.locator("#max-tokens input[type=range]")).to_have_value(str(n))
+
+
+def conversation_titled(ui: RunningUI, title: str):
+    return next((c for c in ui.store.list() if c.title == title), None)
+
+
 def test_chat_streams_an_answer_and_reads_an_attached_document(page, tmp_path: Path):
     ask(page, "Name the capital city of France.")
-    sync_api.expect(last_reply(page)).to_contain_text("Paris")
-    sync_api.expect(last_reply(page)).to_contain_text("tokens/s")  # the stats line comes at the end
-    sync_api.expect(page.locator("#conversations")).to_contain_text("Name the capital city of France.")
-    page.screenshot(path=str(ARTIFACTS / "browser-1-answer.png"))
+    expect(last_reply(page)).to_contain_text("Paris")
+    wait_answered(page)
+    expect(page.locator("#conversations")).to_contain_text("Name the capital city of France.")
+    shot(page, "1-answer")
 
     page.locator("#new-chat").click()
-    sync_api.expect(page.locator("#chat .bot")).to_have_count(0)
+    expect(page.locator("#chat .bot")).to_have_count(0)
     doc = tmp_path / "vault-notes.txt"
     doc.write_text(FILLER * 6 + "\n\nThe vault code is 7341.\n\n" + FILLER * 6)
     page.locator("#files input[type=file]").set_input_files(str(doc))
-    sync_api.expect(page.locator("#meter")).to_contain_text("vault-notes.txt")
-    sync_api.expect(page.locator("#meter")).to_contain_text("they fit")
-    page.screenshot(path=str(ARTIFACTS / "browser-2-attached.png"))
+    expect(page.locator("#meter")).to_contain_text("vault-notes.txt")
+    expect(page.locator("#meter")).to_contain_text("they fit")
+    shot(page, "2-attached")
     ask(page, "What is the vault code?")
-    sync_api.expect(last_reply(page)).to_contain_text("7341")
-    sync_api.expect(last_reply(page)).to_contain_text(re.compile(r"Included:.*vault-notes\.txt whole"))
-    sync_api.expect(last_reply(page)).to_contain_text("tokens/s")
-    sync_api.expect(page.locator("#chat .user").last).to_contain_text("Attached: vault-notes.txt")
-    page.screenshot(path=str(ARTIFACTS / "browser-3-document-answer.png"), full_page=True)
+    expect(last_reply(page)).to_contain_text("7341")
+    expect(last_reply(page)).to_contain_text(re.compile(r"Included:.*vault-notes\.txt whole"))
+    wait_answered(page)
+    expect(page.locator("#chat .user").last).to_contain_text("Attached: vault-notes.txt")
+    shot(page, "3-document-answer", full_page=True)
+
+
+def test_copy_copies_only_the_answer_as_markdown(page, ui: RunningUI):
+    conv = ui.store.create("Copy check")
+    ui.store.append(conv, "user", "Show me bold text and a tag.")
+    answer = "Here is **bold** and a <tag> & more."
+    ui.store.append(conv, "assistant", answer, {"prompt_tokens": 20, "cached_tokens": 0, "completion_tokens": 12,
+                                                "ttft_ms": 80.0, "tokens_per_s": 90.0, "n_ctx": 4096,
+                                                "finish_reason": "stop", "included": "notes.txt whole"})
+    page.reload()
+    page.locator("#conversations").get_by_text("Copy check").click()
+    expect(last_reply(page)).to_contain_text("Included:")
+    page.locator("#chat button[aria-label='Copy message']").last.click()
+    wait_until(lambda: page.evaluate("navigator.clipboard.readText()") == answer, "the clipboard holds the answer")
 
 
 def test_html_in_a_reply_is_shown_as_text_and_never_runs(page, ui: RunningUI):
@@ -78,14 +142,124 @@ def test_html_in_a_reply_is_shown_as_text_and_never_runs(page, ui: RunningUI):
     ui.store.append(conv, "assistant", 'Here: <script>window.__pwned = 1</script> '
                     '<img src="x" onerror="window.__pwned = 2"> <b>bold?</b>')
     page.reload()
-    page.get_by_text("Markup check").click()
+    page.locator("#conversations").get_by_text("Markup check").click()
     reply = last_reply(page)
-    sync_api.expect(reply).to_contain_text('<img src="x" onerror="window.__pwned = 2">')
-    sync_api.expect(reply).to_contain_text("<script>window.__pwned = 1</script>")
+    expect(reply).to_contain_text('<img src="x" onerror="window.__pwned = 2">')
+    expect(reply).to_contain_text("<script>window.__pwned = 1</script>")
     assert reply.locator("img, script, b").count() == 0
     page.wait_for_timeout(500)  # an onerror handler would have fired by now
     assert page.evaluate("window.__pwned") is None
-    page.screenshot(path=str(ARTIFACTS / "browser-4-inert-html.png"))
+    shot(page, "4-inert-html")
+
+
+def test_typing_during_an_answer_is_kept_and_a_message_sent_then_is_answered_next(page, ui: RunningUI):
+    set_max_tokens(page, 400)
+    ask(page, "Count from 1 to 300, separated by commas.")
+    expect(last_reply(page)).to_contain_text("generating", timeout=LONG)
+    box = page.locator("#message textarea")
+    box.fill("Which city is the capital of France?")
+    # The answer keeps streaming for a while: every update used to clear the box.
+    grown = len(last_reply(page).inner_text()) + 40
+    page.wait_for_function("n => document.querySelector('#chat .bot:last-of-type, #chat .bot') &&"
+                           " [...document.querySelectorAll('#chat .bot')].pop().innerText.length > n", arg=grown)
+    expect(box).to_have_value("Which city is the capital of France?")
+    shot(page, "5-typing-while-streaming")
+    box.press("Enter")  # sent mid-stream: answered once the answer in progress ends
+    page.locator("#stop").click()
+    expect(page.locator("#chat .user")).to_have_count(2, timeout=LONG)
+    expect(last_reply(page)).to_contain_text("Paris", timeout=LONG)
+    wait_answered(page)
+    conv = conversation_titled(ui, "Count from 1 to 300, separated by commas.")
+    roles = [m.role for m in ui.store.get(conv.id).messages]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    shot(page, "6-sent-mid-stream")
+
+
+def test_expected_errors_are_toasts_that_keep_the_window_and_log_no_traceback(page, capfd):
+    badges = page.locator("#chat .error, #conversations .error, #status .error, #message .error, #meter .error")
+    for button, toast in (("#regenerate", "nothing to regenerate"), ("#edit", "no message to edit")):
+        page.locator(button).click()
+        expect(page.locator(".toast-body").filter(has_text=toast)).to_be_visible()
+        expect(badges).to_have_count(0)
+        expect(page.locator("#message textarea")).to_be_visible()
+    shot(page, "7-empty-chat-toasts")
+    too_long = "word " * 5000
+    ask(page, too_long)
+    expect(page.locator(".toast-body").filter(has_text="context")).to_be_visible()
+    expect(page.locator("#message textarea")).to_have_value(too_long)  # kept, to shorten it
+    expect(badges).to_have_count(0)
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_failed_model_switch_keeps_the_picker_on_the_model_that_answers(page, ui: RunningUI, model_path: Path,
+                                                                         tmp_path: Path, monkeypatch):
+    broken = tmp_path / ".lmstudio" / "models" / "broken" / "broken-model.gguf"
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(model_path.read_bytes()[: 1 << 20])  # a GGUF header without its weights
+    monkeypatch.setenv("HOME", str(tmp_path))
+    page.reload()
+    before = ui.runtime.model
+    page.locator("#model input").click()
+    page.get_by_role("option", name=re.compile("broken-model")).click()
+    expect(page.locator(".toast-body").filter(has_text=re.compile("broken-model|load", re.I))).to_be_visible(
+        timeout=LONG)
+    expect(page.locator("#model input")).to_have_value(Path(before).name)
+    expect(page.locator("#status .error, #model .error")).to_have_count(0)
+    assert ui.runtime.model == before
+    shot(page, "8-failed-switch")
+
+
+def test_an_answer_cut_by_max_tokens_says_so(page):
+    ask(page, "Count from 1 to 100, separated by commas.")  # the test server's limit is 48 tokens
+    expect(last_reply(page)).to_contain_text("cut at max tokens", timeout=LONG)
+    expect(last_reply(page)).to_contain_text("TTFT")
+    shot(page, "9-cut-at-max-tokens")
+
+
+def test_the_title_follows_an_edit_of_the_first_message(page, ui: RunningUI):
+    ask(page, "Name the capital city of Spain.")
+    wait_answered(page)
+    page.locator("#edit").click()
+    box = page.locator("#message textarea")
+    expect(box).to_have_value("Name the capital city of Spain.")
+    box.fill("Name the capital city of Italy.")
+    box.press("Enter")
+    wait_answered(page)
+    expect(page.locator("#conversations")).to_contain_text("Name the capital city of Italy.")
+    assert conversation_titled(ui, "Name the capital city of Italy.") is not None
+    assert conversation_titled(ui, "Name the capital city of Spain.") is None
+    shot(page, "10-title-follows-edit")
+
+
+def test_delete_asks_first_and_a_reload_reopens_the_last_chat(page, ui: RunningUI):
+    ask(page, "Name the capital city of Germany.")
+    wait_answered(page)
+    page.reload()
+    page.locator("#message textarea").wait_for()
+    expect(page.locator("#chat .user").last).to_contain_text("Name the capital city of Germany.")
+    shot(page, "11-reload-reopens")
+    title = "Name the capital city of Germany."
+    page.locator("#delete").click()
+    confirm = page.locator("#delete-confirm")
+    expect(confirm).to_be_visible()
+    assert conversation_titled(ui, title) is not None  # nothing is gone before the user confirms
+    shot(page, "12-delete-asks")
+    page.locator("#delete-cancel").click()
+    expect(confirm).to_be_hidden()
+    page.locator("#delete").click()
+    page.locator("#delete-yes").click()
+    expect(page.locator("#chat .bot")).to_have_count(0)
+    expect(page.locator("#conversations")).not_to_contain_text(title)
+    assert conversation_titled(ui, title) is None
+
+
+def test_at_phone_width_the_sidebar_starts_closed_and_leaves_the_chat_visible(page, ui: RunningUI):
+    page.set_viewport_size({"width": 420, "height": 800})
+    open_window(page, ui)
+    expect(page.locator(".sidebar")).not_to_have_class(re.compile(r"\bopen\b"))
+    expect(page.locator("#new-chat")).not_to_be_in_viewport()  # slid out to the left, not over the chat
+    expect(page.locator("#message textarea")).to_be_in_viewport()
+    shot(page, "13-phone-width")
 
 
 def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_model(page, ui: RunningUI, tmp_path,
@@ -99,19 +273,18 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     monkeypatch.setenv("LOCALCHAT_HOME", str(home))
     page.reload()
     note = page.locator("#tune-note")
-    sync_api.expect(note).to_contain_text("has not been tuned yet")  # open on a machine without a profile
-    page.wait_for_timeout(500)  # the sidebar slides in after a reload
-    page.screenshot(path=str(ARTIFACTS / "browser-5-wizard-offered.png"))
+    expect(note).to_contain_text("has not been tuned yet")  # open on a machine without a profile
+    expect(page.locator("#tune-button")).to_be_in_viewport()  # the sidebar has slid in
+    shot(page, "14-wizard-offered")
     page.locator("#tune-download input").uncheck()
     page.locator("#tune-button").click()
-    sync_api.expect(page.locator("#tune-log textarea")).to_have_value(re.compile("measuring smollm2-135m"),
-                                                                      timeout=120_000)
-    sync_api.expect(note).to_contain_text("Tuned", timeout=300_000)
-    sync_api.expect(note).to_contain_text("smollm2-135m Q4_1")
+    expect(page.locator("#tune-log textarea")).to_have_value(re.compile("measuring smollm2-135m"), timeout=300_000)
+    expect(note).to_contain_text("Tuned", timeout=900_000)
+    expect(note).to_contain_text("smollm2-135m Q4_1")
     log = page.locator("#tune-log textarea").input_value()
     assert "placement:" in log and "kept smollm2-135m Q4_1" in log
     assert ui.runtime.model.startswith(str(home))  # now answering with the tuned file
-    sync_api.expect(page.locator("#status")).to_contain_text("SmolLM2")
-    page.screenshot(path=str(ARTIFACTS / "browser-6-wizard-done.png"), full_page=True)
+    expect(page.locator("#status")).to_contain_text("SmolLM2")
+    shot(page, "15-wizard-done", full_page=True)
     ask(page, "Name the capital city of France.")
-    sync_api.expect(last_reply(page)).to_contain_text("Paris")
+    expect(last_reply(page)).to_contain_text("Paris", timeout=LONG)

@@ -123,3 +123,49 @@ def test_expected_user_errors_are_toasts_without_a_traceback_in_the_log():
 
     error = user_error("there is no message to edit yet.")
     assert error.message == "there is no message to edit yet." and error.print_exception is False
+
+
+def test_stop_while_reading_shows_only_stopped(ui: RunningUI):
+    from localchat.ui.chat import ChatCore, Sampling
+
+    core = ChatCore(ui.runtime, ui.store)
+    sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=32)
+    # A long prompt no earlier test left in the cache: reading it takes many steps.
+    notes = " ".join(f"Note {i}: crate {i * 7} left the dock at {i % 24}:00." for i in range(120))
+    conv = core.add_user_turn(None, notes + "\nWhich crate left last?", [], "", sampling)
+    shown = []
+    for text in core.answer(conv, sampling):
+        shown.append(text)
+        if "Reading the prompt" in text:
+            core.stop(conv)
+    assert any("Reading the prompt" in s for s in shown)
+    assert "stopped" in shown[-1] and "TTFT" not in shown[-1] and "tokens/s" not in shown[-1]
+    assert core.display(ui.store.get(conv))[-1]["content"] == "…\n\n*stopped*"
+
+
+def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(ui: RunningUI, tmp_path: Path,
+                                                                              monkeypatch):
+    from localchat.ui.chat import ChatCore, Sampling
+
+    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    core = ChatCore(ui.runtime, ui.store)
+    sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=48)
+    room = ui.runtime.engine.n_ctx - 512  # what the meter used to compare with
+    lines, text = [], ""
+    while core.count_tokens(text) < room - 60:  # just under that: the old meter said "they fit"
+        lines.append(f"Line {len(lines)}: the shipment of week {len(lines) % 52} arrived on time.")
+        text = "\n".join(lines)
+    doc = tmp_path / "long.txt"
+    doc.write_text(text)
+    stored = str(store_upload(doc))
+    meter = core.meter([stored], sampling.max_tokens)
+    conv = core.add_user_turn(None, "Which shipment came last?", [stored], "", sampling)
+    mode = ui.store.get(conv).messages[-1].stats["mode"]
+    assert ("they fit" in meter) == (mode == "whole"), (meter, mode)
+
+
+def test_the_status_panel_gives_the_models_own_size(ui: RunningUI):
+    from localchat.ui.chat import ChatCore
+
+    status = ChatCore(ui.runtime, ui.store).status()
+    assert "135M parameters" in status and "256M" not in status

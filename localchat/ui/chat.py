@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 import time
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..errors import LocalchatError
-from ..ingest import Document, build_prompt, select
+from ..errors import ContextOverflowError, LocalchatError
+from ..ingest import Document, Selection, build_prompt, select
 from ..ingest.fit import ANSWER_RESERVE, document_budget
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Engine, Request
@@ -73,6 +74,11 @@ class Sampling:
                                    max_tokens=int(self.max_tokens))
 
 
+def settings_of(sampling: Sampling) -> dict[str, Any]:
+    """A conversation's stored settings."""
+    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "max_tokens": int(sampling.max_tokens)}
+
+
 def title_of(message: str) -> str:
     """A conversation's title: its first user message, on one line, shortened."""
     line = " ".join(message.split())
@@ -88,6 +94,8 @@ class ChatCore:
         self.active: dict[str, Stream] = {}  # conversation id -> its answer in progress
         self._documents: dict[str, Document] = {}  # stored upload path -> its text (uploads never change)
         self._documents_lock = threading.Lock()
+        self._turns: dict[str, threading.Lock] = {}  # conversation id -> held while a turn is answered
+        self._turns_lock = threading.Lock()
 
     # -- documents ------------------------------------------------------------------------
 
@@ -108,20 +116,33 @@ class ChatCore:
             docs.append(doc)
         return docs
 
-    def meter(self, paths: list[str], max_tokens: int) -> str:
-        """The token meter: each attached document against the context, and whole or retrieved."""
+    def meter(self, paths: list[str], max_tokens: int, conv_id: str | None = None) -> str:
+        """The token meter: each attached document against the context, and whole or retrieved.
+
+        "Whole" is decided the way the next message decides it (the same budget, the same
+        selection), so the meter never promises what the reply then does not do.
+        """
         if not paths:
             return ""
         n_ctx = self.runtime.engine.n_ctx
-        counts = [(doc.name, self.count_tokens(doc.text)) for doc in self.documents(paths)]
+        docs = self.documents(paths)
+        counts = [(doc.name, self.count_tokens(doc.text)) for doc in docs]
         total = sum(n for _, n in counts)
-        room = n_ctx - max(max_tokens, ANSWER_RESERVE)
+        conv = self.store.get(conv_id) if conv_id else None
+        whole = self.fit(docs, "", conv, max_tokens).mode == "whole"
         share = min(total / n_ctx, 1.0)
         bar = "█" * round(share * 20) + "░" * (20 - round(share * 20))
-        how = ("they fit: whole documents go into the context" if total <= room else
+        how = ("they fit: whole documents go into the context" if whole else
                "too long for the context: the passages that best match each question are used")
         names = ", ".join(f"{render.plain(name)} ({n:,} tokens)" for name, n in counts)
         return f"**Attached:** {names}\n\n`{bar}` {total:,} of {n_ctx:,} context tokens — {how}."
+
+    def fit(self, docs: list[Document], question: str, conv: Conversation | None, max_tokens: int) -> Selection:
+        """What of the documents the next user turn of `conv` carries: whole, or the best passages."""
+        messages = self.engine_messages(conv) if conv is not None else []
+        history = self.runtime.engine.prompt_tokens(Request(messages=messages or [{"role": "user", "content": ""}]))
+        budget = document_budget(self.runtime.engine.n_ctx, len(history), max_tokens)
+        return select(question, docs, budget, self.count_tokens)
 
     # -- conversations --------------------------------------------------------------------
 
@@ -142,33 +163,58 @@ class ChatCore:
                 shown.append({"role": "user", "content": render.inert(m.content)
                               + (f"\n\n*Attached: {names}*" if names else "")})
             else:
-                note = "stopped" if m.stats.get("finish_reason") == "cancelled" else ""
+                note = render.finish_note(m.stats.get("finish_reason", ""))
                 shown.append({"role": "assistant", "content": render.reply_markdown(
                     m.content, m.stats, m.stats.get("included", ""), note)})
         return shown
 
+    def open_conversation(self, conv_id: str | None, message: str, system: str, sampling: Sampling) -> str:
+        """The conversation the message goes to (a new one when there is none), its settings saved."""
+        check_prompt_size([message, system], self.runtime.engine.n_ctx)
+        if conv_id is None or self.store.get(conv_id) is None:
+            return self.store.create(title_of(message), system, settings_of(sampling))
+        self.save_settings(conv_id, system, sampling)
+        return conv_id
+
+    def save_settings(self, conv_id: str, system: str, sampling: Sampling) -> None:
+        conv = self.store.get(conv_id)
+        if conv is not None:  # the settings dict also carries what is not a setting ("renamed")
+            self.store.update(conv_id, system_prompt=system, settings=conv.settings | settings_of(sampling))
+
+    def rename(self, conv_id: str, title: str) -> None:
+        """A title the user chose: later edits of the first message no longer change it."""
+        conv = self.store.get(conv_id)
+        if conv is not None and title.strip():
+            self.store.update(conv_id, title=title_of(title), settings=conv.settings | {"renamed": True})
+
     def add_user_turn(self, conv_id: str | None, message: str, documents: list[str], system: str,
                       sampling: Sampling) -> str:
         """Save the user's message (with its documents fitted in) and return the conversation id."""
-        check_prompt_size([message, system], self.runtime.engine.n_ctx)
-        settings = {"temperature": sampling.temperature, "top_p": sampling.top_p, "max_tokens": sampling.max_tokens}
-        if conv_id is None or self.store.get(conv_id) is None:
-            conv_id = self.store.create(title_of(message), system, settings)
-        else:
-            self.store.update(conv_id, system_prompt=system, settings=settings)
+        conv_id = self.open_conversation(conv_id, message, system, sampling)
+        conv = self.store.get(conv_id)
+        assert conv is not None
+        if not conv.messages and not conv.settings.get("renamed"):
+            # A first message edited (or a chat emptied) names the chat anew.
+            self.store.update(conv_id, title=title_of(message))
         stats: dict[str, Any] = {}
         if documents:
-            conv = self.store.get(conv_id)
-            assert conv is not None
-            history = self.runtime.engine.prompt_tokens(Request(messages=self.engine_messages(conv)
-                                                                or [{"role": "user", "content": ""}]))
-            budget = document_budget(self.runtime.engine.n_ctx, len(history), sampling.max_tokens)
-            selection = select(message, self.documents(documents), budget, self.count_tokens)
+            selection = self.fit(self.documents(documents), message, conv, sampling.max_tokens)
             # The documents open the turn, so every later question shares this prefix in the KV cache.
             stats = {"prompt": build_prompt(message, selection), "included": selection.summary(),
                      "mode": selection.mode, "documents": documents}
+        self._check_fits(conv, stats.get("prompt", message), sampling.max_tokens)
         self.store.append(conv_id, "user", message, stats)
         return conv_id
+
+    def _check_fits(self, conv: Conversation, turn: str, max_tokens: int) -> None:
+        """Refuse a turn that with the chat so far and its answer cannot fit the context, before it is kept."""
+        messages = self.engine_messages(conv) + [{"role": "user", "content": turn}]
+        used, n_ctx = len(self.runtime.engine.prompt_tokens(Request(messages=messages))), self.runtime.engine.n_ctx
+        if used + max_tokens > n_ctx:
+            raise ContextOverflowError(
+                f"this message and the chat so far take {used:,} tokens, and with {max_tokens:,} for the answer "
+                f"that is more than the model's context of {n_ctx:,}; shorten the message, start a new chat, "
+                "or lower Max tokens.")
 
     # -- generation -----------------------------------------------------------------------
 
@@ -222,8 +268,20 @@ class ChatCore:
             if error:
                 text += f"\n\n[error: {error}]"
             self.store.append(conv_id, "assistant", text, saved)
-        note = {"cancelled": "stopped", "length": "reached the max tokens limit"}.get(finish, "")
-        yield render.reply_markdown(text, saved, included, note)
+        yield render.reply_markdown(text, saved, included, render.finish_note(finish))
+
+    @contextlib.contextmanager
+    def turn(self, conv_id: str) -> Iterator[None]:
+        """Hold the conversation for one turn: a message sent while an answer streams waits for it."""
+        with self._turns_lock:
+            lock = self._turns.setdefault(conv_id, threading.Lock())
+        with lock:
+            yield
+
+    def busy(self, conv_id: str | None) -> bool:
+        """Whether an answer of the conversation is in progress."""
+        lock = self._turns.get(conv_id or "")
+        return lock is not None and lock.locked()
 
     def stop(self, conv_id: str | None) -> None:
         """Cancel the conversation's answer in progress, mid-prefill included."""
@@ -237,5 +295,6 @@ class ChatCore:
         spec = rt.engine.speculator
         speculation = type(spec.drafter).__name__ if spec is not None else "off"
         model = Path(rt.model).name if rt.model.lower().endswith(".gguf") else rt.model
-        return render.status_markdown(model, worker.model_path, worker.describe(), rt.engine.n_ctx,
-                                      rt.engine.placement, speculation)
+        weights = render.weights_line(worker.model_path, worker.describe())
+        return render.status_markdown(model, worker.model_path, weights, rt.engine.n_ctx, rt.engine.placement,
+                                      speculation)

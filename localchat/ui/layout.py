@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -17,17 +18,18 @@ from .uploads import ACCEPTED, store_upload
 log = logging.getLogger(__name__)
 ANSWER_DEFAULT = 512  # the meter's answer reserve when the settings are not at hand
 
-CSS = """
-#chat { flex-grow: 1; }
-#meter { font-size: 0.9em; }
-footer { display: none !important; }
-"""
-
+NARROW_PX = 800  # below this width the sidebar starts closed: it would cover the chat
 
 
 def user_error(message: str) -> gr.Error:
     """A toast for an expected user error: Gradio would print a traceback for each one otherwise."""
     return gr.Error(message, print_exception=False)
+
+
+def sources(conv: Any) -> str:
+    """Each shown message's own text, for the copy buttons (the page script reads it)."""
+    return json.dumps([m.content for m in conv.messages] if conv is not None else [])
+
 
 def model_choices(current: str) -> list[tuple[str, str]]:
     """The catalog models present on this machine and GGUF files found by the importers."""
@@ -55,16 +57,25 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
     def conversations(selected: str | None = None) -> dict[str, Any]:
         return gr.update(choices=[(c.title, c.id) for c in store.list()], value=selected)
 
-    def guard(exc: Exception) -> gr.Error:
-        return user_error(str(exc)) if isinstance(exc, LocalchatError) else exc  # type: ignore[return-value]
+    def view(cid: str | None) -> tuple[list[dict[str, str]], str]:
+        """The chat and its copy texts, from what is stored."""
+        conv = store.get(cid) if cid else None
+        return core.display(conv), sources(conv)
 
     with gr.Blocks(title="localchat", analytics_enabled=False, fill_height=True) as demo:
         conv_id = gr.State(None)
         pending = gr.State([])  # stored paths of the documents attached to the next message
-        with gr.Sidebar(open=True):
+        last_chat = gr.BrowserState(None, storage_key="localchat-last-chat")  # reopened on reload
+        width = gr.Number(visible=False)  # the window's width, read by the page-load script
+        with gr.Sidebar(open=True) as sidebar:
             new_btn = gr.Button("New chat", variant="primary", elem_id="new-chat")
             convs = gr.Radio(label="Conversations", choices=[], elem_id="conversations")
-            delete_btn = gr.Button("Delete this chat", size="sm")
+            delete_btn = gr.Button("Delete this chat", size="sm", elem_id="delete")
+            with gr.Column(visible=False, elem_id="delete-confirm") as delete_row:
+                gr.Markdown("Delete this chat for good?")
+                with gr.Row():
+                    delete_yes = gr.Button("Delete", variant="stop", size="sm", elem_id="delete-yes")
+                    delete_no = gr.Button("Keep it", size="sm", elem_id="delete-cancel")
             model = gr.Dropdown(label="Model", choices=model_choices(core.runtime.model), value=core.runtime.model,
                                 allow_custom_value=True, elem_id="model")
             status = gr.Markdown(elem_id="status")
@@ -78,6 +89,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         chatbot = gr.Chatbot(elem_id="chat", label="localchat", sanitize_html=True, allow_tags=False,
                              height="65vh", buttons=["copy"], feedback_options=None,
                              placeholder="Ask anything, or attach documents and ask about them.")
+        copy_texts = gr.Textbox(value="[]", elem_id="sources", elem_classes="lc-hidden", show_label=False,
+                                interactive=False, container=False)
         with gr.Row(equal_height=True):
             message = gr.Textbox(placeholder="Message (Enter sends, Shift+Enter: new line)", show_label=False,
                                  scale=8, lines=1, max_lines=8, elem_id="message")
@@ -100,50 +113,75 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                                        elem_id="max-tokens")
 
         # -- handlers ---------------------------------------------------------------------------
+        # An expected error is a warning toast and the outputs stay as they were: a raised error
+        # would also paint every output of the event with a red "Error" badge.
 
         def respond(text: str, cid: str | None, docs: list[str], sys_prompt: str, temp: float, tp: float,
                     mx: float) -> Iterator[tuple]:
             text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
             if not text.strip():
-                yield gr.skip(), gr.skip(), cid, docs, gr.skip(), gr.skip(), gr.skip()
+                yield (gr.skip(),) * 8
                 return
             sampling = Sampling(temp, tp, int(mx), defaults.base)
             try:
-                cid = core.add_user_turn(cid, text, docs, sys_prompt, sampling)
-            except Exception as exc:
-                raise guard(exc) from exc
-            yield from stream_reply(cid, sampling)
+                cid = core.open_conversation(cid, text, sys_prompt, sampling)
+            except LocalchatError as exc:
+                gr.Warning(str(exc))
+                yield (gr.skip(),) * 8
+                return
+            if core.busy(cid):
+                gr.Info("Sent once the answer in progress ends.")
+            # The box is cleared once, now; the updates that stream the answer leave it alone.
+            yield gr.skip(), "", cid, [], "", gr.skip(), gr.skip(), gr.skip()
+            with core.turn(cid):  # a message sent mid-answer waits here for that answer to end
+                try:
+                    core.add_user_turn(cid, text, docs, sys_prompt, sampling)
+                except LocalchatError as exc:
+                    gr.Warning(str(exc))
+                    yield gr.skip(), text, cid, docs, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                    return
+                yield from stream_reply(cid, sampling)
 
         def stream_reply(cid: str, sampling: Sampling) -> Iterator[tuple]:
+            """Called with the conversation's turn held."""
             shown = core.display(store.get(cid))
             try:
                 for reply in core.answer(cid, sampling):
-                    yield (shown + [{"role": "assistant", "content": reply}], "", cid, [], "",
-                           conversations(cid), gr.skip())
-            except Exception as exc:
-                raise guard(exc) from exc
+                    yield (shown + [{"role": "assistant", "content": reply}], gr.skip(), cid, gr.skip(), gr.skip(),
+                           conversations(cid), gr.skip(), gr.skip())
+            except LocalchatError as exc:  # refused by the engine (a regenerate with more max tokens, say)
+                gr.Warning(str(exc))
             # The saved conversation, numbers included, is the final word on what was said.
-            yield core.display(store.get(cid)), gr.skip(), cid, [], gr.skip(), gr.skip(), core.status()
+            chat, copy = view(cid)
+            yield chat, gr.skip(), cid, gr.skip(), gr.skip(), conversations(cid), core.status(), copy
 
         def regenerate(cid: str | None, temp: float, tp: float, mx: float) -> Iterator[tuple]:
             conv = store.get(cid) if cid else None
             if conv is None or not any(m.role == "user" for m in conv.messages):
-                raise user_error("nothing to regenerate yet; send a message first.")
-            last_user = max(i for i, m in enumerate(conv.messages) if m.role == "user")
-            store.truncate(conv.id, last_user + 1)
-            yield from stream_reply(conv.id, Sampling(temp, tp, int(mx), defaults.base))
+                gr.Warning("nothing to regenerate yet; send a message first.")
+                yield (gr.skip(),) * 8
+                return
+            with core.turn(conv.id):
+                conv = store.get(conv.id)
+                assert conv is not None
+                last_user = max(i for i, m in enumerate(conv.messages) if m.role == "user")
+                store.truncate(conv.id, last_user + 1)
+                yield from stream_reply(conv.id, Sampling(temp, tp, int(mx), defaults.base))
 
-        def edit_last(cid: str | None) -> tuple:
+        def edit_last(cid: str | None, mx: float) -> tuple:
             conv = store.get(cid) if cid else None
             users = [i for i, m in enumerate(conv.messages) if m.role == "user"] if conv else []
             if not users:
-                raise user_error("there is no message to edit yet.")
+                gr.Warning("there is no message to edit yet.")
+                return (gr.skip(),) * 5
             core.stop(cid)
-            last = conv.messages[users[-1]]
-            store.truncate(conv.id, users[-1])
+            with core.turn(conv.id):  # the stopped answer is saved first, then dropped with its question
+                conv = store.get(conv.id)
+                users = [i for i, m in enumerate(conv.messages) if m.role == "user"]
+                last = conv.messages[users[-1]]
+                store.truncate(conv.id, users[-1])
             docs = list(last.stats.get("documents", []))
-            return (core.display(store.get(conv.id)), last.content, docs,
-                    core.meter(docs, ANSWER_DEFAULT) if docs else "")
+            return *view(conv.id), last.content, docs, core.meter(docs, int(mx), conv.id) if docs else ""
 
         def attach(uploaded: list[str] | None, docs: list[str], mx: float) -> tuple:
             docs = list(docs)
@@ -159,41 +197,53 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 gr.Warning(error)
             return docs, core.meter(docs, int(mx)), None
 
+        def refresh_meter(docs: list[str], cid: str | None, mx: float) -> str:
+            """The meter against this chat's history (attach alone does not know the chat)."""
+            return core.meter(docs, int(mx), cid)
+
         def load(cid: str | None) -> tuple:
             conv = store.get(cid) if cid else None
             if conv is None:
-                return [], None, "", *(gr.skip(),) * 3, [], ""
+                return [], "[]", None, "", *(gr.skip(),) * 3, [], ""
             s = conv.settings
-            return (core.display(conv), conv.id, conv.system_prompt, s.get("temperature", defaults.temperature),
+            return (*view(conv.id), conv.id, conv.system_prompt, s.get("temperature", defaults.temperature),
                     s.get("top_p", defaults.top_p), s.get("max_tokens", defaults.max_tokens), [], "")
 
         def new_chat() -> tuple:
-            return [], None, "", defaults.temperature, defaults.top_p, defaults.max_tokens, [], "", \
+            return [], "[]", None, "", defaults.temperature, defaults.top_p, defaults.max_tokens, [], "", \
                 conversations(None)
 
         def delete(cid: str | None) -> tuple:
             if cid:
                 core.stop(cid)
                 store.delete(cid)
-            return (*new_chat()[:-1], conversations(None))
+            return (*new_chat(), gr.update(visible=False))
 
         def save_settings(cid: str | None, sys_prompt: str, temp: float, tp: float, mx: float) -> None:
-            if cid and store.get(cid) is not None:
-                store.update(cid, system_prompt=sys_prompt or "",
-                             settings={"temperature": temp, "top_p": tp, "max_tokens": int(mx)})
+            if cid:
+                core.save_settings(cid, sys_prompt or "", Sampling(temp, tp, int(mx), defaults.base))
 
-        def switch_model(name: str) -> str:
-            if name and name != core.runtime.model:
-                # The name comes from the client: only a model this window lists may load.
-                if name not in {value for _, value in model_choices(core.runtime.model)}:
-                    raise user_error("that model is not in the list; choose one of the listed models, or start "
-                                   "localchat with --model to use another file.")
-                try:
-                    core.runtime.switch(name)
-                except LocalchatError as exc:
-                    raise user_error(str(exc)) from exc
-                gr.Info(f"Now answering with {name}.")
-            return core.status()
+        failed: dict[str, float] = {}  # model -> when it last failed to load (the picker may send it twice)
+
+        def switch_model(name: str) -> Iterator[tuple]:
+            if not name or name == core.runtime.model or time.monotonic() - failed.get(name, -60) < 10:
+                yield gr.skip(), core.status()
+                return
+            # The name comes from the client: only a model this window lists may load.
+            if name not in {value for _, value in model_choices(core.runtime.model)}:
+                raise user_error("that model is not in the list; choose one of the listed models, or start "
+                                 "localchat with --model to use another file.")
+            # The current model keeps answering until the new one is loaded.
+            yield gr.skip(), f"Loading {Path(name).name}… the current model answers meanwhile."
+            try:
+                core.runtime.switch(name)
+            except LocalchatError as exc:
+                failed[name] = time.monotonic()
+                gr.Warning(f"{Path(name).name} did not load, so the current model stays: {exc}")
+                yield gr.update(value=core.runtime.model), core.status()
+                return
+            gr.Info(f"Now answering with {Path(name).name}.")
+            yield gr.update(value=core.runtime.model), core.status()
 
         tune_jobs: dict[str, TuneJob] = {}  # one wizard at a time for the whole app, whichever tab started it
 
@@ -213,43 +263,52 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             try:
                 core.runtime.switch(kept.path)  # the tuned file, with its tuned settings
             except LocalchatError as exc:
-                raise user_error(f"tuned, but loading the kept model failed: {exc}") from exc
+                gr.Warning(f"tuned, but loading the kept model failed: {exc}")
+                yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip()
+                return
             gr.Info(f"Tuned: now answering with {kept.model} {kept.quant}.")
             yield (gr.update(value=job.log(), visible=True), note,
                    gr.update(choices=model_choices(core.runtime.model), value=core.runtime.model), core.status())
 
-        def on_page_load() -> tuple:
+        def on_page_load(last: str | None, px: float | None) -> tuple:
             profile, note = tuned_summary()
-            return conversations(None), gr.update(choices=model_choices(core.runtime.model),
-                                                  value=core.runtime.model), core.status(), note, \
-                gr.update(open=profile is None)
+            opened = load(last)
+            return (conversations(opened[2]), gr.update(choices=model_choices(core.runtime.model),
+                                                         value=core.runtime.model), core.status(), note,
+                    gr.update(open=profile is None), gr.update(open=not px or px >= NARROW_PX), *opened)
 
         # -- wiring ---------------------------------------------------------------------------
 
         settings_inputs = [system, temperature, top_p, max_tokens]
-        reply_outputs = [chatbot, message, conv_id, pending, meter, convs, status]
-        # The engine batches concurrent chats, so several tabs may stream at once.
+        chat_outputs = [chatbot, copy_texts]
+        reply_outputs = [chatbot, message, conv_id, pending, meter, convs, status, copy_texts]
+        # The engine batches concurrent chats, so several tabs may stream at once; within one chat a
+        # message sent mid-answer is taken at once ("multiple") and waits for its turn in ChatCore.
         for trigger in (send_btn.click, message.submit):
             trigger(respond, [message, conv_id, pending, *settings_inputs], reply_outputs,
-                    api_name="send" if trigger == send_btn.click else False, concurrency_limit=8)
+                    api_name="send" if trigger == send_btn.click else False, concurrency_limit=8,
+                    trigger_mode="multiple")
         stop_btn.click(core.stop, [conv_id], None, queue=False, api_name=False)
         regen_btn.click(regenerate, [conv_id, temperature, top_p, max_tokens], reply_outputs,
                         api_name=False, concurrency_limit=8)
-        edit_btn.click(edit_last, [conv_id], [chatbot, message, pending, meter], api_name=False)
-        files.upload(attach, [files, pending, max_tokens], [pending, meter, files], api_name=False)
+        edit_btn.click(edit_last, [conv_id, max_tokens], [*chat_outputs, message, pending, meter], api_name=False)
+        files.upload(attach, [files, pending, max_tokens], [pending, meter, files], api_name=False).then(
+            refresh_meter, [pending, conv_id, max_tokens], [meter], api_name=False)
         clear_docs_btn.click(lambda: ([], ""), None, [pending, meter], api_name=False)
-        convs.input(load, [convs], [chatbot, conv_id, *settings_inputs, pending, meter], api_name=False)
-        new_btn.click(new_chat, None, [chatbot, conv_id, *settings_inputs, pending, meter, convs],
-                      api_name=False)
+        chat_state = [*chat_outputs, conv_id, *settings_inputs, pending, meter]
+        convs.input(load, [convs], chat_state, api_name=False)
+        new_btn.click(new_chat, None, [*chat_state, convs], api_name=False)
         # The chat's own clear icon starts a new chat; the stored one stays in the list.
-        chatbot.clear(new_chat, None, [chatbot, conv_id, *settings_inputs, pending, meter, convs], api_name=False)
-        delete_btn.click(delete, [conv_id], [chatbot, conv_id, *settings_inputs, pending, meter, convs],
-                         api_name=False)
+        chatbot.clear(new_chat, None, [*chat_state, convs], api_name=False)
+        delete_btn.click(lambda cid: gr.update(visible=cid is not None), [conv_id], [delete_row], api_name=False)
+        delete_no.click(lambda: gr.update(visible=False), None, [delete_row], api_name=False)
+        delete_yes.click(delete, [conv_id], [*chat_state, convs, delete_row], api_name=False)
+        conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)
         gr.on([system.blur, temperature.release, top_p.release, max_tokens.release], save_settings,
               [conv_id, *settings_inputs], None, api_name=False)
-        model.input(switch_model, [model], [status], api_name=False, concurrency_limit=1)
+        model.input(switch_model, [model], [model, status], api_name=False, concurrency_limit=1)
         tune_btn.click(tune, [tune_download], [tune_log, tune_note, model, status], api_name=False,
                        concurrency_limit=1)
-        demo.load(on_page_load, None, [convs, model, status, tune_note, tune_box], api_name=False)
+        demo.load(on_page_load, [last_chat, width], [convs, model, status, tune_note, tune_box, sidebar, *chat_state],
+                  api_name=False, js="(last, px) => [last, window.innerWidth]")
     return demo
-

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import html
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..errors import LocalchatError
+from ..models.gguf_info import read_gguf
 from ..runtime.events import Stats
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#|])")
@@ -121,7 +125,7 @@ def stats_dict(stats: Stats | None, n_ctx: int) -> dict[str, Any]:
 
 def stats_line(stats: dict[str, Any]) -> str:
     """"TTFT 80 ms · 140.2 tokens/s · context 312 / 8,192" for under a reply."""
-    if not stats.get("completion_tokens") and "ttft_ms" not in stats:
+    if not stats.get("completion_tokens"):  # stopped before the first token: no rate to speak of
         return ""
     items = [f"TTFT {stats['ttft_ms']:,.0f} ms", f"{stats['tokens_per_s']:.1f} tokens/s"]
     if "spec_acceptance" in stats:
@@ -131,6 +135,11 @@ def stats_line(stats: dict[str, Any]) -> str:
     used = stats["prompt_tokens"] + stats["completion_tokens"]
     items.append(f"context {used:,} / {stats['n_ctx']:,}")
     return " · ".join(items)
+
+
+def finish_note(finish_reason: str) -> str:
+    """What the footer says about how a reply ended ("" for a natural end)."""
+    return {"cancelled": "stopped", "length": "cut at max tokens"}.get(finish_reason, "")
 
 
 def reply_markdown(answer: str, stats: dict[str, Any], included: str = "", note: str = "") -> str:
@@ -152,6 +161,22 @@ def prefill_line(done: int, total: int, started: float, first_done: int, now: fl
         rate = (done - first_done) / elapsed
         line += f", about {max((total - done) / rate, 0):.0f} s left"
     return line + " — Stop cancels."
+
+
+@functools.lru_cache(maxsize=8)
+def _parameters(path: Path, mtime: float) -> tuple[str, int, str | None]:
+    info = read_gguf(path)
+    return info.arch, sum(math.prod(t.shape) for t in info.tensors), info.quant
+
+
+def weights_line(path: Path, description: str) -> str:
+    """"llama, 135M parameters, Q4_1" from the file itself (llama.cpp's description names a size class)."""
+    try:
+        arch, n, quant = _parameters(path, path.stat().st_mtime)
+    except (LocalchatError, OSError):
+        return description
+    size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+    return ", ".join(x for x in (arch, f"{size} parameters", quant) if x)
 
 
 def status_markdown(model: str, path: Path, description: str, n_ctx: int, placement: str,

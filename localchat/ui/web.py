@@ -29,7 +29,8 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
     os.environ["GRADIO_TEMP_DIR"] = str(received_dir())
     import gradio as gr
 
-    from .layout import CSS, build_ui
+    from .layout import build_ui
+    from .page import CSS, SCRIPT
 
     service = LocalService(runtime.engine, served_name(runtime.model), defaults.base if defaults else None)
     runtime.service = service
@@ -49,7 +50,7 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
         app, demo, path="", auth=(UI_USER, api_key) if api_key else None,
         auth_message="Log in with the user 'localchat' and the API key localchat was started with.",
         max_file_size=MAX_UPLOAD_BYTES, ssr_mode=False, footer_links=[], theme=theme, css=CSS,
-        mcp_server=False)
+        head=SCRIPT, mcp_server=False)
     install(app, policy or OriginPolicy())
     return app
 
