@@ -266,13 +266,4 @@ def _usage(stats: Stats | None) -> dict[str, Any]:
 
 def _extras(stats: Stats | None) -> dict[str, Any] | None:
     """localchat's own numbers, in a field OpenAI clients ignore."""
-    if stats is None:
-        return None
-    extras: dict[str, Any] = {"ttft_ms": round(stats.ttft_ms, 1), "tokens_per_s": round(stats.tokens_per_s, 1),
-                              "prefill_tokens_per_s": round(stats.prefill_tokens_per_s, 1),
-                              "cached_tokens": stats.cached_tokens}
-    if stats.spec is not None:
-        extras["speculation"] = {"drafter": stats.spec.drafter, "drafted": stats.spec.drafted,
-                                 "accepted": stats.spec.accepted, "acceptance": round(stats.spec.acceptance, 3)}
-    return extras
-
+    return stats.to_dict() if stats is not None else None

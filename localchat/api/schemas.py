@@ -37,19 +37,20 @@ class ChatMessage(_Body):
 
 
 class _Sampled(_Body):
-    """Fields shared by chat and text completions. None means: the engine's default."""
+    """Fields shared by chat and text completions. None means: the engine's default. Their ranges
+    are checked once, by SamplingParams.validate (runtime/sampling.py's LIMITS)."""
 
     model: str | None = None
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    temperature: float | None = None
+    top_p: float | None = None
     # Not OpenAI's, but llama.cpp front ends (Open WebUI, SillyTavern...) send them.
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0.0, lt=1.0)
-    repeat_penalty: float | None = Field(None, gt=0.0, le=10.0)
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     seed: int | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = None
     stop: str | list[str] | None = None
     n: int | None = None  # some clients send null for "the default"
     stream: bool | None = False
@@ -91,8 +92,7 @@ class _Sampled(_Body):
             params.max_tokens = self.limit()
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         params.stop = [s for s in stops if s]  # an empty stop string would end every answer at once
-        if len(params.stop) > 16:
-            raise RequestError(f"{len(params.stop)} stop strings given; use at most 16.", "stop")
+        params.validate()
         return params
 
 

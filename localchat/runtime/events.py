@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Iterable, Iterator, Union
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Union
 
 from ..errors import LocalchatError
 
@@ -41,6 +41,27 @@ class Stats:
     spec: "SpecStats | None" = None
     kv_transfer_ms: float = 0.0  # PD split: exporting and loading the prompt's KV state
     kv_transfer_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The numbers as JSON-ready values, rounded for people (`chat --json`, the API, the store)."""
+        out: dict[str, Any] = {
+            "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens, "ttft_ms": round(self.ttft_ms, 1),
+            "tokens_per_s": round(self.tokens_per_s, 1), "prefill_tokens_per_s": round(self.prefill_tokens_per_s, 1),
+            "total_ms": round(self.total_ms, 1),
+        }
+        if self.spec is not None:
+            spec = self.spec
+            out["speculation"] = {
+                "drafter": spec.drafter, "drafted": spec.drafted, "accepted": spec.accepted,
+                "acceptance": round(spec.acceptance, 3), "target_passes": spec.target_passes,
+                "mean_accepted": round(spec.accepted / spec.target_passes, 2) if spec.target_passes else 0.0,
+                "mean_k": round(spec.mean_k, 2), "tokens_per_pass": round(spec.tokens_per_pass, 2),
+                "predicted_speedup": round(spec.predicted_speedup, 2) if spec.predicted_speedup is not None else None,
+            }
+        if self.kv_transfer_bytes:
+            out["kv_transfer"] = {"ms": round(self.kv_transfer_ms, 1), "bytes": self.kv_transfer_bytes}
+        return out
 
 
 @dataclass(slots=True)

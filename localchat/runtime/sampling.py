@@ -33,26 +33,64 @@ class SamplingParams:
         return self.temperature <= 0.0
 
     def validate(self) -> None:
-        """Raise RequestError naming the bad value and its allowed range."""
-        checks = [
-            ("temperature", 0.0 <= self.temperature <= 5.0, "between 0 and 5"),
-            ("top_k", self.top_k >= 0, "0 (off) or more"),
-            ("top_p", 0.0 < self.top_p <= 1.0, "in (0, 1]"),
-            ("min_p", 0.0 <= self.min_p < 1.0, "in [0, 1)"),
-            ("repeat_penalty", 0.0 < self.repeat_penalty <= 10.0, "in (0, 10]"),
-            ("presence_penalty", -2.0 <= self.presence_penalty <= 2.0, "between -2 and 2"),
-            ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0, "between -2 and 2"),
-            ("penalty_last_n", self.penalty_last_n >= -1, "-1 (whole context), 0 (off) or more"),
-            ("max_tokens", self.max_tokens is None or self.max_tokens >= 1, "at least 1"),
-            ("seed", self.seed is None or 0 <= self.seed < 2**32, "between 0 and 2^32-1"),
-        ]
-        for name, ok, allowed in checks:
-            if not ok:
-                raise RequestError(f"{name}={getattr(self, name)!r} is invalid; use a value {allowed}.")
+        """Raise RequestError naming the bad value and its allowed range (LIMITS)."""
+        for name, limit in LIMITS.items():
+            value = getattr(self, name)
+            if value is not None and not limit.holds(value):
+                raise RequestError(f"{name}={value!r} is invalid; use a value {limit.words()}.", name)
         if not all(isinstance(s, str) and s for s in self.stop):
-            raise RequestError("stop strings must be non-empty strings.")
-        if len(self.stop) > 16:
-            raise RequestError(f"{len(self.stop)} stop strings given; use at most 16.")
+            raise RequestError("stop strings must be non-empty strings.", "stop")
+        if len(self.stop) > MAX_STOPS:
+            raise RequestError(f"{len(self.stop)} stop strings given; use at most {MAX_STOPS}.", "stop")
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """The values one sampling parameter takes; an open end excludes its bound."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+    note: str = ""  # what special values mean
+
+    def holds(self, value: float) -> bool:
+        above = self.low is None or (value > self.low if self.open_low else value >= self.low)
+        below = self.high is None or (value < self.high if self.open_high else value <= self.high)
+        return above and below
+
+    def words(self) -> str:
+        """'between 0 and 2', 'in (0, 1]', 'at least 1 (0: off)'."""
+        low, high = _number(self.low), _number(self.high)
+        if self.low is not None and self.high is not None:
+            text = (f"between {low} and {high}" if not (self.open_low or self.open_high) else
+                    f"in {'(' if self.open_low else '['}{low}, {high}{')' if self.open_high else ']'}")
+        else:
+            text = f"above {low}" if self.open_low else f"at least {low}"
+        return f"{text} ({self.note})" if self.note else text
+
+
+def _number(value: float | None) -> str:
+    return str(int(value)) if value is not None and float(value).is_integer() else str(value)
+
+
+# The one place sampling values are checked: the CLI's flags, the API's request bodies and the
+# window's sliders all become SamplingParams, and Engine.submit validates them. Where OpenAI's API
+# documents a range (temperature 0-2, penalties -2..2) it is that range; llama.cpp's own knobs keep
+# what its samplers accept. An API request's top_p 0 means greedy and never reaches top_p.
+LIMITS: dict[str, Limit] = {
+    "temperature": Limit(0, 2, note="0: greedy"),
+    "top_k": Limit(0, note="0: off"),
+    "top_p": Limit(0, 1, open_low=True),
+    "min_p": Limit(0, 1, open_high=True),
+    "repeat_penalty": Limit(0, 10, open_low=True),
+    "presence_penalty": Limit(-2, 2),
+    "frequency_penalty": Limit(-2, 2),
+    "penalty_last_n": Limit(-1, note="-1: the whole context, 0: off"),
+    "max_tokens": Limit(1),
+    "seed": Limit(0, 2**32 - 1),
+}
+MAX_STOPS = 16
 
 
 class Sampler:

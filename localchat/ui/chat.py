@@ -53,14 +53,15 @@ class Runtime:
 
 
 WINDOW_MAX_TOKENS = 512  # a new chat's answer limit unless the server was given --max-tokens
+_ENGINE_DEFAULTS = SamplingParams()
 
 
 @dataclass(slots=True)
 class Sampling:
     """The per-conversation settings shown in the window, over the server's sampling defaults."""
 
-    temperature: float = 0.7
-    top_p: float = 0.95
+    temperature: float = _ENGINE_DEFAULTS.temperature
+    top_p: float = _ENGINE_DEFAULTS.top_p
     max_tokens: int = WINDOW_MAX_TOKENS
     base: SamplingParams = field(default_factory=SamplingParams)  # what the window does not show
 

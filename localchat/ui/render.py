@@ -112,14 +112,12 @@ def stats_dict(stats: Stats | None, n_ctx: int) -> dict[str, Any]:
     """The numbers kept with a reply in the store."""
     if stats is None:
         return {}
-    out: dict[str, Any] = {
-        "prompt_tokens": stats.prompt_tokens, "cached_tokens": stats.cached_tokens,
-        "completion_tokens": stats.completion_tokens, "ttft_ms": round(stats.ttft_ms, 1),
-        "tokens_per_s": round(stats.tokens_per_s, 1), "n_ctx": n_ctx,
-    }
-    if stats.spec is not None and stats.spec.drafted:
-        out["spec_acceptance"] = round(stats.spec.acceptance, 3)
-        out["spec_drafter"] = stats.spec.drafter
+    numbers = stats.to_dict()
+    keep = ("prompt_tokens", "cached_tokens", "completion_tokens", "ttft_ms", "tokens_per_s")
+    out: dict[str, Any] = {key: numbers[key] for key in keep} | {"n_ctx": n_ctx}
+    spec = numbers.get("speculation")
+    if spec and spec["drafted"]:  # stored under these names since the first release
+        out["spec_acceptance"], out["spec_drafter"] = spec["acceptance"], spec["drafter"]
     return out
 
 
