@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Callable
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from .config import Settings
+
+if TYPE_CHECKING:
+    from .runtime.worker import WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -24,20 +29,32 @@ def progress_bar(label: str) -> Callable[[int, int], None]:
     return show
 
 
-def open_engine(settings: Settings, status: Callable[[str], None] | None = None):
-    """Resolve (fetching when needed) and load the configured model; `status` hears when loading starts."""
-    from .models.resolve import catalog_draft, resolve_model
-    from .runtime.engine import Engine, EngineConfig
+def model_file(name: str) -> Path:
+    """The local file of a model name or path, fetched (with a progress bar) when it is not here yet:
+    the one model resolution of chat, serve, the window and the selftest."""
+    from .models.resolve import resolve_model
+
+    return resolve_model(name, progress=progress_bar(f"fetching {name}"))
+
+
+def worker_config(settings: Settings) -> WorkerConfig:
+    """The worker's knobs from the settings: every field the two share (both use llama.cpp's names)."""
     from .runtime.worker import WorkerConfig
 
-    path = resolve_model(settings.model, progress=progress_bar(f"fetching {settings.model}"))
-    worker = WorkerConfig(n_ctx=settings.n_ctx, n_batch=settings.n_batch, n_seq_max=settings.n_seq_max,
-                          n_threads=settings.n_threads, n_gpu_layers=settings.n_gpu_layers,
-                          deterministic=settings.deterministic)
+    shared = {f.name for f in fields(WorkerConfig)} & {f.name for f in fields(Settings)}
+    return WorkerConfig(**{name: getattr(settings, name) for name in sorted(shared)})
+
+
+def open_engine(settings: Settings, status: Callable[[str], None] | None = None):
+    """Resolve (fetching when needed) and load the configured model; `status` hears when loading starts."""
+    from .models.resolve import catalog_draft
+    from .runtime.engine import Engine, EngineConfig
+
+    path = model_file(settings.model)
+    worker = worker_config(settings)
     draft = None
     if settings.speculation and not settings.lookup:
-        draft = (resolve_model(settings.draft, progress=progress_bar(f"fetching {settings.draft}"))
-                 if settings.draft else catalog_draft(settings.model))
+        draft = model_file(settings.draft) if settings.draft else catalog_draft(settings.model)
     if status is not None:
         status(f"loading {path.name}")
     layout = arrange_workers(settings, worker, path, draft)

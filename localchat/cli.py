@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import json
 import logging
 import os
 import sys
 import textwrap
-from typing import Any, Callable
+from typing import Callable
 
-from .assemble import open_engine, progress_bar
-from .config import PLACEMENT_HELP, PLACEMENTS, Settings, load_settings
-from .errors import LocalchatError, RequestError
+from .assemble import progress_bar
+from .config import PLACEMENT_HELP, TOP, Settings, add_flags, flag_values, load_settings
+from .errors import LocalchatError
 from .logging_setup import one_line_user_errors
-
-log = logging.getLogger("localchat")
 
 # Subcommands with their own argument parsers: everything after the name is passed through.
 DELEGATED = {
@@ -30,22 +26,8 @@ DELEGATED = {
 COMMANDS = {"chat", "pull", "models", "serve", "ui", "bench", "selftest", *DELEGATED}
 
 
-def _engine_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="catalog name (see `localchat models`) or a .gguf path")
-    parser.add_argument("--n-ctx", type=int, dest="n_ctx", help="context window in tokens")
-    parser.add_argument("--threads", type=int, dest="n_threads", help="CPU threads (default: physical cores)")
-    parser.add_argument("--step-budget", type=int, dest="step_budget",
-                        help="prompt tokens per step beside streaming chats (default: adaptive)")
-    parser.add_argument("--deterministic", action="store_true", default=None,
-                        help="identical greedy output however prompts are chunked or reused (slower prefill)")
-    parser.add_argument("--draft", help="draft model for speculative decoding (catalog name or .gguf path)")
-    parser.add_argument("--lookup", action="store_true", default=None,
-                        help="speculate with prompt lookup (n-grams of the prompt), even if a draft model is paired")
-    parser.add_argument("--no-spec", dest="speculation", action="store_false", default=None,
-                        help="plain decoding, no speculation")
-    parser.add_argument("--placement", choices=PLACEMENTS,
-                        help="where the model runs (default auto; each placement is explained below)")
-    parser.add_argument("--devices", help="GPU indices for the placement, like 0,1 (default: all)")
+def _engine_args(parser: argparse.ArgumentParser, command: str) -> None:
+    add_flags(parser, command)  # from the settings' declarations (config.py)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keeps the epilog's one line per placement
     parser.epilog = "placements (--placement):\n" + "\n".join(
         f"  {name:<13}{about}" for name, about in PLACEMENT_HELP.items())
@@ -87,37 +69,37 @@ def _window_epilog(window: list[argparse.Action]) -> str:
     return "\n".join(lines)
 
 
-# Sampling flags; unset ones keep SamplingParams' own defaults (one place for them).
-_SAMPLING_FLAGS = (("--temperature", float, "temperature"), ("--top-p", float, "top_p"), ("--top-k", int, "top_k"),
-                   ("--min-p", float, "min_p"), ("--repeat-penalty", float, "repeat_penalty"),
-                   ("--max-tokens", int, "max_tokens"))
+# Sampling flags (--top-p sets top_p); unset ones keep SamplingParams' own defaults, and
+# SamplingParams.validate checks them against the limits the API and the window share.
+_SAMPLING_FLAGS = (("temperature", float), ("top_p", float), ("top_k", int), ("min_p", float),
+                   ("repeat_penalty", float), ("max_tokens", int))
 
 
 def _sampling_args(parser: argparse.ArgumentParser, defaults_for: str = "") -> None:
     """`chat`'s sampling flags; with `defaults_for`, the defaults of what the window or the API is
     not told per request (a request's own values win)."""
-    from .runtime.sampling import SamplingParams
+    from .runtime.sampling import LIMITS, SamplingParams
 
     group = parser.add_argument_group(f"sampling defaults for {defaults_for}" if defaults_for else "sampling")
     base = SamplingParams()
-    for flag, kind, dest in _SAMPLING_FLAGS:
+    for dest, kind in _SAMPLING_FLAGS:
         default = getattr(base, dest)
-        group.add_argument(flag, type=kind, dest=dest,
-                           help=f"default {default}" if default is not None else "answer length limit in tokens")
+        about = f"default {default}" if default is not None else "answer length limit in tokens"
+        group.add_argument("--" + dest.replace("_", "-"), type=kind, dest=dest, help=f"{about}; {LIMITS[dest].words()}")
     if not defaults_for:
         group.add_argument("--system", help="system prompt")
-        group.add_argument("--seed", type=int)
+        group.add_argument("--seed", type=int, help=LIMITS["seed"].words())
         group.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="localchat", description="Chat with the best local model your machine can run.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--verbose", action="store_true", help="show llama.cpp's log and debug messages")
+    add_flags(parser, TOP)  # --verbose
     sub = parser.add_subparsers(dest="command")
 
     chat = sub.add_parser("chat", help="answer PROMPT, or chat in the terminal without one")
-    _engine_args(chat)
+    _engine_args(chat, "chat")
     _sampling_args(chat)
     chat.add_argument("--json", action="store_true", help="print one JSON object with the answer and its stats")
     chat.add_argument("--file", action="append", default=[], dest="files", metavar="PATH",
@@ -132,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=about, add_help=False)
 
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API without the UI (127.0.0.1 by default)")
-    _engine_args(serve)
+    _engine_args(serve, "serve")
     serve.add_argument("--host", help="address to bind (default 127.0.0.1; any other needs --listen)")
     serve.add_argument("--port", type=int, help="port (default 8000, or the next free one after it)")
     serve.add_argument("--listen", action="store_true",
@@ -147,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sampling_args(serve, "API requests")
 
     ui = sub.add_parser("ui", help="open the chat window in the browser (the default without a command)")
-    _engine_args(ui)
+    _engine_args(ui, "ui")
     _sampling_args(ui, "new chats and API requests")
     parser.epilog = _window_epilog(_window_args(ui))
 
@@ -155,9 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="fewer repeats, smaller documents")
     bench.add_argument("--output", help="write the Markdown report here")
 
-    selftest = sub.add_parser("selftest", help="load the model, generate, serve the window and the API, "
-                                               "then report (offline; exit code 0 when all passed)")
-    selftest.add_argument("--model", help="catalog name or .gguf path (default: the configured model)")
+    selftest = sub.add_parser("selftest", help="load the model (fetched first only if it is not here, as for chat), "
+                                               "generate, serve the window and the API, then report (exit code 0 "
+                                               "when all passed)")
+    add_flags(selftest, "selftest")
     return parser
 
 
@@ -206,12 +189,9 @@ def _guarded(run: Callable[[], int]) -> int:
 
 def _settings(args: argparse.Namespace, model: str | None = None) -> Settings:
     """The settings for this command; `model` replaces the flag's (values tuned for another model drop out)."""
-    keys = ("model", "n_ctx", "n_threads", "step_budget", "deterministic", "draft", "lookup", "speculation",
-            "placement", "devices")
-    overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
+    overrides = flag_values(args)
     if model is not None:
         overrides["model"] = model
-    overrides["verbose"] = args.verbose or None
     return load_settings(overrides)
 
 
@@ -221,7 +201,7 @@ def _sampling(args: argparse.Namespace):
     from .runtime.sampling import SamplingParams
 
     params = SamplingParams(seed=getattr(args, "seed", None), stop=list(getattr(args, "stop", [])))
-    for _, _, dest in _SAMPLING_FLAGS:
+    for dest, _ in _SAMPLING_FLAGS:
         if getattr(args, dest, None) is not None:
             setattr(params, dest, getattr(args, dest))
     params.validate()
@@ -229,145 +209,10 @@ def _sampling(args: argparse.Namespace):
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
-    from .runtime.sampling import SamplingParams
+    from .terminal import chat
 
-    settings = _settings(args)
-    sampling = _sampling(args) if hasattr(args, "temperature") else SamplingParams()
-    documents = _read_documents(args.files)  # before the model loads: a broken file fails fast
-    if documents and args.prompt is None:
-        raise RequestError("--file needs a question: localchat chat --file PATH \"What does it say about ...?\"")
-    from .progress_line import ProgressLine
-
-    # --verbose prints llama.cpp's log on stderr, which a redrawn line would garble.
-    with ProgressLine(enabled=not args.verbose) as line, open_engine(settings, status=line.set) as engine:
-        if args.prompt is None:
-            line.clear()
-            return _interactive(engine, args.system, sampling, progress=not args.verbose)
-        messages = ([{"role": "system", "content": args.system}] if args.system else [])
-        included = None
-        content = args.prompt
-        if documents:
-            content, included = _fit_documents(engine, messages, args.prompt, documents, sampling.max_tokens)
-            if not args.json:
-                line.note(f"Included: {included.summary()}")
-        messages.append({"role": "user", "content": content})
-        return _answer_once(engine, messages, sampling, args.json, included, line)
-
-
-def _read_documents(paths: list[str]) -> list:
-    from pathlib import Path
-
-    from .ingest import extract
-
-    return [extract(Path(p)) for p in paths]
-
-
-def _fit_documents(engine, messages: list[dict[str, str]], question: str, documents: list, max_tokens: int | None):
-    """The user turn with whole documents or their best chunks, and what was included."""
-    from .ingest import build_prompt, select
-    from .ingest.fit import document_budget
-    from .runtime.engine import Request
-
-    history = len(engine.prompt_tokens(Request(messages=messages))) if messages else 0
-    budget = document_budget(engine.n_ctx, history, max_tokens)
-    selection = select(question, documents, budget, engine.count_tokens)
-    return build_prompt(question, selection), selection
-
-
-def _answer_once(engine, messages: list[dict[str, str]], sampling, as_json: bool, included, line) -> int:
-    from .progress_line import follow
-    from .runtime.engine import Request
-    from .runtime.events import Stats, TextDelta, collect
-
-    line.set("reading the prompt")
-    events = follow(engine.submit(Request(messages=messages, sampling=sampling)), line)
-    if as_json:
-        result = collect(events)
-        stats = result.stats
-        answer = {
-            "text": result.text, "finish_reason": result.finish_reason,
-            "prompt_tokens": stats.prompt_tokens, "cached_tokens": stats.cached_tokens,
-            "completion_tokens": stats.completion_tokens, "ttft_ms": round(stats.ttft_ms, 1),
-            "tokens_per_s": round(stats.tokens_per_s, 1),
-        }
-        if stats.spec is not None:
-            spec = stats.spec
-            answer["speculation"] = {
-                "drafter": spec.drafter, "drafted": spec.drafted, "accepted": spec.accepted,
-                "acceptance": round(spec.acceptance, 3), "target_passes": spec.target_passes,
-                "mean_accepted": round(spec.accepted / spec.target_passes, 2) if spec.target_passes else 0.0,
-                "mean_k": round(spec.mean_k, 2), "tokens_per_pass": round(spec.tokens_per_pass, 2),
-                "predicted_speedup": (round(spec.predicted_speedup, 2)
-                                      if spec.predicted_speedup is not None else None),
-            }
-        if stats.kv_transfer_bytes:
-            answer["kv_transfer"] = {"ms": round(stats.kv_transfer_ms, 1), "bytes": stats.kv_transfer_bytes}
-        if included is not None:
-            answer["included"] = included.to_dict()
-        print(json.dumps(answer, ensure_ascii=False))
-        return 0
-    for event in events:
-        if isinstance(event, TextDelta):
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
-        elif isinstance(event, Stats):
-            log.info("%d prompt + %d tokens, TTFT %.0f ms, %.1f tokens/s", event.prompt_tokens,
-                     event.completion_tokens, event.ttft_ms, event.tokens_per_s)
-        elif event.kind == "error":
-            raise event.error
-    sys.stdout.write("\n")
-    return 0
-
-
-def _interactive(engine, system: str | None, sampling, progress: bool) -> int:
-    from .progress_line import ProgressLine, follow
-    from .runtime.engine import Request
-    from .runtime.events import Done, Failed, Stats, TextDelta
-
-    history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
-    print(f"localchat: {engine.worker.describe()} - type a message; /reset clears, /exit or Ctrl-D quits, "
-          "Ctrl-C stops an answer.", file=sys.stderr)
-    while True:
-        try:
-            line = input("> ").strip()
-        except EOFError:
-            print(file=sys.stderr)
-            return 0
-        if not line:
-            continue
-        if line in ("/exit", "/quit"):
-            return 0
-        if line == "/reset":
-            history = history[:1] if system else []
-            continue
-        history.append({"role": "user", "content": line})
-        try:
-            stream = engine.submit(Request(messages=history, sampling=sampling))
-        except LocalchatError as exc:
-            history.pop()
-            print(f"localchat: {exc}", file=sys.stderr)
-            continue
-        parts: list[str] = []
-        try:
-            with ProgressLine(enabled=progress) as line:
-                line.set("reading the prompt")
-                for event in follow(stream, line):
-                    if isinstance(event, TextDelta):
-                        parts.append(event.text)
-                        sys.stdout.write(event.text)
-                        sys.stdout.flush()
-                    elif isinstance(event, Stats):
-                        stats = f"[{event.completion_tokens} tokens, {event.tokens_per_s:.1f} tok/s, TTFT {event.ttft_ms:.0f} ms]"
-                    elif isinstance(event, Failed):
-                        print(f"\nlocalchat: {event.message}", file=sys.stderr)
-                    elif isinstance(event, Done):
-                        print(f"\n{stats}", file=sys.stderr)
-        except KeyboardInterrupt:
-            stream.cancel()
-            for _ in stream:
-                pass
-            print("\n[stopped]", file=sys.stderr)
-        history.append({"role": "assistant", "content": "".join(parts)})
+    return chat(_settings(args), _sampling(args), args.prompt, args.files, args.system, args.json,
+                progress=not args.verbose)
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
@@ -392,63 +237,28 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from .api.app import ServeOptions, serve
-    from .api.local import served_name
+    from .api.app import ServeOptions
+    from .launch import serve_api
 
     options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key,
                            backend=args.backend, backend_key=args.backend_key, cors_origins=tuple(args.cors_origins),
                            sampling=_sampling(args))
-    options.bind_host()  # refuse an unsafe address before spending time on a model
-    if args.backend:
-        return serve(options)
-    settings = _settings(args)
-    from .progress_line import ProgressLine
-
-    with ProgressLine(enabled=not args.verbose) as line, open_engine(settings, status=line.set) as engine:
-        line.clear()  # the banner comes next
-        return serve(options, engine, served_name(settings.model))
+    return serve_api(options, lambda: _settings(args), progress=not args.verbose)
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
-    from .ui import instance
     from .api.app import ServeOptions
-    from .ui.web import DEFAULT_UI_PORT, run_ui
+    from .launch import open_window
 
-    instance.log_to_file(args.verbose)
-    # A plain start (a double-click) while a window runs opens that one; a start that names a
-    # host, port or --listen asks for a server of its own, which the next plain start ignores.
-    plain = args.host is None and args.port is None and not args.listen
-    if plain:
-        running = instance.running_instance()
-        if running is not None:
-            print(f"localchat is already running at {running.url}/ (process {running.pid}); "
-                  f"{'opening it' if args.browser else 'open that address'} instead of starting another.",
-                  flush=True)
-            if args.browser:
-                instance.open_browser(running.url)
-            return 0
     options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key,
                            cors_origins=tuple(args.cors_origins), sampling=_sampling(args))
-    host = options.bind_host()  # refuse an unsafe address before spending time on a model
-    settings = _settings(args)
-    options.port, url = instance.reserve_url(host, options.port, DEFAULT_UI_PORT)
-
-    def load(model: str):
-        return open_engine(settings if model == settings.model else _settings(args, model))
-
-    try:
-        with instance.recorded(url) if plain else contextlib.nullcontext():
-            return run_ui(options, load, settings.model, open_browser=args.browser)
-    except LocalchatError as exc:
-        # Into the log file (the console shows it once, below): a bundle's window may close unread.
-        log.info("stopped: %s", exc)
-        raise
+    return open_window(options, lambda model: _settings(args, model), args.browser, args.verbose)
 
 
 def _cmd_selftest(args: argparse.Namespace) -> int:
     from .selftest import run_selftest
 
-    return run_selftest(args.model, open_engine)
+    return run_selftest(args.model)
 
 
 def _probe(probe_main, argv: list[str]) -> int:

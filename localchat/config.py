@@ -1,13 +1,19 @@
-"""Settings: defaults < the tuned profile < settings.toml < LOCALCHAT_* environment < CLI flags.
+"""Settings, each declared once below: its name (the settings.toml key; LOCALCHAT_<NAME> in the
+environment), type, default, allowed values, help, and the subcommands whose flag sets it. The CLI's
+flags, the validation, the environment and the README's table all come from these declarations, so a
+new setting is one field here (then `python -m localchat.config --readme-table README.md`).
 
-The tuned profile (profile.json, written by `localchat tune`) counts only while it holds for this
+Precedence: defaults < the tuned profile < settings.toml < LOCALCHAT_* environment < CLI flags. The
+tuned profile (profile.json, written by `localchat tune`) counts only while it holds for this
 machine: same hardware fingerprint, its model file still there. Unknown keys are errors.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-from dataclasses import dataclass, fields
+import sys
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -24,32 +30,120 @@ if TYPE_CHECKING:
     from .hardware import HardwareInfo
 
 DEFAULT_MODEL = "smollm2-135m"
-# Profile values measured for the tuned model: they do not carry over to a model chosen above the profile.
-MODEL_BOUND = ("model", "n_ctx", "n_gpu_layers", "step_budget", "placement", "devices", "draft")
+ENGINE_COMMANDS = ("chat", "serve", "ui")  # the subcommands that load a model
+TOP = "localchat"  # the top-level parser, for flags that go before the command
+ENV_PREFIX = "LOCALCHAT_"
+# Variables of the same prefix that are not settings: where files live, the installer's build cache,
+# the test suite's home, the API key (kept out of settings files on purpose), the CPU variant the
+# runtime loads (runtime/backends.py) and the GPU layers of `localchat bench`.
+NOT_SETTINGS = ("HOME", "BUILD_CACHE", "TEST_HOME", "API_KEY", "CPU_VARIANT", "BENCH_GPU_LAYERS")
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """What a Settings field says about itself beyond its name, type and default."""
+
+    help: str
+    flag_help: str = ""  # where the flag's words differ from the setting's (--no-spec)
+    commands: tuple[str, ...] = ()  # subcommands whose flag sets it; () : settings.toml and env only
+    flag: str = ""  # default: --name-with-dashes; "--no-x" turns a bool off
+    low: int | None = None
+    high: int | None = None
+    zero: str = ""  # what 0 means, where it means something
+    choices: tuple[str, ...] = ()
+    check: Callable[[Any], bool] | None = None  # for a shape low/high/choices cannot say...
+    shape: str = ""  # ... and the words for it
+    model_bound: bool = False  # tuned for one model: the profile's value does not carry to another
+
+    def allowed(self) -> str:
+        if self.choices:
+            return " | ".join(self.choices)
+        if self.shape:
+            return self.shape
+        if self.low is not None and self.high is not None:
+            return f"between {self.low} and {self.high}"
+        if self.low is not None:
+            return f"0 ({self.zero}) or more" if self.low == 0 and self.zero else f"at least {self.low}"
+        return ""
+
+    def holds(self, value: Any) -> bool:
+        return ((self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+                and (not self.choices or value in self.choices) and (self.check is None or self.check(value)))
+
+
+def setting(default: Any, help: str, **declared: Any) -> Any:
+    """A Settings field and its declaration."""
+    return field(default=default, metadata={"declared": Declared(help, **declared)})
+
+
+def _gpu_indices(text: str) -> bool:
+    return all(d.strip().isdigit() for d in text.split(",")) if text else True
 
 
 @dataclass(slots=True)
 class Settings:
     """Every knob of the runtime, with llama.cpp's names for llama.cpp's knobs."""
 
-    model: str = DEFAULT_MODEL
-    n_ctx: int = 8192
-    n_threads: int = 0  # 0: physical cores
-    n_batch: int = 512
-    n_seq_max: int = 8
-    n_gpu_layers: int = 0
-    # Prompt tokens one engine step may prefill while other sequences are decoding; 0 chooses it
-    # from measured step costs so a streaming chat stays fluid beside a long document.
-    step_budget: int = 0
-    deterministic: bool = False  # the same greedy tokens however prompts are chunked or reused
-    speculation: bool = True  # draft tokens where measured costs say it pays
-    draft: str = ""  # a draft model (catalog name or path); default: the catalog's pairing if local
-    lookup: bool = False  # use prompt lookup even where a draft model is available
-    # Where the model runs: auto (the tuned profile, else the planner) | single | layer-split |
-    # pd-split (prefill and decode on two devices; two CPU workers on a machine without GPUs) | draft-gpu
-    placement: str = "auto"
-    devices: str = ""  # GPU indices for the placement, comma-separated ("0,1"); empty: all found
-    verbose: bool = False
+    model: str = setting(DEFAULT_MODEL, "catalog name (see `localchat models`) or a .gguf path",
+                         commands=(*ENGINE_COMMANDS, "selftest"), model_bound=True)
+    n_ctx: int = setting(8192, "context window in tokens", commands=ENGINE_COMMANDS, low=64, model_bound=True)
+    n_threads: int = setting(0, "CPU threads (default: physical cores)", commands=ENGINE_COMMANDS,
+                             flag="--threads", low=0, zero="physical cores")
+    n_batch: int = setting(512, "tokens llama.cpp reads per prompt batch", low=1)
+    n_seq_max: int = setting(8, "conversations decoded side by side", low=1, high=256)
+    n_gpu_layers: int = setting(0, "layers offloaded to the GPU (-1: all)", model_bound=True)
+    # 0 chooses it from measured step costs, so a streaming chat stays fluid beside a long document.
+    step_budget: int = setting(0, "prompt tokens per step beside streaming chats (default: adaptive)",
+                               commands=ENGINE_COMMANDS, low=0, zero="adaptive", model_bound=True)
+    deterministic: bool = setting(False, "identical greedy output however prompts are chunked or reused "
+                                         "(slower prefill)", commands=ENGINE_COMMANDS)
+    draft: str = setting("", "draft model for speculative decoding (catalog name or .gguf path)",
+                         commands=ENGINE_COMMANDS, model_bound=True)  # default: the catalog's pairing if local
+    lookup: bool = setting(False, "speculate with prompt lookup (n-grams of the prompt), even if a draft "
+                                  "model is paired", commands=ENGINE_COMMANDS)
+    speculation: bool = setting(True, "speculative decoding where measured costs say it pays",
+                                flag_help="plain decoding, no speculation", commands=ENGINE_COMMANDS, flag="--no-spec")
+    placement: str = setting("auto", "where the model runs (see `--placement` above)",
+                             flag_help="where the model runs (default auto; each placement is explained below)",
+                             commands=ENGINE_COMMANDS, choices=PLACEMENTS, model_bound=True)
+    devices: str = setting("", "GPU indices for the placement, like 0,1 (default: all)", commands=ENGINE_COMMANDS,
+                           check=_gpu_indices, shape="GPU indices separated by commas, like 0,1", model_bound=True)
+    verbose: bool = setting(False, "show llama.cpp's log and debug messages", commands=(TOP,))
+
+
+DECLARED: dict[str, Declared] = {f.name: f.metadata["declared"] for f in fields(Settings)}
+_KINDS = {"bool": bool, "int": int, "str": str}
+KINDS: dict[str, type] = {f.name: _KINDS[f.type] if isinstance(f.type, str) else f.type for f in fields(Settings)}
+# Profile values measured for the tuned model: they do not carry over to a model chosen above the profile.
+MODEL_BOUND = tuple(name for name, d in DECLARED.items() if d.model_bound)
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def flag_of(name: str) -> str:
+    return DECLARED[name].flag or "--" + name.replace("_", "-")
+
+
+def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flags of the settings `command` takes, in declaration order; unset ones stay None."""
+    for name, declared in DECLARED.items():
+        if command not in declared.commands:
+            continue
+        flag, kind = flag_of(name), KINDS[name]
+        if kind is bool:
+            action = "store_false" if flag.startswith("--no-") else "store_true"
+            parser.add_argument(flag, dest=name, action=action, default=None,
+                                help=declared.flag_help or declared.help)
+        else:
+            parser.add_argument(flag, dest=name, type=kind, default=None, help=declared.flag_help or declared.help,
+                                choices=declared.choices or None)
+
+
+def flag_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as flags (None: not given), for load_settings."""
+    return {name: getattr(args, name, None) for name in DECLARED}
 
 
 def settings_file() -> Path:
@@ -77,11 +171,10 @@ def _coerce(name: str, kind: Any, raw: Any, origin: str) -> Any:
 
 
 def _apply(values: dict[str, Any], changes: Mapping[str, Any], origin: str) -> None:
-    known = {f.name: f.type for f in fields(Settings)}
     for key, raw in changes.items():
-        if key not in known:
-            raise ConfigError(f"{origin}: unknown setting '{key}'. Known settings: {', '.join(sorted(known))}.")
-        values[key] = _coerce(key, known[key], raw, origin)
+        if key not in KINDS:
+            raise ConfigError(f"{origin}: unknown setting '{key}'. Known settings: {', '.join(sorted(KINDS))}.")
+        values[key] = _coerce(key, KINDS[key], raw, origin)
 
 
 def _tuned(model: Any, hardware: Callable[[], HardwareInfo | None] | None) -> dict[str, Any]:
@@ -119,13 +212,10 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
             raise ConfigError(f"{path} is not valid TOML ({exc}); fix or delete it.") from None
         _apply(values, data, str(path))
     env = os.environ if environ is None else environ
-    # Variables of the same prefix that are not settings: where files live, the build cache of the
-    # installer, the test suite's home, and the API key (kept out of settings files on purpose).
-    not_settings = {"LOCALCHAT_HOME", "LOCALCHAT_BUILD_CACHE", "LOCALCHAT_TEST_HOME", "LOCALCHAT_API_KEY"}
     from_env = {
-        key[len("LOCALCHAT_"):].lower(): value
+        key[len(ENV_PREFIX):].lower(): value
         for key, value in env.items()
-        if key.startswith("LOCALCHAT_") and key not in not_settings
+        if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX):] not in NOT_SETTINGS
     }
     _apply(values, from_env, "environment")
     _apply(values, {k: v for k, v in (overrides or {}).items() if v is not None}, "command line")
@@ -137,16 +227,52 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
 
 def validate(settings: Settings) -> None:
     """Reject values llama.cpp would choke on, with a message that says the allowed range."""
-    checks = [
-        ("n_ctx", settings.n_ctx >= 64, "at least 64"),
-        ("n_threads", settings.n_threads >= 0, "0 (auto) or more"),
-        ("n_batch", settings.n_batch >= 1, "at least 1"),
-        ("n_seq_max", 1 <= settings.n_seq_max <= 256, "between 1 and 256"),
-        ("step_budget", settings.step_budget >= 0, "0 (auto) or more"),
-        ("placement", settings.placement in PLACEMENTS, " | ".join(PLACEMENTS)),
-        ("devices", all(d.strip().isdigit() for d in settings.devices.split(",")) if settings.devices else True,
-         "GPU indices separated by commas, like 0,1"),
-    ]
-    for name, ok, allowed in checks:
-        if not ok:
-            raise ConfigError(f"setting '{name}' = {getattr(settings, name)} is out of range; use {allowed}.")
+    for name, declared in DECLARED.items():
+        if not declared.holds(getattr(settings, name)):
+            raise ConfigError(f"setting '{name}' = {getattr(settings, name)} is out of range; "
+                              f"use {declared.allowed()}.")
+
+
+# -- the README's settings table --------------------------------------------------------------------
+
+TABLE_START = "<!-- settings table: made by `python -m localchat.config --readme-table README.md` -->"
+TABLE_END = "<!-- end of the settings table -->"
+
+
+def readme_table() -> str:
+    """The Markdown table of every setting, as the README shows it."""
+    rows = ["| setting | environment | flag | default | allowed | what it does |", "|---|---|---|---|---|---|"]
+    for f in fields(Settings):
+        declared = DECLARED[f.name]
+        flag = f"`{flag_of(f.name)}`" if declared.commands else ""
+        if flag and declared.commands != (TOP,):
+            flag += f" ({', '.join(declared.commands)})"
+        default = str(f.default).lower() if KINDS[f.name] is bool else (f"`{f.default}`" if f.default != "" else "")
+        cells = [f"`{f.name}`", f"`{env_name(f.name)}`", flag, default, declared.allowed(), declared.help]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def with_table(readme: str) -> str:
+    """The README's text with its settings table remade."""
+    start, end = readme.index(TABLE_START) + len(TABLE_START), readme.index(TABLE_END)
+    return f"{readme[:start]}\n{readme_table()}\n{readme[end:]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localchat.config")
+    parser.add_argument("--readme-table", nargs="?", const="-", metavar="README",
+                        help="print the settings table, or remake it inside the README file named")
+    args = parser.parse_args(argv)
+    if args.readme_table is None:
+        parser.print_help()
+    elif args.readme_table == "-":
+        print(readme_table())
+    else:
+        path = Path(args.readme_table)
+        path.write_text(with_table(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,8 +1,9 @@
 """`localchat selftest`: load the model, generate, serve the window and the API, then report.
 
-It never touches the network: the model must already be local (in a desktop bundle it is the
-embedded one), and every HTTP request goes to the server it starts on a loopback port. That makes
-it the check a built bundle runs in CI with networking blocked.
+It finds the model as `localchat chat` does (assemble.model_file): a model already here (in a desktop
+bundle the embedded one) needs no network, and one that is not is fetched. Every HTTP request goes
+to the server it starts on a loopback port. That makes it the check a built bundle runs in CI with
+networking blocked.
 """
 
 from __future__ import annotations
@@ -95,27 +96,27 @@ def _one_line(text: str, limit: int = 100) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def run_selftest(model: str | None, open_engine: Callable[[Any], Any], out: TextIO = sys.stdout) -> int:
+def run_selftest(model: str | None, out: TextIO = sys.stdout) -> int:
     """Run every check and print the summary; 0 when all passed, 1 otherwise."""
     test = SelfTest(out)
     state: dict[str, Any] = {}
     try:
-        _run_checks(test, state, model, open_engine)
+        _run_checks(test, state, model)
     finally:
         with contextlib.suppress(Exception):  # already reported by the shutdown check
             _close(state)
     return test.report()
 
 
-def _run_checks(test: SelfTest, state: dict[str, Any], model: str | None, open_engine: Callable[[Any], Any]) -> None:
+def _run_checks(test: SelfTest, state: dict[str, Any], model: str | None) -> None:
+    from .assemble import model_file, open_engine
+
     def find_model() -> str:
         from .config import load_settings
-        from .models.resolve import resolve_model
         from .models.download import bundled_model_dir
 
         settings = load_settings({"model": model})
-        # fetch=False: a selftest that downloads would pass online and hang or fail offline.
-        path = resolve_model(settings.model, fetch=False)
+        path = model_file(settings.model)
         state["settings"] = settings
         bundled = bundled_model_dir()
         where = "from the bundle" if bundled is not None and path.parent == bundled else "local"

@@ -183,3 +183,28 @@ def test_window_and_api_take_sampling_defaults_and_requests_still_win(model_path
     assert (request.sampling.top_k, request.sampling.max_tokens, request.sampling.temperature) == (3, 2, 0.0)
     bad = run("serve", "--temperature", "9")
     assert bad.returncode != 0 and "temperature" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_sampling_limits_are_the_same_for_the_flags_the_api_and_the_engine():
+    import pytest
+
+    from localchat.api.schemas import ChatBody
+    from localchat.cli import _sampling, build_parser
+    from localchat.errors import RequestError
+    from localchat.runtime.sampling import LIMITS, SamplingParams
+
+    assert (LIMITS["temperature"].low, LIMITS["temperature"].high) == (0, 2)  # OpenAI's documented range
+    hi = {"role": "user", "content": "hi"}
+    for name, bad in (("temperature", 2.5), ("top_p", 1.5), ("min_p", 1.0), ("presence_penalty", -3.0)):
+        flag = "--" + name.replace("_", "-")
+        with pytest.raises(RequestError, match=f"{name}={bad} is invalid") as engine:
+            SamplingParams(**{name: bad}).validate()
+        with pytest.raises(RequestError) as api:
+            ChatBody(model="x", messages=[hi], **{name: bad}).to_request()
+        assert str(api.value) == str(engine.value) and api.value.param == name
+        if name != "presence_penalty":  # no flag of its own
+            with pytest.raises(RequestError) as cli:
+                _sampling(build_parser().parse_args(["chat", flag, str(bad)]))
+            assert str(cli.value) == str(engine.value)
+    edge = ChatBody(model="x", messages=[hi], temperature=2, top_p=0).to_request().sampling
+    assert edge.temperature == 0.0  # top_p 0 keeps the most likely token: greedy

@@ -157,3 +157,52 @@ def test_a_corrupt_profile_is_a_clear_config_error(tmp_path, monkeypatch):
     _save_profile(tmp_path, machine, placement="teleport")
     with pytest.raises(ConfigError, match="unknown placement 'teleport'"):
         load_settings(environ={}, hardware=lambda: machine)
+
+
+# -- one declaration per setting: flags, environment, settings.toml, validation, the README ----------
+
+def test_the_readme_settings_table_is_the_generated_one():
+    from pathlib import Path
+
+    from localchat.config import readme_table, with_table
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    assert readme_table() in readme, "run `python -m localchat.config --readme-table README.md`"
+    assert with_table(readme) == readme
+
+
+def test_each_setting_is_a_key_a_variable_and_its_declared_flag(tmp_path, monkeypatch):
+    from localchat.cli import build_parser
+    from localchat.config import DECLARED, env_name, flag_values
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    args = build_parser().parse_args(["serve", "--threads", "3", "--no-spec", "--placement", "pd-split",
+                                      "--n-ctx", "1024", "--deterministic"])
+    flags = load_settings(flag_values(args), environ={})
+    assert (flags.n_threads, flags.speculation, flags.placement, flags.n_ctx, flags.deterministic) == (
+        3, False, "pd-split", 1024, True)
+    assert load_settings(flag_values(build_parser().parse_args(["serve"])), environ={}) == load_settings(environ={})
+    settings_file().write_text("n_seq_max = 4\nspeculation = false\n")
+    from_file = load_settings(environ={env_name("n_batch"): "256", env_name("lookup"): "yes"})
+    assert (from_file.n_seq_max, from_file.speculation, from_file.n_batch, from_file.lookup) == (4, False, 256, True)
+    assert all(env_name(name) == "LOCALCHAT_" + name.upper() for name in DECLARED)
+    with pytest.raises(ConfigError, match="'placement' = teleport is out of range; use auto \\| single"):
+        load_settings({"placement": "teleport"}, environ={})
+    with pytest.raises(ConfigError, match="'devices' = 0;1 is out of range; use GPU indices"):
+        load_settings({"devices": "0;1"}, environ={})
+
+
+def test_variables_of_the_runtime_and_the_benchmark_are_not_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    # The README tells users to set LOCALCHAT_CPU_VARIANT; it must not stop every launch.
+    assert load_settings(environ={"LOCALCHAT_CPU_VARIANT": "haswell", "LOCALCHAT_BENCH_GPU_LAYERS": "99"}).n_ctx == 8192
+
+
+def test_the_worker_takes_every_knob_it_shares_with_the_settings():
+    from localchat.assemble import worker_config
+    from localchat.config import Settings
+
+    worker = worker_config(Settings(n_ctx=1024, n_batch=128, n_seq_max=3, n_threads=2, n_gpu_layers=5,
+                                    deterministic=True))
+    assert (worker.n_ctx, worker.n_batch, worker.n_seq_max, worker.n_threads, worker.n_gpu_layers,
+            worker.deterministic) == (1024, 128, 3, 2, 5, True)

@@ -1,0 +1,66 @@
+"""Starting the servers: the OpenAI-compatible API alone (`localchat serve`), and the chat window
+with the API beside it (`localchat ui`, or `localchat` without a command)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Callable
+
+from .api.app import ServeOptions
+from .assemble import open_engine
+from .config import Settings
+from .errors import LocalchatError
+
+log = logging.getLogger("localchat")
+
+
+def serve_api(options: ServeOptions, settings: Callable[[], Settings], progress: bool) -> int:
+    """Serve the API from a local model, or forward it to `options.backend`; runs until stopped."""
+    from .api.app import serve
+    from .api.local import served_name
+    from .progress_line import ProgressLine
+
+    options.bind_host()  # refuse an unsafe address before spending time on a model
+    if options.backend:
+        return serve(options)
+    chosen = settings()
+    with ProgressLine(enabled=progress) as line, open_engine(chosen, status=line.set) as engine:
+        line.clear()  # the banner comes next
+        return serve(options, engine, served_name(chosen.model))
+
+
+def open_window(options: ServeOptions, settings_for: Callable[[str | None], Settings], browser: bool,
+                verbose: bool) -> int:
+    """Serve the window (and the API) until stopped; `settings_for(model)` gives the settings of the
+    configured model (None) or of one the window switches to."""
+    from .ui import instance
+    from .ui.web import DEFAULT_UI_PORT, run_ui
+
+    instance.log_to_file(verbose)
+    # A plain start (a double-click) while a window runs opens that one; a start that names a
+    # host, port or --listen asks for a server of its own, which the next plain start ignores.
+    plain = options.host is None and options.port is None and not options.listen
+    if plain:
+        running = instance.running_instance()
+        if running is not None:
+            print(f"localchat is already running at {running.url}/ (process {running.pid}); "
+                  f"{'opening it' if browser else 'open that address'} instead of starting another.",
+                  flush=True)
+            if browser:
+                instance.open_browser(running.url)
+            return 0
+    host = options.bind_host()  # refuse an unsafe address before spending time on a model
+    settings = settings_for(None)
+    options.port, url = instance.reserve_url(host, options.port, DEFAULT_UI_PORT)
+
+    def load(model: str):
+        return open_engine(settings if model == settings.model else settings_for(model))
+
+    try:
+        with instance.recorded(url) if plain else contextlib.nullcontext():
+            return run_ui(options, load, settings.model, open_browser=browser)
+    except LocalchatError as exc:
+        # Into the log file (the console shows it once, below): a bundle's window may close unread.
+        log.info("stopped: %s", exc)
+        raise
