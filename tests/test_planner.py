@@ -272,3 +272,34 @@ def test_a_measured_acceptance_replaces_the_assumed_one(catalog):
     assert plan(hw, catalog, Wants(measured_acceptance={"qwen3-0.6b": 0.05})).draft == assumed.draft
     # The planner stays a pure function: same inputs, same plan.
     assert plan(hw, catalog, Wants(measured_acceptance={assumed.model: 0.05})) == measured_poor
+
+
+def _imported(source: str, package: str) -> list[str]:
+    """Every module a source file imports, at its top or inside functions, by absolute name."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) + 1 - node.level] if node.level else []
+            if node.module:
+                found.append(".".join(base + [node.module]))
+            else:
+                found += [".".join(base + [a.name]) for a in node.names]
+    return found
+
+
+def test_planning_imports_nothing_above_it():
+    """planning/ may use models/, runtime/, hardware/ and errors, never the wizard, settings or applications
+    (lazy imports inside functions included)."""
+    import localchat.planning
+
+    allowed = ("localchat.models", "localchat.runtime", "localchat.hardware", "localchat.errors", "localchat.planning")
+    assert _imported("from ..tune.profile import x\nfrom .. import config", "localchat.planning") == [
+        "localchat.tune.profile", "localchat.config"]  # the check can fail
+    for source in Path(localchat.planning.__file__).parent.glob("*.py"):
+        ours = [m for m in _imported(source.read_text(encoding="utf-8"), "localchat.planning")
+                if m.startswith("localchat")]
+        assert all(m.startswith(allowed) for m in ours), (source.name, ours)

@@ -36,14 +36,14 @@ def planned(hardware: HardwareInfo, n_ctx: int, model: Path, draft: Path | None 
     from ..models.gguf_info import read_gguf
     from .planner import Wants, plan
 
-    target = facts_from_gguf(read_gguf(model), "model", Path(model).stat().st_size)
-    catalog = {target.key: target}
-    if draft is not None:
-        catalog["draft"] = facts_from_gguf(read_gguf(draft), "draft", Path(draft).stat().st_size)
-        target.draft = "draft"
-    try:
+    try:  # a file the header reader refuses is left for the load to refuse, with the loader's words
+        target = facts_from_gguf(read_gguf(model), "model", Path(model).stat().st_size)
+        catalog = {target.key: target}
+        if draft is not None:
+            catalog["draft"] = facts_from_gguf(read_gguf(draft), "draft", Path(draft).stat().st_size)
+            target.draft = "draft"
         result = plan(hardware, catalog, Wants(n_ctx=n_ctx, min_decode_tps=0.0))
-    except LocalchatError as exc:
+    except (LocalchatError, OSError) as exc:
         log.info("the planner finds no layout for %s (%s); one worker it is", Path(model).name, exc)
         return None
     chosen = placement_of(result.placement)
@@ -60,7 +60,8 @@ def choose_layout(placement: str, base: WorkerConfig, model: Path, draft: Path |
         placement = placement_of(tuned).name
     elif placement == "auto":
         info = read()
-        pick = planned(info, base.n_ctx, model, draft) if info is not None else None
+        # Without a GPU every layout for one chat is one CPU worker: no need to read the file's header.
+        pick = planned(info, base.n_ctx, model, draft) if info is not None and info.gpus else None
         if pick is None:
             placement = SINGLE.name
         else:

@@ -29,10 +29,10 @@ def budget(free: int, kind: str) -> int:
     return max(0, int(free * (1 - MARGIN)) - RESERVE[kind])
 
 
-def gpu_budget(gpu: GPUInfo, ram_available: int = 0) -> int:
-    """A GPU's budget; a unified GPU's memory is the host's, so it gets no more than the host has free."""
+def gpu_budget(gpu: GPUInfo, host_free: int | None = None) -> int:
+    """A GPU's budget. A unified GPU's memory is the host's: given `host_free`, it gets no more than that."""
     if gpu.unified:
-        return budget(min(gpu.memory_free, ram_available) if ram_available else gpu.memory_free, "unified")
+        return budget(gpu.memory_free if host_free is None else min(gpu.memory_free, host_free), "unified")
     return budget(gpu.memory_free, "gpu")
 
 
