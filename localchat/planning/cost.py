@@ -182,7 +182,6 @@ def _draft(model: ModelFacts, quant: str, parts: list, use: list[dict], placemen
     if draft is None or draft.key == model.key or not takes_draft(placement):
         return None
     d_quant = "Q8_0" if "Q8_0" in draft.files else draft.default_quant
-    need = usage(draft, d_quant, n_ctx, type_kv, draft.n_layer, True, whole_file=True)["total"]
     main = parts[-1][0]
     # The target's own device first, then each draft site of the vocabulary beside this layout.
     sites = [(main, placement)] + [(d, site.name) for _, site in layouts() if site.draft_on
@@ -194,6 +193,8 @@ def _draft(model: ModelFacts, quant: str, parts: list, use: list[dict], placemen
     t_plain = _step_time(model, quant, parts, 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
     for where, label in sites:
         used = next((u["total"] for u in use if u["device"] == where.name), 0)
+        # On a GPU the draft's token embedding stays in RAM, as the target's does (the launch counts alike).
+        need = usage(draft, d_quant, n_ctx, type_kv, draft.n_layer, True, whole_file=where.kind == "cpu")["total"]
         if used + need > where.budget:
             continue
         t_draft = _step_time(draft, d_quant, [(where, draft.n_layer, True)], 1, type_kv, eff, fill)
