@@ -12,7 +12,8 @@ from localchat.models.derive import random_weights_like, requantize
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.sequence import Sequence
-from localchat.runtime.speculative import NgramIndex, PromptLookup, SpecConfig, Speculator, StepCosts, expected_tokens
+from localchat.runtime.prompt_lookup import NgramIndex, PromptLookup
+from localchat.runtime.speculative import Drafter, SpecConfig, Speculator, StepCosts, expected_tokens
 from localchat.runtime.worker import WorkerConfig
 
 QUOTE = ("The harbour master wrote: 'The northern pier closes at dusk on Fridays, and boats "
@@ -105,6 +106,7 @@ class FixedCostDrafter:
     """Stands in for a drafter's cost only; the choice of k is pure arithmetic on measured costs."""
 
     name = "fixed-cost"
+    catch_up_seconds = 0.0
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -112,10 +114,16 @@ class FixedCostDrafter:
     def seconds_per_token(self) -> float:
         return self.seconds
 
+    def calibrate(self) -> None:
+        pass
+
     def propose(self, wanted):
         return {}
 
     def forget(self, seq) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 
@@ -149,6 +157,34 @@ def test_a_free_drafter_speculates_and_backs_off_when_it_misses():
     assert probes and all(choices[i] == 2 for i in probes)  # short probes only
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # each failed probe waits longer
+
+
+def test_seeded_step_costs_replace_the_start_up_timing(model_path):
+    seed = {1: 11.0, 2: 13.7, 4: 19.0, 9: 35.0}  # ms by width, as the wizard saves them
+    worker = WorkerConfig(n_ctx=2048, n_threads=2, deterministic=True)
+    with Engine.load(model_path, EngineConfig(worker=worker, lookup=True, step_costs=seed)) as engine:
+        # One prompt step (no decode step: those would refine the table) after the start-up work.
+        engine.submit(Request(prompt="Hello", sampling=SamplingParams(temperature=0.0, max_tokens=1))).result()
+        assert engine.speculator.costs.table() == {w: ms / 1000 for w, ms in seed.items()}
+    with engine_with(model_path, lookup=True) as unseeded:
+        unseeded.submit(Request(prompt="Hello", sampling=SamplingParams(temperature=0.0, max_tokens=1))).result()
+        assert sorted(unseeded.speculator.costs.table()) == [1, 2, 3, 5, 9]  # timed at start
+
+
+def test_every_drafter_implements_the_whole_protocol(model_path):
+    from localchat.runtime.draft_model import DraftModel
+    from localchat.runtime.worker import Worker
+
+    members = [name for name in dir(Drafter) if not name.startswith("_")] + list(Drafter.__annotations__)
+    target = Worker(model_path, WorkerConfig(n_ctx=256, n_threads=1))
+    drafters = [PromptLookup(), DraftModel(Worker(model_path, WorkerConfig(n_ctx=256, n_threads=1)), target)]
+    try:
+        for drafter in drafters + [FixedCostDrafter(0.0)]:
+            assert [m for m in members if not hasattr(drafter, m)] == [], type(drafter).__name__
+    finally:
+        for drafter in drafters:
+            drafter.close()
+        target.close()
 
 
 def test_adaptive_engine_keeps_output_and_reports_its_choice(model_path):

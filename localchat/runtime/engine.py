@@ -13,17 +13,19 @@ from typing import Any
 
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
 from .chat_template import ChatTemplate
-from .disagg import PDSplit, load_handover
-from .events import Done, Failed, PrefillProgress, Stream, TextDelta
-from .kv_slots import KVOp
-from .sampling import SamplingParams
-from .scheduler import Scheduler, Step
+from .disagg import KVHandover, PDSplit
 from .draft_model import DraftModel
+from .events import Failed, PrefillProgress, Stream
+from .prompt_lookup import PromptLookup
+from .sampling import SamplingParams
+from .scheduler import Scheduler
 from .sequence import Sequence
-from .speculative import Drafter, PromptLookup, SpecConfig, Speculator, StepCosts
+from .speculative import Drafter, SpecConfig, Speculator, StepCosts
+from .step import StepRunner
+from .step_meter import StepMeter
 from .text_output import TextOutput
-from .threads import ThreadTuner, width_class
-from .worker import BatchRow, Worker, WorkerConfig
+from .threads import ThreadTuner
+from .worker import Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,9 @@ class EngineConfig:
     handover_min_tokens: int = 128
     draft_worker: WorkerConfig | None = None  # where the draft model runs; None: like the target
     adapt_threads: bool = True  # follow other programs taking cores (threads.py); False: fixed count
+    # Target step cost by width (tokens -> ms) measured earlier on this machine (the wizard's table):
+    # the speculator starts from it instead of timing steps at every start. None: measure.
+    step_costs: dict[int, float] | None = None
 
 
 _ids = itertools.count(1)
@@ -62,7 +67,8 @@ class Engine:
 
     def __init__(self, worker: Worker, step_budget: int = 0, drafter: Drafter | None = None,
                  spec_config: SpecConfig | None = None, prefill_worker: Worker | None = None,
-                 handover_min_tokens: int = 128, adapt_threads: bool = True) -> None:
+                 handover_min_tokens: int = 128, adapt_threads: bool = True,
+                 step_costs: dict[int, float] | None = None) -> None:
         self.worker = worker
         self.n_ctx = worker.n_ctx
         self.scheduler = Scheduler(worker.n_ctx, worker.config.n_seq_max, worker.config.n_batch, step_budget)
@@ -72,14 +78,13 @@ class Engine:
         )
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._by_id: dict[str, Sequence] = {}
-        self.steps = 0  # steps run so far (tests and benchmarks read it)
         self.placement = "one worker"  # what runs where, in words (the CLI names the devices)
-        self.step_log: list[tuple[float, float, int, int]] | None = None  # (start, seconds, tokens, decode rows)
-        # Thread counts tuned per class of step width (threads.py); None keeps the configured count.
-        self.tuners: dict[int, ThreadTuner] | None = {} if adapt_threads else None
         self.speculator: Speculator | None = None
         if drafter is not None:
-            self.speculator = Speculator(drafter, StepCosts(), spec_config or SpecConfig())
+            self.speculator = Speculator(drafter, StepCosts(step_costs), spec_config or SpecConfig())
+        self.meter = StepMeter(worker, self.scheduler.budget, self.speculator.costs if self.speculator else None,
+                               adapt_threads)
+        self.runner = StepRunner(worker, self.scheduler, self.speculator, self.meter, self._by_id)
         self.pd: PDSplit | None = None
         if prefill_worker is not None:
             self.pd = PDSplit(prefill_worker, worker, self._handed_over, handover_min_tokens)
@@ -105,7 +110,7 @@ class Engine:
                 prefill = Worker(model_path, config.prefill)
                 loaded.append(prefill)
             return cls(worker, config.step_budget, drafter, config.spec, prefill, config.handover_min_tokens,
-                       config.adapt_threads)
+                       config.adapt_threads, config.step_costs)
         except LocalchatError:
             for each in loaded:
                 each.close()
@@ -167,9 +172,26 @@ class Engine:
         if self.pd is not None:
             self.pd.close()
         self.worker.close()
-        close_drafter = getattr(self.speculator.drafter, "close", None) if self.speculator else None
-        if close_drafter:
-            close_drafter()
+        if self.speculator is not None:
+            self.speculator.drafter.close()
+
+    @property
+    def steps(self) -> int:
+        """Steps run so far (tests and benchmarks read it)."""
+        return self.meter.steps
+
+    @property
+    def step_log(self) -> list[tuple[float, float, int, int]] | None:
+        """(start, seconds, tokens, decode rows) of each step while it is a list; set it to [] to record."""
+        return self.meter.step_log
+
+    @step_log.setter
+    def step_log(self, log: list[tuple[float, float, int, int]] | None) -> None:
+        self.meter.step_log = log
+
+    @property
+    def tuners(self) -> dict[int, ThreadTuner] | None:
+        return self.meter.tuners
 
     def __enter__(self) -> "Engine":
         return self
@@ -198,7 +220,7 @@ class Engine:
                 pass
             if self.scheduler.has_work():
                 try:
-                    self._step()
+                    self.runner.step()
                 except Exception as exc:  # a bug or a llama.cpp failure: fail the work, keep serving
                     log.exception("engine step failed")
                     self._fail_all(exc if isinstance(exc, LocalchatError) else EngineError(f"internal error: {exc!r}"))
@@ -216,15 +238,15 @@ class Engine:
             if seq is not None:
                 if self.pd is not None:
                     self.pd.cancel(item)
-                self._end(seq, "cancelled", keep_kv=False)
+                self.runner.end(seq, "cancelled", keep_kv=False)
         elif kind == "handover":
             self._receive(*item)
 
-    def _handed_over(self, request_id: str, handover: Any, error: LocalchatError | None) -> None:
+    def _handed_over(self, request_id: str, handover: KVHandover | None, error: LocalchatError | None) -> None:
         """Called on the prefill thread: the rest happens on this engine's thread."""
         self._inbox.put(("handover", (request_id, handover, error)))
 
-    def _receive(self, request_id: str, handover: Any, error: LocalchatError | None) -> None:
+    def _receive(self, request_id: str, handover: KVHandover | None, error: LocalchatError | None) -> None:
         seq = self._by_id.get(request_id)
         if seq is None:
             return  # cancelled meanwhile: the state is dropped
@@ -240,159 +262,11 @@ class Engine:
         seq.transfer_ms, seq.transfer_bytes = handover.export_ms, len(handover.data)
         self.scheduler.add(seq)
 
-    def _step(self) -> None:
-        step = self.scheduler.schedule()
-        self._apply(step.ops, step)
-        now = time.perf_counter()
-        for seq, reused in step.admitted:
-            if not seq.t_start:
-                seq.t_start = now
-                seq.num_cached = reused
-                seq.stream.put(PrefillProgress(reused, seq.num_prompt))
-        if not step.rows:
-            return
-        self._decode(step)
-
-    def _decode(self, step: Step) -> None:
-        rows = step.rows
-        t_step = time.perf_counter()
-        drafts = self._drafts(step)
-        batch = [BatchRow(r.seq.slot, r.seq.tokens[r.start:r.end] + drafts.get(r.seq.id, []), r.start,
-                          r.want_logits, all_logits=r.seq.id in drafts) for r in rows]
-        width = sum(len(b.tokens) for b in batch)
-        t0 = time.perf_counter()
-        tuner = self._tuner(width, t0)
-        last = self.worker.decode(batch)
-        seconds = time.perf_counter() - t0
-        if tuner is not None:
-            tuner.record(self.worker.threads[width > 1], seconds, t0 + seconds)
-        self.steps += 1
-        self.scheduler.budget.record(step.num_tokens, step.num_decode_rows, seconds)
-        if step.num_decode_rows == 0:  # prompt tokens alone: their cost grows with the context read so far
-            for row in rows:
-                row.seq.prompt_token_seconds = seconds / step.num_tokens
-        if self.speculator is not None and step.num_decode_rows == len(rows):
-            self.speculator.costs.record(width, seconds)
-        if self.step_log is not None:
-            self.step_log.append((t0, seconds, width, step.num_decode_rows))
-        emitted = {}
-        for row, index in zip(rows, last):
-            seq = row.seq
-            before = seq.num_generated
-            draft = drafts.get(seq.id)
-            if draft:
-                self._verify(seq, row.start, index, draft)
-            else:
-                seq.num_computed = row.end
-                if row.want_logits:
-                    token = self.worker.sample(seq.sampler, index)
-                    if self.speculator is not None and seq.is_decoding:
-                        self.speculator.settle_plain(seq, token)
-                    self._on_token(seq, token)
-                elif seq.num_computed < seq.num_prompt:
-                    seq.stream.put(PrefillProgress(seq.num_computed, seq.num_prompt))
-            if before and seq.speculate:
-                emitted[seq.id] = (seq, seq.num_generated - before)
-        if self.speculator is not None:
-            wall = time.perf_counter() - t_step
-            for seq, tokens in emitted.values():
-                self.speculator.record_pace(seq, seq.id in drafts, wall, tokens)
-        if drafts:
-            # A drafter reading a new prompt is a one-off per request, not a cost per drafted token.
-            catch_up = getattr(self.speculator.drafter, "catch_up_seconds", 0.0)
-            outside = time.perf_counter() - t_step - seconds - catch_up
-            self.speculator.record_overhead(max(len(d) for d in drafts.values()), outside)
-
-    def _tuner(self, width: int, now: float) -> ThreadTuner | None:
-        """Set the threads for a step of `width` tokens; the tuner that will hear how it went.
-        (llama.cpp keeps one count for single tokens and one for batches.)"""
-        if self.tuners is None:
-            return None
-        kind = width_class(width)
-        tuner = self.tuners.get(kind)
-        if tuner is None:
-            tuner = self.tuners[kind] = ThreadTuner(self.worker.max_threads, now, react_to_slowdown=kind == 1)
-        threads = tuner.choose(now)
-        single, batch = self.worker.threads
-        self.worker.set_threads(threads if width == 1 else single, threads if width > 1 else batch)
-        return tuner
-
-    def _drafts(self, step: Step) -> dict[str, list[int]]:
-        """Draft tokens for this step's decoding sequences, where speculation is predicted to pay."""
-        if self.speculator is None:
-            return {}
-        candidates = [(r.seq, 1) for r in step.rows if r.seq.is_decoding and r.seq.speculate]
-        if not candidates:
-            return {}
-        prefill = step.num_tokens - len(candidates)
-        room = min(self.worker.config.n_batch - step.num_tokens,
-                   self.n_ctx - self.scheduler.kv.used_cells() - step.num_tokens)
-        drafts = self.speculator.draft(candidates, room, extra_width=prefill)
-        return {sid: d for sid, d in drafts.items() if d}
-
-    def _verify(self, seq: Sequence, pos: int, last: int, draft: list[int]) -> None:
-        """Sample the target at each drafted position; keep drafts while they match its samples."""
-        slot, k = seq.slot, len(draft)
-        first = last - k
-        accepted = 0
-        for i in range(k + 1):
-            seq.num_computed = pos + i + 1  # the row's tokens up to i are the sequence's own
-            token = self.worker.sample(seq.sampler, first + i)
-            if not self._on_token(seq, token) or i == k or token != draft[i]:
-                break
-            accepted += 1
-        self.worker.seq_remove(slot, pos + accepted + 1, -1)  # the rejected drafts' KV
-        self.speculator.observe(seq, k, accepted)
-
-    def _on_token(self, seq: Sequence, token: int) -> bool:
-        """Emit one sampled token; False when it ended the sequence."""
-        if seq.num_generated == 0:
-            seq.t_first_token = time.perf_counter()
-            seq.stream.put(PrefillProgress(seq.num_prompt, seq.num_prompt))
-        if self.worker.is_eog(token) and not seq.ignore_eos:
-            self._end(seq, "stop", keep_kv=True)
-            return False
-        seq.tokens.append(token)
-        text = seq.output.feed(self.worker.token_bytes(token))
-        if text:
-            seq.stream.put(TextDelta(text))
-        if seq.output.stopped:
-            self._end(seq, "stop", keep_kv=True)
-        elif seq.num_generated >= seq.max_tokens:
-            self._end(seq, "length", keep_kv=True)
-        else:
-            return True
-        return False
-
-    def _end(self, seq: Sequence, reason: str, keep_kv: bool) -> None:
-        self._apply(self.scheduler.finish(seq, keep_kv))
-        self._by_id.pop(seq.id, None)
-        seq.sampler.close()
-        tail = seq.output.finish() if reason != "cancelled" else ""
-        if tail:
-            seq.stream.put(TextDelta(tail))
-        spec = self.speculator.forget(seq) if self.speculator is not None else None
-        seq.stream.put(seq.stats(spec.stats(self.speculator.drafter.name) if spec is not None else None))
-        seq.stream.put(Done(reason, seq.generated))
-
-    def _apply(self, ops: list[KVOp], step: Step | None = None) -> None:
-        for op in ops:
-            if op.kind == "import":
-                self._import(op.payload, step)
-            else:
-                self.worker.apply(op)
-
-    def _import(self, seq: Sequence, step: Step | None) -> None:
-        if not load_handover(self.worker, seq, lambda: self._apply(self.scheduler.kv.evict(self.n_ctx))):
-            seq.num_computed = 0  # no room for the state after all: the prompt is prefilled here
-            if step is not None:
-                step.rows = [r for r in step.rows if r.seq is not seq]
-
     def _fail_all(self, error: LocalchatError) -> None:
         for seq in list(self._by_id.values()):
             if self.pd is not None:
                 self.pd.cancel(seq.id)
-            self._apply(self.scheduler.finish(seq, keep_kv=False))
+            self.runner.apply(self.scheduler.finish(seq, keep_kv=False))
             seq.sampler.close()
             seq.stream.put(Failed(error))
         self._by_id.clear()

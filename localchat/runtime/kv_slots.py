@@ -10,22 +10,42 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import count
-from typing import Any, Iterable
+from typing import ClassVar, Iterable, Union
 
 from .sequence import Sequence
 
 
-@dataclass(slots=True)
-class KVOp:
-    """remove: drop positions [start, end) of `seq_id`; copy: share `src`'s [start, end) into `seq_id`;
-    import: load `payload.kv_import` (state handed over by another worker) into `seq_id`."""
+@dataclass(frozen=True, slots=True)
+class Remove:
+    """Drop positions [start, end) of `seq_id` (end -1: to the end)."""
 
-    kind: str
+    kind: ClassVar[str] = "remove"
     seq_id: int
     start: int = 0
     end: int = -1
-    src: int = -1
-    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """Share `src`'s cells over [start, end) into `seq_id` (no data moves in a unified cache)."""
+
+    kind: ClassVar[str] = "copy"
+    seq_id: int
+    src: int
+    start: int = 0
+    end: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    """Load `seq.kv_import` (state handed over by another worker) into `seq_id`."""
+
+    kind: ClassVar[str] = "import"
+    seq_id: int
+    seq: Sequence
+
+
+KVOp = Union[Remove, Copy, Import]
 
 
 @dataclass(slots=True)
@@ -102,14 +122,14 @@ class KVSlots:
             return None
         ops: list[KVOp] = []
         if target is source:
-            ops.append(KVOp("remove", target.id, reused, -1))
+            ops.append(Remove(target.id, reused))
         else:
             if target.tokens:
-                ops.append(KVOp("remove", target.id, 0, -1))
+                ops.append(Remove(target.id))
             if imported:
-                ops.append(KVOp("import", target.id, payload=seq))
+                ops.append(Import(target.id, seq))
             elif source is not None and reused:
-                ops.append(KVOp("copy", target.id, 0, reused, src=source.id))
+                ops.append(Copy(target.id, source.id, 0, reused))
         target.tokens = []
         target.owner = seq
         target.last_used = next(self._clock)
@@ -128,16 +148,16 @@ class KVSlots:
             slot.tokens = seq.tokens[: seq.num_computed]
             return []
         slot.tokens = []
-        return [KVOp("remove", slot.id, 0, -1)]
+        return [Remove(slot.id)]
 
     def evict(self, need: int, protect: Iterable[int] = ()) -> list[KVOp]:
         """Drop idle slots, least recently used first, until `need` more cells are free."""
-        ops = []
+        ops: list[KVOp] = []
         protected = set(protect)
         for slot in self.idle():
             if self.n_ctx - self.used_cells() >= need:
                 break
             if slot.tokens and slot.id not in protected:
-                ops.append(KVOp("remove", slot.id, 0, -1))
+                ops.append(Remove(slot.id))
                 slot.tokens = []
         return ops

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .events import Stats
+from .events import SpecStats, Stats, Stream
+from .text_output import TextOutput
+
+if TYPE_CHECKING:  # the scheduler stays free of llama_cpp, which these modules import
+    from .disagg import KVHandover
+    from .sampling import Sampler
 
 
 @dataclass(slots=True, eq=False)
@@ -27,10 +32,10 @@ class Sequence:
     prefill_start: int = 0  # tokens already in the KV cache when the sequence was admitted
     ignore_eos: bool = False
     speculate: bool = True
-    sampler: Any = None
-    stream: Any = None
-    output: Any = None
-    kv_import: Any = None  # a KVHandover whose state becomes this sequence's prompt KV on admission
+    sampler: Sampler | None = None
+    stream: Stream | None = None
+    output: TextOutput | None = None
+    kv_import: KVHandover | None = None  # a KVHandover whose state becomes this sequence's prompt KV on admission
     transfer_ms: float = 0.0  # time spent moving KV state between workers (PD split)
     transfer_bytes: int = 0
     prompt_token_seconds: float = 0.0  # cost of one prompt token in its last prefill-only step
@@ -59,7 +64,7 @@ class Sequence:
     def generated(self) -> list[int]:
         return self.tokens[self.num_prompt:]
 
-    def stats(self, spec: Any = None) -> Stats:
+    def stats(self, spec: SpecStats | None = None) -> Stats:
         """The final numbers of this request, from its timers and counters."""
         end = time.perf_counter()
         first = self.t_first_token or end

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .events import SpecStats
+from .scheduler import Row
 from .sequence import Sequence
 from .worker import BatchRow, Worker
 
@@ -27,8 +28,9 @@ def expected_tokens(acceptance: float, k: int) -> float:
 class StepCosts:
     """Measured seconds of one target step by its width in tokens (medians-ish via EMA)."""
 
-    def __init__(self) -> None:
-        self._seconds: dict[int, float] = {}
+    def __init__(self, seed_ms: dict[int, float] | None = None) -> None:
+        """`seed_ms`: width -> milliseconds measured earlier on this machine (the wizard's table)."""
+        self._seconds: dict[int, float] = {int(w): ms / 1000 for w, ms in (seed_ms or {}).items() if ms > 0}
 
     def record(self, width: int, seconds: float) -> None:
         prev = self._seconds.get(width)
@@ -122,65 +124,33 @@ class SpecState:
 
 
 class Drafter(Protocol):
-    """Proposes continuation tokens for decoding sequences."""
+    """Everything the engine and the speculator call on a drafter (draft_model.DraftModel,
+    prompt_lookup.PromptLookup)."""
 
     name: str
-
-    def seconds_per_token(self) -> float: ...
-
-    def propose(self, wanted: list[tuple[Sequence, int]]) -> dict[str, list[int]]: ...
-
-    def forget(self, seq: Sequence) -> None: ...
-
-
-class NgramIndex:
-    """Where each recent n-gram of a sequence last occurred, kept up to date as tokens arrive."""
-
-    def __init__(self, max_n: int = 4) -> None:
-        self.max_n = max_n
-        self._last: dict[tuple[int, ...], int] = {}
-        self._indexed = 0  # n-grams ending before this position are indexed
-
-    def _catch_up(self, tokens: list[int]) -> None:
-        # Index n-grams that end strictly before the last token, so a match always has a successor.
-        for end in range(self._indexed, len(tokens) - 1):
-            for n in range(1, self.max_n + 1):
-                if end - n + 1 >= 0:
-                    self._last[tuple(tokens[end - n + 1:end + 1])] = end + 1
-        self._indexed = max(self._indexed, len(tokens) - 1)
-
-    def propose(self, tokens: list[int], k: int, min_n: int = 2) -> list[int]:
-        """Tokens that followed the longest earlier occurrence of the sequence's last n-gram."""
-        self._catch_up(tokens)
-        for n in range(min(self.max_n, len(tokens)), min_n - 1, -1):
-            follow = self._last.get(tuple(tokens[-n:]))
-            if follow is not None:
-                return tokens[follow:follow + k]
-        return []
-
-
-class PromptLookup:
-    """Drafts by n-gram lookup over the prompt and the text so far: free, strong when answers quote."""
-
-    name = "prompt-lookup"
-
-    def __init__(self, max_n: int = 4, min_n: int = 2) -> None:
-        self.max_n = max_n
-        self.min_n = min_n
-        self._index: dict[str, NgramIndex] = {}
+    # Seconds the last propose() spent reading new prompt tokens rather than drafting: a one-off per
+    # request, which the speculator keeps out of its per-step overhead.
+    catch_up_seconds: float
 
     def seconds_per_token(self) -> float:
-        return 0.0
+        """The measured cost of one drafting round (0 for a free drafter)."""
+        ...
+
+    def calibrate(self) -> None:
+        """Measure the drafter's own costs before the first request (runs on the engine thread)."""
+        ...
 
     def propose(self, wanted: list[tuple[Sequence, int]]) -> dict[str, list[int]]:
-        drafts = {}
-        for seq, k in wanted:
-            index = self._index.setdefault(seq.id, NgramIndex(self.max_n))
-            drafts[seq.id] = index.propose(seq.tokens, k, self.min_n)
-        return drafts
+        """Up to k draft tokens for each (sequence, k), by sequence id."""
+        ...
 
     def forget(self, seq: Sequence) -> None:
-        self._index.pop(seq.id, None)
+        """The sequence ended: drop what was kept for it."""
+        ...
+
+    def close(self) -> None:
+        """Free what the drafter holds (a draft model's worker)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -213,20 +183,23 @@ class Speculator:
         self.fixed_overhead = 0.8 * self.fixed_overhead + 0.2 * sample
 
     def calibrate(self, worker: Worker) -> None:
-        """Time target steps of a few widths so the first choices weigh this machine's real costs."""
+        """Learn this machine's costs before the first request: the target's step by width (unless
+        seeded from an earlier measurement) and the drafter's own."""
+        if not self.costs.known():
+            self._time_widths(worker)
+        self.drafter.calibrate()
+
+    def _time_widths(self, worker: Worker) -> None:
+        """Time target steps of a few widths; the rest is interpolated, then measured live."""
         token = worker.bos_token if worker.bos_token >= 0 else 0
         top = self.config.max_draft + 1
-        widths = sorted({1, 2, 3, (top + 1) // 2, top})  # the rest is interpolated, then measured live
         worker.decode([BatchRow(0, [token] * 4, 0, True)])  # warm up
-        for width in widths:
+        for width in sorted({1, 2, 3, (top + 1) // 2, top}):
             t0 = time.perf_counter()
             worker.decode([BatchRow(0, [token] * width, 4, True)])
             self.costs.record(width, time.perf_counter() - t0)
             worker.seq_remove(0, 4, -1)
         worker.seq_remove(0)
-        calibrate_drafter = getattr(self.drafter, "calibrate", None)
-        if calibrate_drafter:
-            calibrate_drafter()
 
     def speculation_cost(self, k: int) -> float:
         """Seconds a step spends on speculation with k drafts, beyond the target's own pass."""
@@ -299,6 +272,25 @@ class Speculator:
             return {}
         drafts = self.drafter.propose(wanted)
         return {sid: d for sid, d in drafts.items() if d}
+
+    def draft_step(self, rows: list[Row], room: int) -> dict[str, list[int]]:
+        """Drafts for a step's decoding sequences where speculation is predicted to pay; `room`: the
+        tokens the batch and the KV cache take beyond the step's own."""
+        candidates = [(r.seq, 1) for r in rows if r.seq.is_decoding and r.seq.speculate]
+        if not candidates:
+            return {}
+        prefill = sum(r.end - r.start for r in rows) - len(candidates)
+        return self.draft(candidates, room, extra_width=prefill)
+
+    def after_step(self, paces: list[tuple[Sequence, bool, int]], wall: float, decode_seconds: float,
+                   rounds: int) -> None:
+        """A step took `wall` seconds, `decode_seconds` of them in the target's pass, and ran `rounds`
+        drafting rounds; each (sequence, drafted, tokens) got `tokens` tokens from it."""
+        for seq, drafted, tokens in paces:
+            self.record_pace(seq, drafted, wall, tokens)
+        if rounds:
+            # A drafter reading a new prompt is a one-off per request, not a cost per drafted token.
+            self.record_overhead(rounds, wall - decode_seconds - self.drafter.catch_up_seconds)
 
     def settle_plain(self, seq: Sequence, token: int) -> None:
         """A plain step produced `token`: score the shadow guess, if there was one."""

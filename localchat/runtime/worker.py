@@ -13,11 +13,15 @@ import llama_cpp
 
 from ..errors import EngineError, ModelLoadError
 from . import backends, llama_log
-from .gguf_types import GGML_TYPE_BF16, GGML_TYPE_NAMES, GGML_TYPE_Q8_0, GGUF_MAGIC
-from .kv_slots import KVOp
+from .kv_slots import Copy, Remove
 from .sampling import Sampler, SamplingParams
 
 log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+GGML_TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 30: "bf16"}
+GGML_TYPE_Q8_0 = 8
+GGML_TYPE_BF16 = 30
 
 
 @dataclass(slots=True)
@@ -284,13 +288,16 @@ class Worker:
         """Replace a sequence's KV with exported state; False when no run of free cells is long enough."""
         return llama_cpp.llama_state_seq_set_data(self.ctx, data, len(data), seq_id) > 0
 
-    def apply(self, op: KVOp) -> None:
-        """Run one remove or copy the slot table asked for."""
-        if op.kind == "remove":
-            self.seq_remove(op.seq_id, op.start, op.end)
-        else:
-            assert op.kind == "copy", op
-            self.seq_copy(op.src, op.seq_id, op.start, op.end)
+    def apply(self, op: Remove | Copy) -> None:
+        """Run one remove or copy the slot table asked for (an import is the engine's: it needs the
+        handed-over state and a fallback when it does not fit)."""
+        match op:
+            case Remove(seq_id, start, end):
+                self.seq_remove(seq_id, start, end)
+            case Copy(seq_id, src, start, end):
+                self.seq_copy(src, seq_id, start, end)
+            case _:
+                raise AssertionError(f"a worker cannot run {op!r}")
 
     def seq_pos_max(self, seq_id: int) -> int:
         return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)
