@@ -13,15 +13,11 @@ import llama_cpp
 
 from ..errors import EngineError, ModelLoadError
 from . import backends, llama_log
+from .gguf_types import GGML_TYPE_BF16, GGML_TYPE_NAMES, GGML_TYPE_Q8_0, GGUF_MAGIC
 from .kv_slots import Copy, Remove
 from .sampling import Sampler, SamplingParams
 
 log = logging.getLogger(__name__)
-
-GGUF_MAGIC = b"GGUF"
-GGML_TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 30: "bf16"}
-GGML_TYPE_Q8_0 = 8
-GGML_TYPE_BF16 = 30
 
 
 @dataclass(slots=True)
