@@ -61,7 +61,7 @@ def open_engine(settings: Settings, status: Callable[[str], None] | None = None)
     log.info("placement: %s", layout.description)
     config = EngineConfig(worker=layout.worker, step_budget=settings.step_budget, draft_path=draft,
                           lookup=settings.speculation and draft is None, prefill=layout.prefill,
-                          draft_worker=layout.draft)
+                          draft_worker=layout.draft, step_costs=layout.step_costs)
     engine = Engine.load(path, config)
     engine.placement = layout.description
     return engine

@@ -198,5 +198,10 @@ def test_auto_is_the_tuned_placement_when_the_profile_holds(model_path, tmp_path
     save_profile(tuned)
     layout = arrange_workers(settings, base, model_path, None)
     assert layout.placement == "single" and layout.step_costs == {1: 6.5, 2: 9.0}
+    # The launch seeds the speculator with them instead of timing steps again.
+    from localchat.assemble import open_engine
+
+    with open_engine(Settings(model=str(model_path), placement="auto", n_ctx=2048, n_threads=2)) as engine:
+        assert engine.speculator is not None and engine.speculator.costs.table() == {1: 0.0065, 2: 0.009}
     # Another model file: the profile does not hold for it (then the planner picks).
     assert tuned_for(tuned, tmp_path / "other.gguf") is None and tuned_for(tuned, model_path) is tuned
