@@ -188,6 +188,7 @@ def test_expected_errors_are_toasts_that_keep_the_window_and_log_no_traceback(pa
     expect(page.locator(".toast-body").filter(has_text="context")).to_be_visible()
     expect(page.locator("#message textarea")).to_have_value(too_long)  # kept, to shorten it
     expect(badges).to_have_count(0)
+    expect(page.locator("#conversations")).not_to_contain_text("word word")  # no empty chat made for it
     assert "Traceback" not in capfd.readouterr().err
 
 
@@ -212,7 +213,7 @@ def test_a_failed_model_switch_keeps_the_picker_on_the_model_that_answers(page, 
 def test_an_answer_cut_by_max_tokens_says_so(page):
     ask(page, "Count from 1 to 100, separated by commas.")  # the test server's limit is 48 tokens
     expect(last_reply(page)).to_contain_text("cut at max tokens", timeout=LONG)
-    expect(last_reply(page)).to_contain_text("TTFT")
+    expect(last_reply(page)).to_contain_text(re.compile(r"TTFT [\d,]+ ms · 48 tokens in [\d.]+ s · [\d.]+ tokens/s"))
     shot(page, "9-cut-at-max-tokens")
 
 
@@ -251,6 +252,66 @@ def test_delete_asks_first_and_a_reload_reopens_the_last_chat(page, ui: RunningU
     expect(page.locator("#chat .bot")).to_have_count(0)
     expect(page.locator("#conversations")).not_to_contain_text(title)
     assert conversation_titled(ui, title) is None
+
+
+def test_chats_show_dates_and_can_be_searched_and_renamed(page, ui: RunningUI):
+    conv = ui.store.create("Lighthouse notes")
+    ui.store.append(conv, "user", "What did the keeper write about the foghorn?")
+    ui.store.append(conv, "assistant", "That it sounded twice at dawn.")
+    ui.store.create("Tide tables")
+    page.reload()
+    chats = page.locator("#conversations")
+    expect(chats).to_contain_text(re.compile(r"Lighthouse notes · \d\d:\d\d"))  # changed today: the time
+    search = page.locator("#search textarea")
+    search.press_sequentially("foghorn")  # typed (a filled value sends no input event); in a message, not the title
+    expect(chats.locator("input[type=radio]")).to_have_count(1)
+    expect(chats).to_contain_text("Lighthouse notes")
+    shot(page, "16-search")
+    chats.get_by_text("Lighthouse notes").click()
+    expect(last_reply(page)).to_contain_text("twice at dawn")
+    rename = page.locator("#rename textarea")
+    rename.fill("Harbour log")
+    rename.press("Enter")
+    expect(chats).to_contain_text("Harbour log")
+    assert ui.store.get(conv).title == "Harbour log"
+    search.press("Control+a")
+    search.press("Backspace")
+    expect(chats).to_contain_text("Tide tables")  # every chat again
+
+
+def test_regenerate_keeps_the_earlier_answer_beside_the_new_one(page, ui: RunningUI):
+    ask(page, "Name the capital city of Norway.")
+    wait_answered(page)
+    page.locator("#regenerate").click()
+    expect(last_reply(page)).to_contain_text("‹ 2/2 ›", timeout=LONG)
+    wait_answered(page)
+    page.locator("#previous-answer").click()
+    expect(last_reply(page)).to_contain_text("‹ 1/2 ›")
+    shot(page, "17-answer-versions")
+    conv = conversation_titled(ui, "Name the capital city of Norway.")
+    reply = ui.store.get(conv.id).messages[-1]
+    assert reply.stats["version"] == 0 and len(reply.stats["versions"]) == 2
+    page.locator("#next-answer").click()
+    expect(last_reply(page)).to_contain_text("‹ 2/2 ›")
+
+
+def test_any_user_message_is_edited_in_place_and_the_chat_continues_from_it(page, ui: RunningUI):
+    ask(page, "Name the capital city of Portugal.")
+    wait_answered(page)
+    ask(page, "Name the capital city of Austria.")
+    expect(page.locator("#chat .bot")).to_have_count(2)
+    wait_answered(page)
+    page.locator("#chat button[aria-label='Edit']").first.click()
+    box = page.locator("#chat textarea.edit-textarea")
+    box.fill("Name the capital city of Greece.")
+    page.locator("#chat button[aria-label='Submit']").click()
+    expect(page.locator("#chat .user")).to_have_count(1)
+    expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Greece.")
+    wait_answered(page)
+    shot(page, "18-edited-in-place")
+    conv = conversation_titled(ui, "Name the capital city of Greece.")  # the title followed the first message
+    messages = ui.store.get(conv.id).messages
+    assert [m.role for m in messages] == ["user", "assistant"] and "Greece" in messages[0].content
 
 
 def test_at_phone_width_the_sidebar_starts_closed_and_leaves_the_chat_visible(page, ui: RunningUI):

@@ -73,3 +73,17 @@ def test_a_killed_writer_leaves_only_whole_messages(tmp_path: Path):
     positions = [r[0] for r in sqlite3.connect(db).execute(
         "SELECT position FROM messages WHERE conversation_id = ? ORDER BY position", (conv,))]
     assert positions == list(range(len(positions)))
+
+
+def test_search_finds_titles_and_messages_and_replace_rewrites_one_message(tmp_path: Path):
+    store = Store(tmp_path / "c.sqlite3")
+    trip = store.create("Trip to Lyon")
+    store.append(trip, "user", "Which trains run at 100% capacity?")
+    soup = store.create("Recipes")
+    store.append(soup, "user", "Soup with leeks?")
+    assert [c.id for c in store.search("lyon")] == [trip]  # title, any case
+    assert [c.id for c in store.search("LEEKS")] == [soup]  # message text
+    assert [c.id for c in store.search("100%")] == [trip] and store.search("1_0") == []  # no wildcards
+    store.replace(soup, 0, "Soup with onions?", {"edited": True})
+    assert store.get(soup).messages[0].content == "Soup with onions?" and store.get(soup).messages[0].stats == {
+        "edited": True}

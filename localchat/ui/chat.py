@@ -164,7 +164,9 @@ class ChatCore:
                 shown.append({"role": "user", "content": render.inert(m.content)
                               + (f"\n\n*Attached: {names}*" if names else "")})
             else:
-                note = render.finish_note(m.stats.get("finish_reason", ""))
+                versions = len(m.stats.get("versions", []))
+                shown_version = f"‹ {m.stats.get('version', 0) + 1}/{versions} ›" if versions > 1 else ""
+                note = " · ".join(x for x in (shown_version, render.finish_note(m.stats.get("finish_reason", ""))) if x)
                 shown.append({"role": "assistant", "content": render.reply_markdown(
                     m.content, m.stats, m.stats.get("included", ""), note)})
         return shown
@@ -172,7 +174,11 @@ class ChatCore:
     def open_conversation(self, conv_id: str | None, message: str, system: str, sampling: Sampling) -> str:
         """The conversation the message goes to (a new one when there is none), its settings saved."""
         check_prompt_size([message, system], self.runtime.engine.n_ctx)
-        if conv_id is None or self.store.get(conv_id) is None:
+        conv = self.store.get(conv_id) if conv_id else None
+        # Refused before a new chat is made for it: no empty chat is left behind in the list.
+        self._check_fits(dataclasses.replace(conv or Conversation("", ""), system_prompt=system), message,
+                         sampling.max_tokens)
+        if conv_id is None or conv is None:
             return self.store.create(title_of(message), system, settings_of(sampling))
         self.save_settings(conv_id, system, sampling)
         return conv_id
@@ -219,12 +225,16 @@ class ChatCore:
 
     # -- generation -----------------------------------------------------------------------
 
-    def answer(self, conv_id: str, sampling: Sampling) -> Iterator[str]:
-        """Stream the reply to the conversation's last user turn as growing markdown; saves it at the end."""
+    def answer(self, conv_id: str, sampling: Sampling, versions: list[dict[str, Any]] | None = None) -> Iterator[str]:
+        """Stream the reply to the conversation's last user turn as growing markdown; saves it at the end.
+
+        `versions`: the earlier answers to the same turn (regenerate); the new one is kept beside them.
+        """
         conv = self.store.get(conv_id)
         assert conv is not None and conv.messages and conv.messages[-1].role == "user"
         included = conv.messages[-1].stats.get("included", "")
         engine = self.runtime.engine
+        submitted = time.perf_counter()
         stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=sampling.params()))
         self.active[conv_id] = stream
         parts: list[str] = []
@@ -263,13 +273,41 @@ class ChatCore:
                 stream.cancel()
             self.active.pop(conv_id, None)
             saved = render.stats_dict(stats, engine.n_ctx) | {"finish_reason": finish}
+            if stats is not None:  # the wait the user saw, from Send to the last token
+                saved["total_s"] = round(time.perf_counter() - submitted, 2)
             if included:
                 saved["included"] = included
             text = "".join(parts)
             if error:
                 text += f"\n\n[error: {error}]"
+            if versions:
+                saved |= {"versions": [*versions, {"content": text, "stats": dict(saved)}], "version": len(versions)}
             self.store.append(conv_id, "assistant", text, saved)
         yield render.reply_markdown(text, saved, included, render.finish_note(finish))
+
+    def drop_reply(self, conv_id: str) -> list[dict[str, Any]]:
+        """Remove the answer after the last user turn, to answer it again; returns the answers so far."""
+        conv = self.store.get(conv_id)
+        assert conv is not None
+        last_user = max(i for i, m in enumerate(conv.messages) if m.role == "user")
+        reply = conv.messages[last_user + 1] if last_user + 1 < len(conv.messages) else None
+        self.store.truncate(conv_id, last_user + 1)
+        if reply is None:
+            return []
+        return reply.stats.get("versions") or [{"content": reply.content, "stats": reply.stats}]
+
+    def show_version(self, conv_id: str, step: int) -> None:
+        """Show the previous (-1) or next (+1) of the last reply's versions; the chat continues from it."""
+        conv = self.store.get(conv_id)
+        if conv is None or not conv.messages or conv.messages[-1].role != "assistant":
+            return
+        reply = conv.messages[-1]
+        versions = reply.stats.get("versions", [])
+        if len(versions) < 2:
+            return
+        chosen = min(max(reply.stats.get("version", 0) + step, 0), len(versions) - 1)
+        stats = versions[chosen]["stats"] | {"versions": versions, "version": chosen}
+        self.store.replace(conv_id, len(conv.messages) - 1, versions[chosen]["content"], stats)
 
     @contextlib.contextmanager
     def turn(self, conv_id: str) -> Iterator[None]:

@@ -26,6 +26,14 @@ def user_error(message: str) -> gr.Error:
     return gr.Error(message, print_exception=False)
 
 
+def when(timestamp: float, now: float | None = None) -> str:
+    """A chat's date in the list: the time today, the day this year, the date before."""
+    moment, today = time.localtime(timestamp), time.localtime(now)
+    if moment[:3] == today[:3]:
+        return time.strftime("%H:%M", moment)
+    return time.strftime("%b %d" if moment.tm_year == today.tm_year else "%Y-%m-%d", moment)
+
+
 def sources(conv: Any) -> str:
     """Each shown message's own text, for the copy buttons (the page script reads it)."""
     return json.dumps([m.content for m in conv.messages] if conv is not None else [])
@@ -54,8 +62,9 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
     defaults = defaults or Sampling()
     store = core.store
 
-    def conversations(selected: str | None = None) -> dict[str, Any]:
-        return gr.update(choices=[(c.title, c.id) for c in store.list()], value=selected)
+    def conversations(selected: str | None = None, query: str = "") -> dict[str, Any]:
+        found = store.search(query.strip()) if query and query.strip() else store.list()
+        return gr.update(choices=[(f"{c.title} · {when(c.updated)}", c.id) for c in found], value=selected)
 
     def view(cid: str | None) -> tuple[list[dict[str, str]], str]:
         """The chat and its copy texts, from what is stored."""
@@ -69,7 +78,10 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         width = gr.Number(visible=False)  # the window's width, read by the page-load script
         with gr.Sidebar(open=True) as sidebar:
             new_btn = gr.Button("New chat", variant="primary", elem_id="new-chat")
+            search = gr.Textbox(placeholder="Search chats", show_label=False, elem_id="search", container=False)
             convs = gr.Radio(label="Conversations", choices=[], elem_id="conversations")
+            rename_box = gr.Textbox(placeholder="Rename this chat (Enter saves)", show_label=False, elem_id="rename",
+                                    container=False)
             delete_btn = gr.Button("Delete this chat", size="sm", elem_id="delete")
             with gr.Column(visible=False, elem_id="delete-confirm") as delete_row:
                 gr.Markdown("Delete this chat for good?")
@@ -87,7 +99,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 tune_log = gr.Textbox(label="Wizard", lines=8, max_lines=8, interactive=False, visible=False,
                                       autoscroll=True, elem_id="tune-log")
         chatbot = gr.Chatbot(elem_id="chat", label="localchat", sanitize_html=True, allow_tags=False,
-                             height="65vh", buttons=["copy"], feedback_options=None,
+                             height="65vh", buttons=["copy"], feedback_options=None, editable="user",
                              placeholder="Ask anything, or attach documents and ask about them.")
         copy_texts = gr.Textbox(value="[]", elem_id="sources", elem_classes="lc-hidden", show_label=False,
                                 interactive=False, container=False)
@@ -97,6 +109,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             send_btn = gr.Button("Send", variant="primary", scale=1, min_width=80, elem_id="send")
             stop_btn = gr.Button("Stop", variant="stop", scale=1, min_width=80, elem_id="stop")
         with gr.Row():
+            prev_btn = gr.Button("‹ Answer", size="sm", elem_id="previous-answer", min_width=60)
+            next_btn = gr.Button("Answer ›", size="sm", elem_id="next-answer", min_width=60)
             regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate")
             edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit")
             clear_docs_btn = gr.Button("Remove documents", size="sm")
@@ -142,11 +156,11 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                     return
                 yield from stream_reply(cid, sampling)
 
-        def stream_reply(cid: str, sampling: Sampling) -> Iterator[tuple]:
+        def stream_reply(cid: str, sampling: Sampling, versions: list | None = None) -> Iterator[tuple]:
             """Called with the conversation's turn held."""
             shown = core.display(store.get(cid))
             try:
-                for reply in core.answer(cid, sampling):
+                for reply in core.answer(cid, sampling, versions):
                     yield (shown + [{"role": "assistant", "content": reply}], gr.skip(), cid, gr.skip(), gr.skip(),
                            conversations(cid), gr.skip(), gr.skip())
             except LocalchatError as exc:  # refused by the engine (a regenerate with more max tokens, say)
@@ -162,11 +176,35 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 yield (gr.skip(),) * 8
                 return
             with core.turn(conv.id):
-                conv = store.get(conv.id)
-                assert conv is not None
-                last_user = max(i for i, m in enumerate(conv.messages) if m.role == "user")
-                store.truncate(conv.id, last_user + 1)
-                yield from stream_reply(conv.id, Sampling(temp, tp, int(mx), defaults.base))
+                versions = core.drop_reply(conv.id)  # kept: ‹ › shows them again
+                yield from stream_reply(conv.id, Sampling(temp, tp, int(mx), defaults.base), versions)
+
+        def edit_message(cid: str | None, sys_prompt: str, temp: float, tp: float, mx: float,
+                         edit: gr.EditData) -> Iterator[tuple]:
+            """A user message edited in place: the chat continues from it, what followed is dropped."""
+            index = edit.index if isinstance(edit.index, int) else edit.index[0]
+            text = edit.value if isinstance(edit.value, str) else str(edit.value)
+            conv = store.get(cid) if cid else None
+            if conv is None or not 0 <= index < len(conv.messages) or conv.messages[index].role != "user":
+                yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
+                return
+            sampling = Sampling(temp, tp, int(mx), defaults.base)
+            core.stop(cid)
+            with core.turn(conv.id):
+                docs = list(conv.messages[index].stats.get("documents", []))
+                store.truncate(conv.id, index)
+                try:
+                    core.add_user_turn(conv.id, text, docs, sys_prompt or "", sampling)
+                except LocalchatError as exc:
+                    gr.Warning(str(exc))
+                    yield *view(conv.id)[:1], text, conv.id, docs, *(gr.skip(),) * 3, view(conv.id)[1]
+                    return
+                yield from stream_reply(conv.id, sampling)
+
+        def show_version(cid: str | None, step: int) -> tuple:
+            if cid:
+                core.show_version(cid, step)
+            return view(cid)
 
         def edit_last(cid: str | None, mx: float) -> tuple:
             conv = store.get(cid) if cid else None
@@ -218,6 +256,11 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 core.stop(cid)
                 store.delete(cid)
             return (*new_chat(), gr.update(visible=False))
+
+        def rename(title: str, cid: str | None) -> tuple:
+            if cid and title and title.strip():
+                core.rename(cid, title)
+            return conversations(cid), ""
 
         def save_settings(cid: str | None, sys_prompt: str, temp: float, tp: float, mx: float) -> None:
             if cid:
@@ -300,6 +343,12 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         new_btn.click(new_chat, None, [*chat_state, convs], api_name=False)
         # The chat's own clear icon starts a new chat; the stored one stays in the list.
         chatbot.clear(new_chat, None, [*chat_state, convs], api_name=False)
+        prev_btn.click(lambda cid: show_version(cid, -1), [conv_id], chat_outputs, api_name=False)
+        next_btn.click(lambda cid: show_version(cid, +1), [conv_id], chat_outputs, api_name=False)
+        chatbot.edit(edit_message, [conv_id, *settings_inputs], reply_outputs, api_name=False, concurrency_limit=8)
+        search.input(lambda q, cid: conversations(cid, q), [search, conv_id], [convs], api_name=False,
+                     trigger_mode="always_last")
+        rename_box.submit(rename, [rename_box, conv_id], [convs, rename_box], api_name=False)
         delete_btn.click(lambda cid: gr.update(visible=cid is not None), [conv_id], [delete_row], api_name=False)
         delete_no.click(lambda: gr.update(visible=False), None, [delete_row], api_name=False)
         delete_yes.click(delete, [conv_id], [*chat_state, convs, delete_row], api_name=False)

@@ -91,9 +91,16 @@ class Store:
 
     def list(self) -> list[Conversation]:
         """Every conversation, most recently changed first (without messages)."""
+        return self.search("")
+
+    def search(self, query: str) -> list[Conversation]:
+        """Conversations whose title or any message holds `query` (case-insensitive), newest first."""
+        pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, title, system_prompt, settings, updated FROM conversations ORDER BY updated DESC").fetchall()
+                "SELECT id, title, system_prompt, settings, updated FROM conversations c WHERE title LIKE ?1 "
+                "ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND "
+                "m.content LIKE ?1 ESCAPE '\\') ORDER BY updated DESC", (pattern,)).fetchall()
         return [Conversation(r[0], r[1], r[2], json.loads(r[3]), updated=r[4]) for r in rows]
 
     def get(self, conv_id: str) -> Conversation | None:
@@ -116,6 +123,11 @@ class Store:
              "WHERE conversation_id = ?", (conv_id, role, content, json.dumps(stats or {}), now, conv_id)),
             ("UPDATE conversations SET updated = ? WHERE id = ?", (now, conv_id)),
         ])
+
+    def replace(self, conv_id: str, position: int, content: str, stats: dict[str, Any]) -> None:
+        """Rewrite one message in place (the answer shown among a reply's versions)."""
+        self._write([("UPDATE messages SET content = ?, stats = ? WHERE conversation_id = ? AND position = ?",
+                      (content, json.dumps(stats), conv_id, position))])
 
     def truncate(self, conv_id: str, keep: int) -> None:
         """Keep only the first `keep` messages (regenerate and edit drop what follows)."""
