@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # From nothing to a working install in .venv: the llama.cpp runtime, localchat, and with --dev
-# the test tools. Safe to run again; it reuses what is already there.
+# the test tools and the gptq extra (so CI tests the torch worker); --gptq: the gptq extra alone.
+# Safe to run again; it reuses what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python3}"
@@ -13,6 +14,9 @@ PY
 .venv/bin/python -m pip install --quiet --upgrade pip
 PYTHON=.venv/bin/python bash scripts/install-runtime.sh
 extras=""
-[ "${1:-}" = "--dev" ] && extras="[dev]"
+[ "${1:-}" = "--dev" ] && extras="[dev,gptq]"
+[ "${1:-}" = "--gptq" ] && extras="[gptq]"
+# torch pinned to the CPU build for tests and CPU machines; a GPU user installs the CUDA build instead.
+case "$extras" in *gptq*) .venv/bin/python -m pip install --quiet torch==2.13.0 ;; esac
 .venv/bin/python -m pip install --quiet -e ".$extras"
 echo "localchat is installed in .venv: run .venv/bin/localchat" >&2
