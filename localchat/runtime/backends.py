@@ -1,101 +1,30 @@
 """Which llama.cpp CPU kernels this process runs.
 
-The wheel carries llama.cpp's CPU backend once per ISA level (scripts/install-runtime.sh): fast
-ones with llamafile's sgemm in llama_cpp/lib, exact ones without it in llama_cpp/lib/exact for
---deterministic. The best variant the CPU claims to run is first proven in a child process on the
+The best variant the CPU claims to run (cpu_variants.py) is first proven in a child process on the
 model about to be loaded (ggml's AMX kernels have crashed on virtualised CPUs), falling back to the
-next best; the verdict is kept per machine in the cache dir. A wheel without variants (an older
-build, an architecture without them) carries its CPU backend built in: nothing to choose then.
+next best; the verdict is kept per machine. A wheel without variants (an older build, an
+architecture without them) carries its CPU backend built in: nothing to choose then.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
-import json
 import logging
 import os
-import platform
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import llama_cpp
 
 from .. import paths
+from .cpu_variants import (MODULE_SUFFIXES, CpuBackend, lib_dir, ggml_library, machine_key, ranked, remember,
+                           remembered, variant_modules, variant_name)
 
 log = logging.getLogger(__name__)
 
 PROVE_TIMEOUT_S = 300.0  # a child that hangs proves nothing; a big model on a slow disk loads for long
 PROOF_MAX_BYTES = 4 << 30  # a bigger model is proven on a small one from the models folder
-_MODULE_SUFFIXES = (".so", ".dll", ".dylib")
-
-
-@dataclass(slots=True)
-class CpuBackend:
-    """The CPU kernels in use, and why these."""
-
-    variant: str  # "icelake", or "built-in" when the wheel has no variant modules
-    exact: bool  # built without llamafile's sgemm (the deterministic mode's kernels)
-    module: str = ""  # file name of the variant module
-    reason: str = ""
-    refused: list[str] = field(default_factory=list)  # better variants that failed their proof, and how
-
-
-def lib_dir() -> Path:
-    return Path(llama_cpp.__file__).parent / "lib"
-
-
-def variant_modules(exact: bool) -> list[Path]:
-    folder = lib_dir() / "exact" if exact else lib_dir()
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if "ggml-cpu-" in p.name and p.suffix in _MODULE_SUFFIXES)
-
-
-def variant_name(module: Path) -> str:
-    """libggml-cpu-icelake.so -> icelake; libggml-cpu-armv8.2_1.so -> armv8.2_1."""
-    return module.name.split("ggml-cpu-", 1)[1].rsplit(".", 1)[0]
-
-
-@functools.cache
-def _ggml() -> ctypes.CDLL:
-    """libggml as libllama links it. A wheel holds copies, not links, of libggml.so, .so.0 and
-    .so.0.x.y: opening another name than libllama's would give a second ggml with its own registry."""
-    lib = lib_dir()
-    # libggml.so.0 (or libggml.0.dylib): the shortest versioned name is the one libllama links.
-    names = sorted((p.name for p in lib.iterdir() if p.name.startswith("libggml.") and p.name.count(".") >= 2),
-                   key=len)
-    for name in [*names, "libggml.so", "libggml.dylib", "ggml.dll"]:
-        if (lib / name).is_file():
-            libggml = ctypes.CDLL(str(lib / name))
-            break
-    else:
-        from llama_cpp._ggml import libggml
-    libggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
-    libggml.ggml_backend_load.restype = ctypes.c_void_p
-    libggml.ggml_backend_unload.argtypes = [ctypes.c_void_p]
-    libggml.ggml_backend_unload.restype = None
-    return libggml
-
-
-def score(module: Path) -> int:
-    """ggml's own verdict of a variant on this CPU: 0 when the CPU lacks an instruction it needs,
-    higher for more capable variants. Opening a module runs none of its kernels."""
-    try:
-        fn = ctypes.CDLL(str(module)).ggml_backend_score
-    except (OSError, AttributeError):
-        return 0
-    fn.restype = ctypes.c_int
-    return int(fn())
-
-
-def ranked(exact: bool) -> list[Path]:
-    """The variants this CPU claims to run, best first."""
-    scored = [(score(m), m) for m in variant_modules(exact)]
-    return [m for s, m in sorted(scored, key=lambda sm: -sm[0]) if s > 0]
 
 
 # -- proving a variant in a child process ------------------------------------------------------
@@ -161,59 +90,6 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-# -- choosing, remembering, loading ------------------------------------------------------------
-
-def _machine_key(modules: list[Path]) -> str:
-    """What a verdict holds for: this CPU (its model and flags) and these module files."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            cpu = "".join(line for line in f if line.startswith(("model name", "flags")))[:8192]
-    except OSError:
-        pass
-    digest = hashlib.sha256(cpu.encode())
-    for m in modules:
-        stat = m.stat()
-        digest.update(f"{m.name}:{stat.st_size}:{int(stat.st_mtime)}".encode())
-    return digest.hexdigest()[:16]
-
-
-def _verdict_file() -> Path:
-    return paths.cache_dir() / "cpu-backend.json"
-
-
-def _remembered(key: str, exact: bool) -> CpuBackend | None:
-    try:
-        data = json.loads(_verdict_file().read_text(encoding="utf-8"))
-        entry = data[key]["exact" if exact else "fast"]
-        return CpuBackend(**entry)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _remember(key: str, backend: CpuBackend) -> None:
-    """Keep the verdict (a failure to write it costs a proof at the next start, nothing more)."""
-    import tempfile
-
-    file = _verdict_file()
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            data = {}
-    except (OSError, ValueError):
-        data = {}
-    data.setdefault(key, {})["exact" if backend.exact else "fast"] = asdict(backend)
-    try:
-        # A name of its own: a window and a server starting at once must not share a half-written file.
-        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".cpu-backend-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1)
-        paths.private_file(Path(tmp))
-        os.replace(tmp, file)
-    except OSError as exc:
-        log.warning("could not keep the CPU kernels' verdict in %s (%s); they are proven again next time", file, exc)
-
-
 def _proof_model(model: Path) -> Path:
     """What a proof runs: the model at hand, or for a big one the smallest model file in the
     models folder (a proof pages in every weight of the file it loads)."""
@@ -244,10 +120,10 @@ def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset(
             raise ModelLoadError(f"LOCALCHAT_CPU_VARIANT={forced} names no CPU variant this CPU supports; "
                                  f"choose one of {', '.join(variant_name(m) for m in candidates)}, or unset it.")
         return CpuBackend(forced, exact, named[0].name, "chosen by LOCALCHAT_CPU_VARIANT")
-    key = _machine_key(variant_modules(exact))
-    remembered = _remembered(key, exact) if not simulate_crash else None
-    if remembered is not None and (candidates[0].parent / remembered.module).is_file():
-        return remembered
+    key = machine_key(variant_modules(exact))
+    kept = remembered(key, exact) if not simulate_crash else None
+    if kept is not None and (candidates[0].parent / kept.module).is_file():
+        return kept
     refused: list[str] = []
     proof_model = _proof_model(model)
     for module in candidates:
@@ -260,7 +136,7 @@ def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset(
                       else f"{best} {refused[0].split(': ', 1)[1]} on this machine; the next best that runs")
             backend = CpuBackend(variant_name(module), exact, module.name, reason, refused)
             if not simulate_crash:
-                _remember(key, backend)
+                remember(key, backend)
             return backend
         log.warning("CPU kernels %s %s in a test run; trying the next best", variant_name(module), problem)
         refused.append(f"{variant_name(module)}: {problem}")
@@ -277,7 +153,7 @@ _models = 0  # models loaded in this process: the kernels may change only while 
 def _load_module(module: Path) -> int:
     # Before llama_backend_init: with nothing registered it would load whatever ggml finds beside
     # the executable or in the current folder, and llama.cpp takes the first CPU device registered.
-    reg = _ggml().ggml_backend_load(str(module).encode())
+    reg = ggml_library().ggml_backend_load(str(module).encode())
     if not reg:
         raise RuntimeError(f"llama.cpp could not load its CPU kernels from {module}")
     llama_cpp.llama_backend_init()
@@ -287,10 +163,10 @@ def _load_module(module: Path) -> int:
 def _load_other_backends(exact: bool) -> None:
     """GPU backends built as modules (CUDA, Vulkan, ...): ggml keeps those the machine can't use out.
     The deterministic mode leaves BLAS out: it takes the prompt's matrix products off our kernels."""
-    lib = _ggml()
+    lib = ggml_library()
     for module in sorted(lib_dir().iterdir()):
         name = module.name
-        if (module.suffix in _MODULE_SUFFIXES and name.startswith(("libggml-", "ggml-")) and "ggml-cpu" not in name
+        if (module.suffix in MODULE_SUFFIXES and name.startswith(("libggml-", "ggml-")) and "ggml-cpu" not in name
                 and not name.startswith(("libggml-base", "ggml-base")) and not (exact and "blas" in name)):
             lib.ggml_backend_load(str(module).encode())
 
@@ -304,7 +180,7 @@ def describe(exact: bool = False) -> str:
     backend = _active if _active is not None and _active.exact == exact else None
     candidates = ranked(exact)
     if backend is None and candidates:
-        backend = _remembered(_machine_key(variant_modules(exact)), exact)
+        backend = remembered(machine_key(variant_modules(exact)), exact)
     if backend is not None:
         return f"{backend.variant} ({backend.reason})"
     if not candidates:
@@ -353,14 +229,14 @@ def _activate(exact: bool, model: Path) -> CpuBackend:
                           "deterministic model needs a process of its own (close the loaded models first).")
     backend = choose(exact, model)
     if _active_reg is not None:
-        _ggml().ggml_backend_unload(_active_reg)
+        ggml_library().ggml_backend_unload(_active_reg)
         _active_reg = None
     elif backend.variant != "built-in":
         _load_other_backends(exact)
     if backend.variant != "built-in":
         _active_reg = _load_module((lib_dir() / "exact" if exact else lib_dir()) / backend.module)
     elif _active is None:  # a single CPU module (a GPU build without variants), or nothing to load
-        lib = _ggml()
+        lib = ggml_library()
         lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
         lib.ggml_backend_load_all_from_path(str(lib_dir()).encode())
         llama_cpp.llama_backend_init()
