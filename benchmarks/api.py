@@ -18,7 +18,7 @@ import time
 import uvicorn
 from openai import OpenAI
 
-from localchat.bench import Report
+from localchat.bench_report import Report
 from localchat.workloads import document
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams

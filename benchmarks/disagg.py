@@ -15,7 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from localchat.bench import THREADS, Report, isolated
+from localchat.bench import THREADS
+from localchat.bench_report import Report, isolated
 from localchat.hardware import HardwareInfo
 from localchat.planning.fit import ModelSize
 from localchat.planning.placements import arrange

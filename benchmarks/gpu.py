@@ -10,7 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from localchat.bench import Report, isolated, single_stream_table
+from localchat.bench import single_stream_table
+from localchat.bench_report import Report, isolated
 from localchat.hardware.probe import probe
 
 

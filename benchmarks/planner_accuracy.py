@@ -15,7 +15,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from localchat.bench import isolated, machine_facts
+from localchat.bench_report import isolated, machine_facts
 from localchat.hardware.probe import probe
 from localchat.models.catalog import facts_from_gguf
 from localchat.models.derive import requantize

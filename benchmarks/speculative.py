@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from localchat.bench import Report, isolated
+from localchat.bench_report import Report, isolated
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.speculative import SpecConfig, StepCosts, expected_tokens

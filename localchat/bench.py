@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 from .runtime.engine import Engine, EngineConfig, Request
 from .runtime.events import TextDelta
 from .runtime.worker import WorkerConfig, default_threads
+from .bench_report import Report, isolated
 from .workloads import document, greedy, mixed_workload
 
 THREADS = default_threads()
@@ -64,13 +64,6 @@ def _reference_single(path: Path, n_prefill: int, n_decode: int, seed: int) -> t
     decode = (n_decode - 1) / (time.perf_counter() - t0)
     reference.close()
     return prefill, decode
-
-
-def isolated(fn, *args):
-    """Run one measurement in a fresh process: two llama.cpp thread pools in one process fight
-    over the cores and halve both sides' speed."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(fn, args)
 
 
 def single_stream(path: Path, repeats: int, n_decode: int, n_prefill: int) -> dict[str, float]:
@@ -197,40 +190,6 @@ def busy_core(path: Path, repeats: int, n_decode: int) -> dict[str, tuple[float,
                 hog.kill()
                 hog.join()
     return results
-
-
-def machine_facts() -> str:
-    import llama_cpp
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    try:
-        import psutil
-
-        ram = f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM"
-    except ImportError:
-        ram = "RAM unknown"
-    return (f"{cpu}, {os.cpu_count()} logical cores, {ram}, {THREADS} threads; Python {platform.python_version()}, "
-            f"llama-cpp-python {llama_cpp.__version__}")
-
-
-class Report:
-    """Benchmark lines: printed as they come, kept for the Markdown file, headed by the machine."""
-
-    def __init__(self) -> None:
-        self.lines = [f"Machine: {machine_facts()}", ""]
-
-    def emit(self, line: str = "") -> None:
-        print(line, flush=True)
-        self.lines.append(line)
-
-    def save(self, path: str | None) -> None:
-        if path:
-            Path(path).write_text("\n".join(self.lines) + "\n", encoding="utf-8")
 
 
 def our_llama_bench() -> Path | None:

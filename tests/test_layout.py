@@ -15,7 +15,7 @@ PACKAGE = Path(localchat.__file__).parent
 # never from a row above. A top-level module is named by itself, a package by its folder.
 ROWS: list[set[str]] = [
     {"__main__", "cli"},
-    {"assemble", "config", "selftest", "bench", "terminal", "launch", "progress_line", "logging_setup"},
+    {"assemble", "config", "selftest", "bench", "bench_report", "terminal", "launch", "progress_line", "logging_setup"},
     {"api", "ui"},
     {"tune"},
     {"workloads"},  # the fillers and greedy() that the wizard and the benchmarks share
