@@ -314,7 +314,44 @@ def test_any_user_message_is_edited_in_place_and_the_chat_continues_from_it(page
     assert [m.role for m in messages] == ["user", "assistant"] and "Greece" in messages[0].content
 
 
+def test_esc_stops_a_shortcut_starts_a_new_chat_and_the_theme_toggles(page, ui: RunningUI):
+    set_max_tokens(page, 400)
+    ask(page, "Count from 1 to 300, separated by commas, please.")
+    expect(last_reply(page)).to_contain_text("generating", timeout=LONG)
+    page.keyboard.press("Escape")
+    expect(last_reply(page)).to_contain_text("stopped", timeout=LONG)
+    page.keyboard.press("Control+Shift+O")
+    expect(page.locator("#chat .bot")).to_have_count(0)
+    body = page.locator("body")
+    expect(body).not_to_have_class(re.compile(r"\bdark\b"))  # the OS (here: the browser) says light
+    page.locator("#theme-toggle").click()
+    expect(body).to_have_class(re.compile(r"\bdark\b"))
+    open_window(page, ui)
+    expect(body).to_have_class(re.compile(r"\bdark\b"))  # the pick is remembered
+    shot(page, "19-dark")
+    page.locator("#theme-toggle").click()
+    expect(body).not_to_have_class(re.compile(r"\bdark\b"))
+
+
+def test_a_file_dropped_on_the_chat_is_attached(page):
+    page.evaluate("""() => {
+        const files = new DataTransfer();
+        files.items.add(new File(["The locker code is 2468."], "drop-note.txt", {type: "text/plain"}));
+        document.querySelector("#chat").dispatchEvent(
+            new DragEvent("drop", {dataTransfer: files, bubbles: true, cancelable: true}));
+    }""")
+    expect(page.locator("#meter")).to_contain_text("drop-note.txt")
+    expect(page.locator("#meter")).to_contain_text("they fit")
+    shot(page, "20-dropped")
+
+
 def test_at_phone_width_the_sidebar_starts_closed_and_leaves_the_chat_visible(page, ui: RunningUI):
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_window(page, ui)
+    expect(page.locator(".sidebar")).to_have_class(re.compile(r"\bopen\b"))  # wide: the list beside the chat
+    expect(page.locator("#new-chat")).to_be_in_viewport()
+    expect(page.locator("#message textarea")).to_be_in_viewport()
+    shot(page, "13-wide-1400")
     page.set_viewport_size({"width": 420, "height": 800})
     open_window(page, ui)
     expect(page.locator(".sidebar")).not_to_have_class(re.compile(r"\bopen\b"))

@@ -91,6 +91,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             model = gr.Dropdown(label="Model", choices=model_choices(core.runtime.model), value=core.runtime.model,
                                 allow_custom_value=True, elem_id="model")
             status = gr.Markdown(elem_id="status")
+            theme_btn = gr.Button("Dark / light", size="sm", elem_id="theme-toggle")
             # Open where the machine is not tuned (checked again on every page load).
             with gr.Accordion("Hardware wizard", open=tuned_summary()[0] is None, elem_id="tune") as tune_box:
                 tune_note = gr.Markdown(elem_id="tune-note")
@@ -104,7 +105,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         copy_texts = gr.Textbox(value="[]", elem_id="sources", elem_classes="lc-hidden", show_label=False,
                                 interactive=False, container=False)
         with gr.Row(equal_height=True):
-            message = gr.Textbox(placeholder="Message (Enter sends, Shift+Enter: new line)", show_label=False,
+            message = gr.Textbox(placeholder="Message (Enter sends, Esc stops)", show_label=False,
                                  scale=8, lines=1, max_lines=8, elem_id="message")
             send_btn = gr.Button("Send", variant="primary", scale=1, min_width=80, elem_id="send")
             stop_btn = gr.Button("Stop", variant="stop", scale=1, min_width=80, elem_id="stop")
@@ -343,6 +344,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         new_btn.click(new_chat, None, [*chat_state, convs], api_name=False)
         # The chat's own clear icon starts a new chat; the stored one stays in the list.
         chatbot.clear(new_chat, None, [*chat_state, convs], api_name=False)
+        theme_btn.click(None, None, None, js="() => localchatToggleTheme()", api_name=False)
         prev_btn.click(lambda cid: show_version(cid, -1), [conv_id], chat_outputs, api_name=False)
         next_btn.click(lambda cid: show_version(cid, +1), [conv_id], chat_outputs, api_name=False)
         chatbot.edit(edit_message, [conv_id, *settings_inputs], reply_outputs, api_name=False, concurrency_limit=8)
@@ -359,5 +361,5 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         tune_btn.click(tune, [tune_download], [tune_log, tune_note, model, status], api_name=False,
                        concurrency_limit=1)
         demo.load(on_page_load, [last_chat, width], [convs, model, status, tune_note, tune_box, sidebar, *chat_state],
-                  api_name=False, js="(last, px) => [last, window.innerWidth]")
+                  api_name=False, js="(last, px) => { localchatApplyTheme(); return [last, window.innerWidth]; }")
     return demo
