@@ -153,7 +153,7 @@ class Engine:
         stream = Stream(request_id, self.cancel)
         seq = Sequence(id=request_id, tokens=tokens, max_tokens=max_tokens, stream=stream,
                        output=TextOutput(list(params.stop)), ignore_eos=params.ignore_eos,
-                       speculate=request.speculate)
+                       speculate=request.speculate, num_logprobs=params.logprobs)
         seq.sampler = self.worker.new_sampler(params)
         self._inbox.put(("submit", seq))
         return stream

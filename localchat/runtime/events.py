@@ -10,11 +10,25 @@ from ..errors import LocalchatError
 
 
 @dataclass(slots=True)
+class TokenLogprob:
+    """One sampled token's log-probability under the target model, and the likeliest alternatives
+    (text, bytes, log-probability), best first. `bytes` may hold part of a UTF-8 character."""
+
+    token: str
+    bytes: bytes
+    logprob: float
+    top: list[tuple[str, bytes, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class TextDelta:
-    """New text of the answer (always whole UTF-8 characters)."""
+    """New text of the answer (always whole UTF-8 characters). With SamplingParams.logprobs set,
+    `logprobs` has one entry per token sampled since the previous delta (text held back, such as
+    a possible stop string, arrives later with its tokens)."""
 
     kind: ClassVar[str] = "token"
     text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ import llama_cpp
 import numpy as np
 
 from ..errors import RequestError
+from .grammar import Grammar, GrammarSampler
 
 
 @dataclass(slots=True)
@@ -27,6 +28,8 @@ class SamplingParams:
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False  # generate exactly max_tokens (benchmarks)
+    grammar: Grammar | None = None  # constrain the text to a GBNF grammar (grammar.py)
+    logprobs: int | None = None  # None: off; 0-20: each token's log-probability and that many alternatives
 
     @property
     def greedy(self) -> bool:
@@ -93,14 +96,31 @@ LIMITS: dict[str, Limit] = {
 MAX_STOPS = 16
 
 
-class Sampler:
-    """A llama.cpp sampler chain owned by one sequence; freed with the sequence."""
+MAX_LOGPROBS = 20  # alternatives per token, as OpenAI's top_logprobs
 
-    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+
+def logits_at(ctx: llama_cpp.llama_context_p, index: int, n_vocab: int) -> np.ndarray:
+    """The raw logits of batch position `index`, in place (no copy)."""
+    pointer = llama_cpp.llama_get_logits_ith(ctx, index)
+    assert pointer, index  # the engine asks only for positions it requested logits of
+    return np.ctypeslib.as_array(pointer, shape=(n_vocab,))
+
+
+class Sampler:
+    """A llama.cpp sampler chain (and grammar) owned by one sequence; freed with the sequence."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int, vocab: llama_cpp.llama_vocab_p | None = None,
+                 eog: int = -1) -> None:
+        self._chain = self._grammar = None
+        if params.logprobs is not None and not (isinstance(params.logprobs, int) and 0 <= params.logprobs <= MAX_LOGPROBS):
+            raise RequestError(f"logprobs={params.logprobs!r} is invalid; use 0 to {MAX_LOGPROBS} alternatives.", "logprobs")
+        # First, as it may refuse the request: a grammar llama.cpp cannot parse.
+        self._grammar = GrammarSampler(params.grammar, vocab, n_vocab, eog) if params.grammar is not None else None
         # Plain greedy is an argmax over the logits in place: llama.cpp's chain first copies every
         # logit into a candidate array (262k entries for Gemma, about a millisecond a token).
         penalised = params.repeat_penalty != 1.0 or params.presence_penalty or params.frequency_penalty
         self._argmax_of = n_vocab if params.greedy and not penalised else 0
+        self._n_vocab = n_vocab
         chain_params = llama_cpp.llama_sampler_chain_default_params()
         chain_params.no_perf = True
         self._chain = llama_cpp.llama_sampler_chain_init(chain_params)
@@ -123,21 +143,26 @@ class Sampler:
 
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
         """Sample from the logits of batch position `index` and record the token in the chain."""
+        if self._grammar is not None:
+            return self._grammar.pick(logits_at(ctx, index, self._n_vocab), None if self._argmax_of else self._chain)
         if self._argmax_of:
-            pointer = llama_cpp.llama_get_logits_ith(ctx, index)
-            assert pointer, index  # the engine asks only for positions it requested logits of
-            return int(np.ctypeslib.as_array(pointer, shape=(self._argmax_of,)).argmax())  # the first
-            # of equal maxima, as llama.cpp's greedy sampler takes
+            # The first of equal maxima, as llama.cpp's greedy sampler takes.
+            return int(logits_at(ctx, index, self._argmax_of).argmax())
         return llama_cpp.llama_sampler_sample(self._chain, ctx, index)
 
     def accept(self, token: int) -> None:
-        """Tell the chain (penalties) about a token that entered the sequence by another route."""
+        """Tell the chain (penalties) and the grammar about a token that entered the sequence by another route."""
         llama_cpp.llama_sampler_accept(self._chain, token)
+        if self._grammar is not None:
+            self._grammar.accept(token)
 
     def close(self) -> None:
         if self._chain is not None:
             llama_cpp.llama_sampler_free(self._chain)
             self._chain = None
+        if self._grammar is not None:
+            self._grammar.close()
+            self._grammar = None
 
     def __del__(self) -> None:  # a safety net; sequences close their sampler explicitly
         self.close()

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .events import SpecStats, Stats, Stream
+from .events import SpecStats, Stats, Stream, TokenLogprob
 from .text_output import TextOutput
 
 if TYPE_CHECKING:  # the scheduler stays free of llama_cpp, which these modules import
@@ -32,6 +32,8 @@ class Sequence:
     prefill_start: int = 0  # tokens already in the KV cache when the sequence was admitted
     ignore_eos: bool = False
     speculate: bool = True
+    num_logprobs: int | None = None  # alternatives to report per token; None: no logprobs
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # of tokens not yet in a TextDelta
     sampler: Sampler | None = None
     stream: Stream | None = None
     output: TextOutput | None = None

@@ -77,7 +77,7 @@ class StepRunner:
             token = self.worker.sample(seq.sampler, index)
             if self.speculator is not None and seq.is_decoding:
                 self.speculator.settle_plain(seq, token)
-            self._on_token(seq, token)
+            self._on_token(seq, token, index)
         elif seq.num_computed < seq.num_prompt:
             seq.stream.put(PrefillProgress(seq.num_computed, seq.num_prompt))
 
@@ -89,14 +89,14 @@ class StepRunner:
         for i in range(k + 1):
             seq.num_computed = pos + i + 1  # the row's tokens up to i are the sequence's own
             token = self.worker.sample(seq.sampler, first + i)
-            if not self._on_token(seq, token) or i == k or token != draft[i]:
+            if not self._on_token(seq, token, first + i) or i == k or token != draft[i]:
                 break
             accepted += 1
         self.worker.seq_remove(slot, pos + accepted + 1, -1)  # the rejected drafts' KV
         self.speculator.observe(seq, k, accepted)
 
-    def _on_token(self, seq: Sequence, token: int) -> bool:
-        """Emit one sampled token; False when it ended the sequence."""
+    def _on_token(self, seq: Sequence, token: int, index: int) -> bool:
+        """Emit one token sampled at batch position `index`; False when it ended the sequence."""
         if seq.num_generated == 0:
             seq.t_first_token = time.perf_counter()
             seq.stream.put(PrefillProgress(seq.num_prompt, seq.num_prompt))
@@ -104,9 +104,12 @@ class StepRunner:
             self.end(seq, "stop", keep_kv=True)
             return False
         seq.tokens.append(token)
+        if seq.num_logprobs is not None:  # the target's own distribution, drafted token or not
+            seq.logprobs.append(self.worker.logprob(index, token, seq.num_logprobs))
         text = seq.output.feed(self.worker.token_bytes(token))
         if text:
-            seq.stream.put(TextDelta(text))
+            seq.stream.put(TextDelta(text, seq.logprobs))
+            seq.logprobs = []
         if seq.output.stopped:
             self.end(seq, "stop", keep_kv=True)
         elif seq.num_generated >= seq.max_tokens:
@@ -122,7 +125,7 @@ class StepRunner:
         seq.sampler.close()
         tail = seq.output.finish() if reason != "cancelled" else ""
         if tail:
-            seq.stream.put(TextDelta(tail))
+            seq.stream.put(TextDelta(tail, seq.logprobs))
         spec = self.speculator.forget(seq) if self.speculator is not None else None
         seq.stream.put(seq.stats(spec.stats(self.speculator.drafter.name) if spec is not None else None))
         seq.stream.put(Done(reason, seq.generated))

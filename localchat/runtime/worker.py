@@ -15,7 +15,9 @@ from ..errors import EngineError, ModelLoadError
 from . import backends, llama_log
 from .gguf_types import GGML_TYPE_BF16, GGML_TYPE_NAMES, GGML_TYPE_Q8_0, GGUF_MAGIC
 from .kv_slots import Copy, Remove
-from .sampling import Sampler, SamplingParams
+from .events import TokenLogprob
+from .logprobs import token_logprob
+from .sampling import Sampler, SamplingParams, logits_at
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +259,12 @@ class Worker:
             self.threads = (decode, batch)
 
     def new_sampler(self, params: SamplingParams) -> Sampler:
-        return Sampler(params, self.n_vocab)
+        """A sampler for `params`; RequestError for a grammar llama.cpp cannot parse."""
+        return Sampler(params, self.n_vocab, self.vocab, self.eos_token)
+
+    def logprob(self, index: int, token: int, n_top: int) -> TokenLogprob:
+        """The log-probability of `token` (and the `n_top` likeliest) at batch position `index`."""
+        return token_logprob(logits_at(self.ctx, index, self.n_vocab), token, n_top, self.token_bytes)
 
     def sample(self, sampler: Sampler, index: int) -> int:
         return sampler.sample(self.ctx, index)

@@ -1,0 +1,232 @@
+"""Constrained sampling: a GBNF grammar (llama.cpp's format) that the generated text must match,
+from the first token or lazily (free text until a trigger string appears), and JSON schemas made
+into one by llama-cpp-python's own converter.
+
+sampling.Sampler holds one GrammarSampler per constrained sequence; this module says what a grammar
+is, checks it, builds llama.cpp's grammar sampler from it and picks tokens under it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from ..errors import RequestError
+from . import llama_log
+
+log = logging.getLogger(__name__)
+
+MAX_GBNF_CHARS = 256 * 1024  # a grammar is request data: bound what parsing one may cost
+MAX_TRIGGERS = 16
+MAX_TRIGGER_CHARS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Grammar:
+    """`gbnf`: the grammar, whose `root` rule the output must match.
+
+    `triggers` empty: constrained from the first token. Otherwise lazy: free text until one of the
+    trigger strings has been generated; from the start of that string on, the text must match
+    `root` (llama.cpp feeds the grammar the trigger itself, so `root` begins with it)."""
+
+    gbnf: str
+    triggers: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        """Raise RequestError for a grammar too large to take, or malformed triggers."""
+        if not isinstance(self.gbnf, str) or not self.gbnf.strip():
+            raise RequestError("the grammar is empty; give GBNF text with a `root` rule.", "grammar")
+        if len(self.gbnf) > MAX_GBNF_CHARS:
+            raise RequestError(f"the grammar is {len(self.gbnf)} characters; use at most {MAX_GBNF_CHARS}.",
+                               "grammar")
+        if len(self.triggers) > MAX_TRIGGERS:
+            raise RequestError(f"{len(self.triggers)} grammar triggers given; use at most {MAX_TRIGGERS}.",
+                               "grammar")
+        if not all(isinstance(t, str) and 0 < len(t) <= MAX_TRIGGER_CHARS for t in self.triggers):
+            raise RequestError(f"grammar triggers must be strings of 1 to {MAX_TRIGGER_CHARS} characters.",
+                               "grammar")
+
+
+def new_grammar_sampler(grammar: Grammar, vocab: llama_cpp.llama_vocab_p) -> llama_cpp.llama_sampler_p:
+    """llama.cpp's grammar sampler for `grammar`; RequestError when llama.cpp cannot parse it."""
+    grammar.validate()
+    llama_log.install()
+    llama_log.recent_problems.clear()
+    text, root = grammar.gbnf.encode("utf-8"), b"root"
+    if grammar.triggers:
+        # A trigger is plain text: escaped into the whole-buffer pattern llama.cpp matches, whose
+        # first group marks where the constrained text starts.
+        patterns = [f"[\\s\\S]*?({_regex_literal(t)})[\\s\\S]*".encode("utf-8") for t in grammar.triggers]
+        array = (ctypes.c_char_p * len(patterns))(*patterns)
+        sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(vocab, text, root, array, len(patterns), None, 0)
+    else:
+        sampler = llama_cpp.llama_sampler_init_grammar(vocab, text, root)
+    if not sampler:
+        reason = "; ".join(p for p in llama_log.recent_problems if p) or "llama.cpp gave no reason"
+        raise RequestError(f"the grammar could not be used ({reason[:500]}); check its GBNF: it needs a "
+                           "`root` rule, and every rule it names must be defined.", "grammar")
+    return sampler
+
+
+def _regex_literal(text: str) -> str:
+    """`text` as an ECMAScript regex (llama.cpp's std::regex) matching it literally. Only the syntax
+    characters are escaped: an escape that regex does not know would throw inside llama.cpp."""
+    return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)
+
+
+def grammar_from_json_schema(schema: dict[str, Any], triggers: tuple[str, ...] = ()) -> Grammar:
+    """A grammar for JSON text that validates against `schema` (see `unsupported_keywords` for what
+    the converter cannot enforce: check it first and refuse those schemas)."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        gbnf = json_schema_to_gbnf(json.dumps(schema))
+    except (AssertionError, KeyError, TypeError, ValueError, RecursionError) as exc:
+        raise RequestError(f"the JSON schema cannot be turned into a grammar ({exc or type(exc).__name__}); "
+                           "simplify it (local $refs only, known types).", "response_format") from exc
+    return Grammar(gbnf, triggers)
+
+
+# Keywords that say nothing about which JSON is valid.
+ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id", "$comment",
+                         "deprecated", "readOnly", "writeOnly", "$defs", "definitions"})
+STRING_FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
+
+
+def _enforced(schema: dict[str, Any]) -> tuple[set[str], list[Any]]:
+    """The keywords of one schema node that the converter enforces, and the subschemas it visits.
+    It takes the first matching branch below and ignores every other keyword of the node."""
+    kind = schema.get("type")
+    if "$ref" in schema:
+        return {"$ref"}, []
+    if "oneOf" in schema or "anyOf" in schema:
+        key = "oneOf" if schema.get("oneOf") else "anyOf"
+        return {key}, list(schema[key])
+    if isinstance(kind, list):
+        return {"type"}, []
+    if "const" in schema:
+        return {"const", "type"}, []
+    if "enum" in schema:
+        return {"enum", "type"}, []
+    if kind in (None, "object") and ("properties" in schema or schema.get("additionalProperties", True) is not True):
+        extra = schema.get("additionalProperties")
+        subs = list(schema.get("properties", {}).values()) + ([extra] if isinstance(extra, dict) else [])
+        return {"type", "properties", "required", "additionalProperties"}, subs
+    # allOf: the converter merges only its components' properties (and makes them required), so
+    # it is left out of the enforced keywords: such a schema is refused.
+    if kind in (None, "array") and ("items" in schema or "prefixItems" in schema):
+        items = schema.get("items") or schema["prefixItems"]
+        if isinstance(items, list):
+            return {"type", "items", "prefixItems"}, items
+        return {"type", "items", "minItems", "maxItems"}, [items]
+    if kind in (None, "string") and "pattern" in schema:
+        return {"type", "pattern"}, []
+    if kind in (None, "string") and schema.get("format") in STRING_FORMATS:
+        return {"type", "format"}, []
+    if kind == "string" and ("minLength" in schema or "maxLength" in schema):
+        return {"type", "minLength", "maxLength"}, []
+    return {"type"}, []
+
+
+def unsupported_keywords(schema: Any, path: str = "#") -> list[str]:
+    """Where `schema` uses keywords the converter would silently ignore, as 'path: keyword'
+    (empty: the grammar enforces the whole schema)."""
+    if isinstance(schema, bool) or not isinstance(schema, dict):
+        return [] if schema is True or schema == {} else [f"{path}: a schema that is not an object"]
+    enforced, subs = _enforced(schema)
+    found = [f"{path}: {key}" for key in schema if key not in enforced and key not in ANNOTATIONS]
+    if "properties" in enforced:
+        # Required names without a property schema are dropped by the converter, not enforced.
+        found += [f"{path}: required '{name}' has no entry in properties"
+                  for name in schema.get("required", []) if name not in schema.get("properties", {})]
+    for key in ("$defs", "definitions"):
+        for name, sub in (schema.get(key) or {}).items():
+            found += unsupported_keywords(sub, f"{path}/{key}/{name}")
+    for i, sub in enumerate(subs):
+        found += unsupported_keywords(sub, f"{path}/{_sub_name(schema, sub, i)}")
+    return found
+
+
+def _sub_name(schema: dict[str, Any], sub: Any, index: int) -> str:
+    for name, value in (schema.get("properties") or {}).items():
+        if value is sub:
+            return f"properties/{name}"
+    return f"{index}"
+
+
+TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
+
+
+class GrammarSampler:
+    """One sequence's grammar state. It advances only over tokens that enter the sequence: drafted
+    tokens are verified by sampling each position in order, so a rejected draft never reaches it."""
+
+    def __init__(self, grammar: Grammar, vocab: llama_cpp.llama_vocab_p, n_vocab: int, eog: int) -> None:
+        self._sampler = new_grammar_sampler(grammar, vocab)
+        self._vocab = vocab
+        self._n_vocab = n_vocab
+        self._eog = eog
+        self._data: np.ndarray | None = None  # candidates buffer, made on first full pass
+        self._one = (llama_cpp.llama_token_data * 1)()
+
+    def pick(self, logits: np.ndarray, chain: llama_cpp.llama_sampler_p | None) -> int:
+        """The next token under the grammar, which (and the chain) accepts it: greedy when `chain` is
+        None, else drawn by the chain. Masking the whole vocabulary costs far more than a model step
+        (tens of ms for 49k tokens), so the unconstrained pick is checked first and the mask applied
+        only when the grammar refuses it, as llama.cpp's own sampler does. Under greedy that is
+        exact; under sampling it differs from masking first only when the grammar refuses one of
+        the chain's few surviving candidates."""
+        if chain is None:
+            token = int(logits.argmax())  # the argmax of the masked logits too, when the grammar allows it
+            if not self._allows(token):
+                token = self._draw(logits, None)
+        else:
+            token = self._draw(logits, chain, masked=False)
+            if not self._allows(token):
+                token = self._draw(logits, chain)
+            llama_cpp.llama_sampler_accept(chain, token)
+        self.accept(token)
+        return token
+
+    def accept(self, token: int) -> None:
+        """A token entered the sequence; an end token ends it, so the grammar need not hear of it."""
+        if not llama_cpp.llama_vocab_is_eog(self._vocab, token):
+            llama_cpp.llama_sampler_accept(self._sampler, token)
+
+    def _allows(self, token: int) -> bool:
+        self._one[0].id, self._one[0].logit, self._one[0].p = token, 0.0, 0.0
+        array = llama_cpp.llama_token_data_array(self._one, 1, -1, False)
+        llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
+        return self._one[0].logit != -np.inf
+
+    def _draw(self, logits: np.ndarray, chain: llama_cpp.llama_sampler_p | None, masked: bool = True) -> int:
+        """The chain's pick (argmax when None) over the whole vocabulary, masked by the grammar or not."""
+        if self._data is None:
+            self._data = np.zeros(self._n_vocab, dtype=TOKEN_DATA)
+        data = self._data
+        data["id"] = np.arange(self._n_vocab, dtype=np.int32)  # a chain may have reordered the last pass
+        data["logit"] = logits
+        data["p"] = 0.0
+        array = llama_cpp.llama_token_data_array(data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)),
+                                                 self._n_vocab, -1, False)
+        if masked:
+            llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
+            if not np.isfinite(data["logit"]).any():
+                # A grammar that no token can continue: end the answer rather than break the grammar.
+                log.warning("the grammar allows no next token; the answer ends here")
+                return self._eog
+        if chain is None:
+            return int(data["id"][int(data["logit"].argmax())])
+        llama_cpp.llama_sampler_apply(chain, ctypes.byref(array))
+        return int(array.data[array.selected].id)
+
+    def close(self) -> None:
+        if self._sampler is not None:
+            llama_cpp.llama_sampler_free(self._sampler)
+            self._sampler = None

@@ -1,0 +1,157 @@
+"""Constrained sampling and logprobs on the real runtime: exact with speculation, batching, prefix
+reuse and the PD split; schema-valid output; the target's own log-probabilities."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from localchat.errors import RequestError
+from localchat.runtime.engine import Engine, EngineConfig, Request
+from localchat.runtime.events import TextDelta
+from localchat.runtime.grammar import Grammar, grammar_from_json_schema, unsupported_keywords
+from localchat.runtime.sampling import SamplingParams
+from localchat.runtime.speculative import SpecConfig
+from localchat.runtime.worker import WorkerConfig
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 24},
+        "population": {"type": "integer"},
+        "coastal": {"type": "boolean"},
+        "landmarks": {"type": "array", "items": {"type": "string", "maxLength": 20}, "minItems": 1, "maxItems": 3},
+        "continent": {"enum": ["Europe", "Asia", "Africa", "America", "Oceania"]},
+    },
+    "required": ["city", "population", "landmarks", "continent"],
+}
+PROMPTS = [
+    "Describe Paris as JSON.",
+    "Give the facts about Tokyo as a JSON object.",
+    "Repeat: {\"city\": \"Lima\", \"population\": 10000000, \"landmarks\": [\"Plaza\"]} and then describe Lima.",
+]
+
+
+def chat(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def engine_with(model: Path, draft: Path | None = None, lookup: bool = False, pd: bool = False) -> Engine:
+    worker = WorkerConfig(n_ctx=2048, n_threads=2, deterministic=True)
+    return Engine.load(model, EngineConfig(worker=worker, draft_path=draft, lookup=lookup,
+                                           spec=SpecConfig(fixed_k=4), prefill=worker if pd else None,
+                                           handover_min_tokens=16))
+
+
+def constrained(max_tokens: int = 64, **extra) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, grammar=grammar_from_json_schema(SCHEMA), **extra)
+
+
+def outputs(engine: Engine) -> tuple[list[list[int]], list[list[int]], list[str]]:
+    """Greedy token ids of every prompt alone (the first one twice: from its resident prefix the
+    second time), then all at once; and the texts."""
+    alone = [engine.submit(Request(messages=chat(p), sampling=constrained())).result() for p in PROMPTS]
+    again = engine.submit(Request(messages=chat(PROMPTS[0]), sampling=constrained())).result()
+    assert again.token_ids == alone[0].token_ids and again.stats.cached_tokens > 0
+    streams = [engine.submit(Request(messages=chat(p), sampling=constrained())) for p in PROMPTS]
+    return [r.token_ids for r in alone], [s.result().token_ids for s in streams], [r.text for r in alone]
+
+
+@pytest.fixture(scope="module")
+def plain(model_path: Path) -> list[list[int]]:
+    with engine_with(model_path) as engine:
+        alone, together, texts = outputs(engine)
+    assert together == alone
+    for text in texts:
+        jsonschema.validate(json.loads(text), SCHEMA)
+    return alone
+
+
+@pytest.mark.parametrize("mode", ["draft-model", "prompt-lookup", "pd-split"])
+def test_greedy_output_under_a_grammar_is_identical(mode, model_path, plain):
+    with engine_with(model_path, draft=model_path if mode == "draft-model" else None,
+                     lookup=mode == "prompt-lookup", pd=mode == "pd-split") as engine:
+        alone, together, _ = outputs(engine)
+        spec = engine.submit(Request(messages=chat(PROMPTS[2]), sampling=constrained())).result().stats.spec
+    assert alone == plain and together == plain
+    if mode != "pd-split":
+        # Drafts were made without the grammar and verified under it: some were kept, some refused.
+        assert spec is not None and 0 < spec.accepted < spec.drafted
+
+
+def test_sampled_output_validates(engine_plain):
+    grammar = grammar_from_json_schema(SCHEMA)
+    for seed in range(5):
+        params = SamplingParams(temperature=0.8, seed=seed, max_tokens=200, grammar=grammar)
+        result = engine_plain.submit(Request(messages=chat(PROMPTS[seed % 3]), sampling=params)).result()
+        assert result.finish_reason == "stop", result.text
+        jsonschema.validate(json.loads(result.text), SCHEMA)
+
+
+@pytest.fixture(scope="module")
+def engine_plain(model_path: Path):
+    with engine_with(model_path, lookup=True) as engine:
+        yield engine
+
+
+def test_a_lazy_grammar_constrains_from_its_trigger_on(engine_plain):
+    prompt = chat("Tell me about the sea.")
+    free = engine_plain.submit(Request(messages=prompt, sampling=SamplingParams(temperature=0.0, max_tokens=24))).result()
+    words = free.text.split()
+    trigger = next(w for w in words[2:] if w.isalpha() and len(w) > 3)  # a word the answer reaches freely
+    grammar = Grammar(f'root ::= "{trigger}" " is constrained."', (trigger,))
+    lazy = engine_plain.submit(Request(messages=prompt, sampling=SamplingParams(temperature=0.0, max_tokens=40,
+                                                                               grammar=grammar))).result()
+    head = free.text[: free.text.index(trigger)]
+    assert lazy.text == f"{head}{trigger} is constrained." and lazy.finish_reason == "stop"
+
+
+def test_a_grammar_llama_cpp_cannot_parse_is_refused_at_submit(engine_plain):
+    for bad in ["root ::= undefined-rule", "root ::= \"unclosed", "not a grammar at all"]:
+        with pytest.raises(RequestError, match="grammar"):
+            engine_plain.submit(Request(messages=chat("Hi"), sampling=SamplingParams(grammar=Grammar(bad))))
+    result = engine_plain.submit(Request(messages=chat("Hi"), sampling=SamplingParams(temperature=0.0, max_tokens=4))).result()
+    assert result.token_ids  # the engine kept serving
+
+
+def test_logprobs_are_the_targets_and_agree_with_speculation(model_path):
+    question = "Repeat exactly: the red fox jumps over the red fence."
+    runs = []
+    for draft in (None, model_path):
+        with engine_with(model_path, draft=draft) as engine:
+            stream = engine.submit(Request(messages=chat(question),
+                                           sampling=SamplingParams(temperature=0.0, max_tokens=32, logprobs=5)))
+            events = list(stream)
+        entries = [lp for event in events if isinstance(event, TextDelta) for lp in event.logprobs]
+        token_ids = events[-1].token_ids
+        assert len(entries) == len(token_ids) and len(entries) > 5
+        for entry in entries:
+            assert entry.logprob <= 0.0 and len(entry.top) == 5
+            assert entry.bytes == entry.top[0][1] and math.isclose(entry.logprob, entry.top[0][2])  # greedy = top-1
+            assert all(a[2] >= b[2] for a, b in zip(entry.top, entry.top[1:]))
+        text = "".join(e.text for e in events if isinstance(e, TextDelta))
+        assert b"".join(entry.bytes for entry in entries).decode() == text
+        runs.append(entries)
+    plain, speculative = runs
+    assert [e.bytes for e in plain] == [e.bytes for e in speculative]
+    assert all(abs(a.logprob - b.logprob) < 1e-3 for a, b in zip(plain, speculative))
+
+
+def test_unsupported_schema_keywords_are_named():
+    assert unsupported_keywords(SCHEMA) == []
+    assert unsupported_keywords({"type": "object"}) == []
+    found = unsupported_keywords({
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0}, "s": {"type": "string", "format": "email"},
+                       "p": {"type": "string", "pattern": "^a+$", "maxLength": 3}},
+        "required": ["n", "missing"], "minProperties": 1,
+    })
+    assert found == ["#: minProperties", "#: required 'missing' has no entry in properties",
+                     "#/properties/n: minimum", "#/properties/s: format", "#/properties/p: maxLength"]
+    assert unsupported_keywords({"allOf": [{"type": "object"}]}) == ["#: allOf"]
+    with pytest.raises(RequestError):
+        grammar_from_json_schema({"type": "no-such-type"})
