@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ModelNotFoundError
+from ..gptq import is_gptq_folder
 from .catalog import ModelFacts, load_catalog
 from .download import cached_file, fetch_model_file
 from .importers import find_local_model, import_model
@@ -42,8 +43,8 @@ def resolve_model(
     if path.is_file():
         return path.resolve()
     if looks_like_path(name):
-        if path.is_dir():
-            return import_model(path).path
+        if path.is_dir():  # a GPTQ checkpoint folder is the torch worker's as it is
+            return path.resolve() if is_gptq_folder(path) else import_model(path).path
         # 'publisher/repo/file' (LM Studio) or 'user/model:tag' (Ollama) names look like paths too.
         local = find_local_model(name)
         if local is not None:

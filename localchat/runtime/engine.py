@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import gptq
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
 from .chat_template import ChatTemplate
 from .disagg import KVHandover, PDSplit
@@ -99,7 +100,8 @@ class Engine:
         config = config or EngineConfig()
         loaded: list[Worker] = []
         try:
-            worker = Worker(model_path, config.worker)
+            # A GPTQ checkpoint folder runs on the torch worker (the optional gptq extra).
+            worker = (gptq.open_worker if gptq.is_gptq_folder(model_path) else Worker)(model_path, config.worker)
             loaded.append(worker)
             drafter: Drafter | None = PromptLookup() if config.lookup else None
             if config.draft_path is not None:

@@ -1,0 +1,159 @@
+"""A Llama / Qwen2 decoder in plain torch: RMSNorm, rotary positions, grouped-query attention, SwiGLU.
+
+Several sequences go through one forward: every matrix product runs over all their tokens at once,
+attention runs per sequence against that sequence's own cache (kv_cache.py). Linear layers are any
+callable x -> y (kernels.py), so the same code runs dense, int4-packed and dequantized weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    """The shape of the decoder, from an HF config.json."""
+
+    family: str
+    hidden: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    eps: float
+    rope_theta: float
+    n_ctx_train: int
+    tie_embeddings: bool
+    qkv_bias: bool
+
+    @classmethod
+    def from_hf(cls, config: dict[str, Any]) -> "ModelConfig":
+        family = ARCHITECTURES[config["architectures"][0]]
+        n_head = config["num_attention_heads"]
+        return cls(
+            family=family, hidden=config["hidden_size"], n_layer=config["num_hidden_layers"], n_head=n_head,
+            n_head_kv=config.get("num_key_value_heads", n_head),
+            head_dim=config.get("head_dim") or config["hidden_size"] // n_head,
+            ffn=config["intermediate_size"], vocab=config["vocab_size"], eps=config["rms_norm_eps"],
+            rope_theta=config.get("rope_theta", 10000.0),
+            n_ctx_train=config.get("max_position_embeddings", 2048),
+            tie_embeddings=config.get("tie_word_embeddings", False),
+            qkv_bias=family == "qwen2" or config.get("attention_bias", False),
+        )
+
+
+@dataclass(slots=True)
+class Layer:
+    """One decoder block's weights; the linears are kernels, the norms and biases plain tensors."""
+
+    input_norm: torch.Tensor
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
+    post_norm: torch.Tensor
+    gate: Linear
+    up: Linear
+    down: Linear
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary positions in HF's convention: the head's first half pairs with its second half."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+@dataclass(slots=True)
+class Row:
+    """The tokens of one sequence in a forward: `n` tokens from position `start`, its cache."""
+
+    cache: Any  # kv_cache.SeqCache
+    start: int
+    n: int
+
+
+class Decoder:
+    """The whole model; forward() takes the rows of one batch and fills their caches."""
+
+    def __init__(self, config: ModelConfig, embed: torch.Tensor, layers: list[Layer], norm: torch.Tensor,
+                 lm_head: Linear) -> None:
+        self.config = config
+        self.embed = embed
+        self.layers = layers
+        self.norm = norm
+        self.lm_head = lm_head
+        self.kernel_counts: dict[str, int] = {}  # linears per kernel kind (the loader fills it)
+        dim = config.head_dim
+        self.inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+
+    @torch.inference_mode()
+    def perplexity(self, ids: list[int]) -> float:
+        """exp of the mean negative log-likelihood of each next token of `ids`, in one forward."""
+        from .kv_cache import SeqCache
+
+        c = self.config
+        row = Row(SeqCache(c.n_layer, c.n_head_kv, c.head_dim), 0, len(ids))
+        logits = self.forward(torch.tensor(ids), [row], torch.arange(len(ids) - 1))
+        return math.exp(F.cross_entropy(logits, torch.tensor(ids[1:])).item())
+
+    def rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = positions.to(torch.float64)[:, None] * self.inv_freq[None, :]
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos().float()[:, None, :], angles.sin().float()[:, None, :]
+
+    def forward(self, tokens: torch.Tensor, rows: list[Row], logits_at: torch.Tensor) -> torch.Tensor:
+        """Run `tokens` (the rows' tokens, concatenated); the logits of the token indices `logits_at`."""
+        positions = torch.cat([torch.arange(r.start, r.start + r.n) for r in rows])
+        cos, sin = self.rope_tables(positions)
+        x = self.embed[tokens].float()
+        for index in range(len(self.layers)):
+            x = self.block(index, x, rows, cos, sin)
+        x = rms_norm(x[logits_at], self.norm, self.config.eps)
+        return self.lm_head(x)
+
+    def block(self, index: int, x: torch.Tensor, rows: list[Row], cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """One decoder block over the hidden states of the rows' tokens."""
+        layer = self.layers[index]
+        x = x + self.attention(index, layer, rms_norm(x, layer.input_norm, self.config.eps), rows, cos, sin)
+        h = rms_norm(x, layer.post_norm, self.config.eps)
+        return x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+
+    def attention(self, index: int, layer: Layer, h: torch.Tensor, rows: list[Row], cos: torch.Tensor,
+                  sin: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        q = rotate(layer.q(h).view(-1, c.n_head, c.head_dim), cos, sin)
+        k = rotate(layer.k(h).view(-1, c.n_head_kv, c.head_dim), cos, sin)
+        v = layer.v(h).view(-1, c.n_head_kv, c.head_dim)
+        out = []
+        first = 0
+        for row in rows:
+            span = slice(first, first + row.n)
+            keys, values = row.cache.write(index, row.start, k[span], v[span])
+            out.append(attend(q[span], keys, values, row.start, c.n_head // c.n_head_kv))
+            first += row.n
+        return layer.o(torch.cat(out).reshape(-1, c.n_head * c.head_dim))
+
+
+def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int, group: int) -> torch.Tensor:
+    """Causal attention of queries at positions start.. over keys/values [n_head_kv, length, dim]."""
+    n, length = q.shape[0], keys.shape[1]
+    mask = torch.arange(length)[None, :] <= torch.arange(start, start + n)[:, None]
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), keys.repeat_interleave(group, 0),
+                                         values.repeat_interleave(group, 0), attn_mask=mask)
+    return out.transpose(0, 1)
