@@ -1,4 +1,5 @@
 """Speculative decoding: drafters propose tokens, the target checks them inside the batched step.
+(Over 300 lines: the cost table, per-sequence acceptance and the draft-length choice are one policy.)
 
 Verification samples the target at every drafted position with the request's own sampler and keeps
 drafts while they equal what the target sampled, so every emitted token is the target's own: the
