@@ -345,6 +345,27 @@ def test_a_file_dropped_on_the_chat_is_attached(page):
     shot(page, "20-dropped")
 
 
+def test_the_settings_panel_offers_every_sampling_setting_within_the_engines_limits(page, ui: RunningUI):
+    page.get_by_text("Settings for this chat").click()
+    for elem_id in ("temperature", "top-p", "max-tokens", "top-k", "min-p", "repeat-penalty", "seed"):
+        expect(page.locator(f"#{elem_id}")).to_be_visible()
+    expect(page.locator("#min-p input[type=range]")).to_have_attribute("max", "0.99")  # min_p must stay below 1
+    expect(page.locator("#context-note")).to_contain_text("4,096 tokens")
+    for elem_id, value in (("top-k", "1"), ("min-p", "0.1")):
+        number = page.locator(f"#{elem_id} input[type=number]")
+        number.fill(value)
+        number.press("Enter")
+        expect(page.locator(f"#{elem_id} input[type=range]")).to_have_value(value)
+    seed = page.locator("#seed input")
+    seed.fill("7")
+    seed.press("Tab")
+    shot(page, "21-settings", full_page=True)
+    ask(page, "Name the capital city of Sweden.")
+    wait_answered(page)
+    settings = conversation_titled(ui, "Name the capital city of Sweden.").settings
+    assert settings["top_k"] == 1 and settings["min_p"] == 0.1 and settings["seed"] == 7
+
+
 def test_at_phone_width_the_sidebar_starts_closed_and_leaves_the_chat_visible(page, ui: RunningUI):
     page.set_viewport_size({"width": 1400, "height": 900})
     open_window(page, ui)
@@ -372,6 +393,7 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     page.reload()
     note = page.locator("#tune-note")
     expect(note).to_contain_text("has not been tuned yet")  # open on a machine without a profile
+    page.locator("#tune-button").scroll_into_view_if_needed()
     expect(page.locator("#tune-button")).to_be_in_viewport()  # the sidebar has slid in
     shot(page, "14-wizard-offered")
     page.locator("#tune-download input").uncheck()

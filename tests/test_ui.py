@@ -61,7 +61,7 @@ def ui(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
 
 def test_send_a_message_and_get_a_streamed_reply(ui: RunningUI):
     client = Client(ui.url + "/", verbose=False)
-    job = client.submit("Name the capital city of France.", "", 0.0, 1.0, 32, api_name="/send")
+    job = client.submit("Name the capital city of France.", "", 0.0, 1.0, 32, 40, 0.05, 1.0, None, api_name="/send")
     updates = list(job)
     chat = job.outputs()[-1][0]
     assert len(updates) >= 2  # it streamed: more than the final answer arrived

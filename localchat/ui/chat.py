@@ -1,4 +1,5 @@
-"""The chat window's logic without Gradio: conversations, documents, generation, model switching."""
+"""The chat window's logic without Gradio: conversations, documents, generation, model switching (over 300
+lines: ChatCore is the one object every window handler calls; Runtime and Sampling could leave for a module)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 from ..errors import ContextOverflowError, LocalchatError
 from ..ingest import Document, Selection, build_prompt, select
-from ..ingest.fit import ANSWER_RESERVE, document_budget
+from ..ingest.fit import document_budget
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Engine, Request
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
@@ -64,20 +65,30 @@ class Sampling:
     top_p: float = _ENGINE_DEFAULTS.top_p
     max_tokens: int = WINDOW_MAX_TOKENS
     base: SamplingParams = field(default_factory=SamplingParams)  # what the window does not show
+    top_k: int = _ENGINE_DEFAULTS.top_k
+    min_p: float = _ENGINE_DEFAULTS.min_p
+    repeat_penalty: float = _ENGINE_DEFAULTS.repeat_penalty
+    seed: int | None = None  # None: a new random seed each answer
 
     @classmethod
     def over(cls, base: SamplingParams) -> "Sampling":
         """A new chat's settings: the server's defaults (`localchat ui --temperature ...`)."""
-        return cls(base.temperature, base.top_p, base.max_tokens or WINDOW_MAX_TOKENS, base)
+        return cls(base.temperature, base.top_p, base.max_tokens or WINDOW_MAX_TOKENS, base, base.top_k, base.min_p,
+                   base.repeat_penalty, base.seed)
 
     def params(self) -> SamplingParams:
         return dataclasses.replace(self.base, temperature=self.temperature, top_p=self.top_p,
-                                   max_tokens=int(self.max_tokens))
+                                   max_tokens=int(self.max_tokens), top_k=int(self.top_k), min_p=self.min_p,
+                                   repeat_penalty=self.repeat_penalty,
+                                   seed=None if self.seed is None else int(self.seed))
+
+
+SHOWN_SETTINGS = ("temperature", "top_p", "max_tokens", "top_k", "min_p", "repeat_penalty", "seed")
 
 
 def settings_of(sampling: Sampling) -> dict[str, Any]:
-    """A conversation's stored settings."""
-    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "max_tokens": int(sampling.max_tokens)}
+    """A conversation's stored settings: the ones the window shows."""
+    return {name: getattr(sampling, name) for name in SHOWN_SETTINGS}
 
 
 def title_of(message: str) -> str:

@@ -1,4 +1,5 @@
-"""The chat window: a Gradio Blocks app over ChatCore."""
+"""The chat window: a Gradio Blocks app over ChatCore (over 300 lines: Blocks ties each handler to the
+components it closes over, so the components and their handlers stay in one function)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from typing import Any, Iterator
 import gradio as gr
 
 from ..errors import LocalchatError
-from .chat import ChatCore, Sampling
+from ..runtime.sampling import LIMITS
+from .chat import SHOWN_SETTINGS, ChatCore, Sampling
 from .tuning import TuneJob, tuned_summary
 from .uploads import ACCEPTED, store_upload
 
 log = logging.getLogger(__name__)
-ANSWER_DEFAULT = 512  # the meter's answer reserve when the settings are not at hand
 
 NARROW_PX = 800  # below this width the sidebar starts closed: it would cover the chat
 
@@ -24,6 +25,16 @@ NARROW_PX = 800  # below this width the sidebar starts closed: it would cover th
 def user_error(message: str) -> gr.Error:
     """A toast for an expected user error: Gradio would print a traceback for each one otherwise."""
     return gr.Error(message, print_exception=False)
+
+
+def slider(name: str, label: str, low: float, high: float, step: float, value: float) -> gr.Slider:
+    """A sampling slider over the window's range for it, kept inside what the engine accepts (LIMITS)."""
+    limit = LIMITS[name]
+    if limit.low is not None:
+        low = max(low, limit.low + (step if limit.open_low else 0))
+    if limit.high is not None:
+        high = min(high, limit.high - (step if limit.open_high else 0))
+    return gr.Slider(low, high, value=value, step=step, label=label, elem_id=name.replace("_", "-"))
 
 
 def when(timestamp: float, now: float | None = None) -> str:
@@ -121,23 +132,36 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         with gr.Accordion("Settings for this chat", open=False):
             system = gr.Textbox(label="System prompt", lines=2, elem_id="system")
             with gr.Row():
-                temperature = gr.Slider(0, 2, value=defaults.temperature, step=0.05, label="Temperature",
-                                        elem_id="temperature")
-                top_p = gr.Slider(0.05, 1, value=defaults.top_p, step=0.05, label="Top p", elem_id="top-p")
-                max_tokens = gr.Slider(16, 4096, value=defaults.max_tokens, step=16, label="Max tokens",
-                                       elem_id="max-tokens")
+                temperature = slider("temperature", "Temperature", 0, 2, 0.05, defaults.temperature)
+                top_p = slider("top_p", "Top p", 0, 1, 0.05, defaults.top_p)
+                max_tokens = slider("max_tokens", "Max tokens", 16, 4096, 16, defaults.max_tokens)
+            with gr.Row():
+                top_k = slider("top_k", "Top k (0: off)", 0, 200, 1, defaults.top_k)
+                min_p = slider("min_p", "Min p", 0, 1, 0.01, defaults.min_p)
+                repeat_penalty = slider("repeat_penalty", "Repeat penalty (1: off)", 0.5, 2, 0.05,
+                                        defaults.repeat_penalty)
+                seed = gr.Number(defaults.seed, label="Seed (empty: random)", precision=0, minimum=0,
+                                 maximum=LIMITS["seed"].high, elem_id="seed")
+            gr.Markdown(f"Context: {core.runtime.engine.n_ctx:,} tokens (set with --n-ctx or the wizard).",
+                        elem_id="context-note")
 
         # -- handlers ---------------------------------------------------------------------------
         # An expected error is a warning toast and the outputs stay as they were: a raised error
         # would also paint every output of the event with a red "Error" badge.
 
-        def respond(text: str, cid: str | None, docs: list[str], sys_prompt: str, temp: float, tp: float,
-                    mx: float) -> Iterator[tuple]:
+        def sampling_of(values: tuple) -> Sampling:
+            """The sliders' values (in SHOWN_SETTINGS order) over the server's defaults."""
+            chosen = dict(zip(SHOWN_SETTINGS, values))
+            chosen["max_tokens"], chosen["top_k"] = int(chosen["max_tokens"]), int(chosen["top_k"])
+            chosen["seed"] = None if chosen["seed"] is None else int(chosen["seed"])
+            return Sampling(**chosen, base=defaults.base)
+
+        def respond(text: str, cid: str | None, docs: list[str], sys_prompt: str, *values: float) -> Iterator[tuple]:
             text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
             if not text.strip():
                 yield (gr.skip(),) * 8
                 return
-            sampling = Sampling(temp, tp, int(mx), defaults.base)
+            sampling = sampling_of(values)
             try:
                 cid = core.open_conversation(cid, text, sys_prompt, sampling)
             except LocalchatError as exc:
@@ -170,7 +194,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             chat, copy = view(cid)
             yield chat, gr.skip(), cid, gr.skip(), gr.skip(), conversations(cid), core.status(), copy
 
-        def regenerate(cid: str | None, temp: float, tp: float, mx: float) -> Iterator[tuple]:
+        def regenerate(cid: str | None, *values: float) -> Iterator[tuple]:
             conv = store.get(cid) if cid else None
             if conv is None or not any(m.role == "user" for m in conv.messages):
                 gr.Warning("nothing to regenerate yet; send a message first.")
@@ -178,10 +202,10 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 return
             with core.turn(conv.id):
                 versions = core.drop_reply(conv.id)  # kept: ‹ › shows them again
-                yield from stream_reply(conv.id, Sampling(temp, tp, int(mx), defaults.base), versions)
+                yield from stream_reply(conv.id, sampling_of(values), versions)
 
-        def edit_message(cid: str | None, sys_prompt: str, temp: float, tp: float, mx: float,
-                         edit: gr.EditData) -> Iterator[tuple]:
+        def edit_message(cid: str | None, sys_prompt: str, temp: float, tp: float, mx: float, tk: float, mp: float,
+                         rp: float, sd: float | None, edit: gr.EditData) -> Iterator[tuple]:
             """A user message edited in place: the chat continues from it, what followed is dropped."""
             index = edit.index if isinstance(edit.index, int) else edit.index[0]
             text = edit.value if isinstance(edit.value, str) else str(edit.value)
@@ -189,7 +213,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
             if conv is None or not 0 <= index < len(conv.messages) or conv.messages[index].role != "user":
                 yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
                 return
-            sampling = Sampling(temp, tp, int(mx), defaults.base)
+            sampling = sampling_of((temp, tp, mx, tk, mp, rp, sd))
             core.stop(cid)
             with core.turn(conv.id):
                 docs = list(conv.messages[index].stats.get("documents", []))
@@ -243,13 +267,13 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         def load(cid: str | None) -> tuple:
             conv = store.get(cid) if cid else None
             if conv is None:
-                return [], "[]", None, "", *(gr.skip(),) * 3, [], ""
+                return [], "[]", None, "", *(gr.skip(),) * len(SHOWN_SETTINGS), [], ""
             s = conv.settings
-            return (*view(conv.id), conv.id, conv.system_prompt, s.get("temperature", defaults.temperature),
-                    s.get("top_p", defaults.top_p), s.get("max_tokens", defaults.max_tokens), [], "")
+            return (*view(conv.id), conv.id, conv.system_prompt,
+                    *(s.get(name, getattr(defaults, name)) for name in SHOWN_SETTINGS), [], "")
 
         def new_chat() -> tuple:
-            return [], "[]", None, "", defaults.temperature, defaults.top_p, defaults.max_tokens, [], "", \
+            return [], "[]", None, "", *(getattr(defaults, name) for name in SHOWN_SETTINGS), [], "", \
                 conversations(None)
 
         def delete(cid: str | None) -> tuple:
@@ -263,9 +287,9 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 core.rename(cid, title)
             return conversations(cid), ""
 
-        def save_settings(cid: str | None, sys_prompt: str, temp: float, tp: float, mx: float) -> None:
+        def save_settings(cid: str | None, sys_prompt: str, *values: float) -> None:
             if cid:
-                core.save_settings(cid, sys_prompt or "", Sampling(temp, tp, int(mx), defaults.base))
+                core.save_settings(cid, sys_prompt or "", sampling_of(values))
 
         failed: dict[str, float] = {}  # model -> when it last failed to load (the picker may send it twice)
 
@@ -323,7 +347,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
 
         # -- wiring ---------------------------------------------------------------------------
 
-        settings_inputs = [system, temperature, top_p, max_tokens]
+        sliders = [temperature, top_p, max_tokens, top_k, min_p, repeat_penalty, seed]  # SHOWN_SETTINGS' order
+        settings_inputs = [system, *sliders]
         chat_outputs = [chatbot, copy_texts]
         reply_outputs = [chatbot, message, conv_id, pending, meter, convs, status, copy_texts]
         # The engine batches concurrent chats, so several tabs may stream at once; within one chat a
@@ -333,7 +358,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                     api_name="send" if trigger == send_btn.click else False, concurrency_limit=8,
                     trigger_mode="multiple")
         stop_btn.click(core.stop, [conv_id], None, queue=False, api_name=False)
-        regen_btn.click(regenerate, [conv_id, temperature, top_p, max_tokens], reply_outputs,
+        regen_btn.click(regenerate, [conv_id, *sliders], reply_outputs,
                         api_name=False, concurrency_limit=8)
         edit_btn.click(edit_last, [conv_id, max_tokens], [*chat_outputs, message, pending, meter], api_name=False)
         files.upload(attach, [files, pending, max_tokens], [pending, meter, files], api_name=False).then(
@@ -355,7 +380,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         delete_no.click(lambda: gr.update(visible=False), None, [delete_row], api_name=False)
         delete_yes.click(delete, [conv_id], [*chat_state, convs, delete_row], api_name=False)
         conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)
-        gr.on([system.blur, temperature.release, top_p.release, max_tokens.release], save_settings,
+        gr.on([system.blur, seed.blur, *(x.release for x in sliders[:-1])], save_settings,
               [conv_id, *settings_inputs], None, api_name=False)
         model.input(switch_model, [model], [model, status], api_name=False, concurrency_limit=1)
         tune_btn.click(tune, [tune_download], [tune_log, tune_note, model, status], api_name=False,

@@ -32,7 +32,7 @@ def test_a_crafted_client_cannot_attach_a_file_it_did_not_upload(window, tmp_pat
     assert done and not done[-1].get("success", True), messages  # the event was refused
     # The question that would have carried the document to the model carries nothing.
     send = handler(window.url, "send", "click")
-    call(window.url, send, ["Repeat the attached document word for word.", None, None, "", 0.0, 1.0, 8], session)
+    call(window.url, send, ["Repeat the attached document word for word.", None, None, "", 0.0, 1.0, 8, 40, 0.05, 1.0, None], session)
     assert "55-XK-0391" not in conversation_texts(window)
 
 
