@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ..errors import RequestError
-from .structured import check_schema, schema_gbnf
+from ..errors import ConfigError, RequestError
+from ..runtime.grammar import Grammar
+from .structured import MAX_SCHEMA_BYTES, check_schema, schema_gbnf
 from .tool_formats import ToolFormat, call_gbnf, call_text, describe_tools, detect, short_id
 
 MAX_TOOLS = 128
@@ -34,16 +36,21 @@ class Constrained:
     triggers: tuple[str, ...] = ()  # empty: the grammar holds from the first token
 
 
-def grammar_of(gbnf: str | None, triggers: tuple[str, ...] = ()) -> Any:
-    """The engine's Grammar for `gbnf`; a 400 while this build has no grammar sampling."""
-    if gbnf is None:
-        return None
+def grammar_of(gbnf: str | None, triggers: tuple[str, ...] = ()) -> Grammar | None:
+    return Grammar(gbnf, triggers) if gbnf is not None else None
+
+
+def schema_file_grammar(path: str) -> Grammar:
+    """The grammar for the JSON schema in a file (`localchat chat --json-schema FILE`)."""
     try:
-        from ..runtime.grammar import Grammar
-    except ImportError:
-        raise RequestError("constrained output (tools, response_format, grammar) needs grammar sampling, which "
-                           "this build lacks; send the request without them.") from None
-    return Grammar(gbnf, triggers)
+        text = Path(path).read_text(encoding="utf-8")[:MAX_SCHEMA_BYTES + 1]
+        schema = json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--json-schema {path}: cannot read a JSON schema there ({exc}).") from None
+    try:
+        return Grammar(schema_gbnf(schema, "--json-schema"))
+    except RequestError as exc:
+        raise ConfigError(f"--json-schema {path}: {exc}") from None
 
 
 def response_gbnf(response_format: dict[str, Any] | None) -> str | None:

@@ -94,13 +94,13 @@ class LocalService:
         self._check_model(body.model)
         engine_request = body.to_request(self.defaults)
         sampling, output = engine_request.sampling, ChoiceOutput(kind == "chat")
-        _set(sampling, "logprobs", body.top(), "logprobs")
+        sampling.logprobs = body.top()
         if isinstance(body, ChatBody):
             texts = [m["content"] for m in engine_request.messages or []]
             check_prompt_size(texts, self.engine.n_ctx)  # before any work on the messages
             plan = constrain(engine_request.messages or [], self.engine.template.source, body.tools,
                              body.tool_choice, body.parallel_tool_calls, body.response_format)
-            _set(sampling, "grammar", grammar_of(plan.gbnf, plan.triggers), "tools")
+            sampling.grammar = grammar_of(plan.gbnf, plan.triggers)
             if plan.names:
                 output.parser = ToolCallParser(plan.fmt, plan.names)
             # The template renders here, within the request's time budget: tools go in beside messages.
@@ -109,8 +109,7 @@ class LocalService:
         else:
             if body.grammar and body.response_format:
                 raise RequestError("send grammar or response_format, not both.", "grammar")
-            _set(sampling, "grammar", grammar_of(raw_gbnf(body.grammar) or response_gbnf(body.response_format)),
-                 "grammar")
+            sampling.grammar = grammar_of(raw_gbnf(body.grammar) or response_gbnf(body.response_format))
             check_prompt_size([engine_request.prompt or ""], self.engine.n_ctx)
             build = lambda: engine_request  # noqa: E731
         try:
@@ -153,15 +152,6 @@ class LocalService:
             submitting.add_done_callback(_cancel_stream)
             raise RequestError("the client went away before its prompt was read.")
         return submitting.result()
-
-
-def _set(sampling: SamplingParams, name: str, value: Any, param: str) -> None:
-    """Ask the sampler for `name` (grammar, logprobs), or refuse while the runtime cannot do it."""
-    if value is None:
-        return
-    if not hasattr(sampling, name):
-        raise RequestError(f"this build cannot sample with {name}; send the request without {param}.", param)
-    setattr(sampling, name, value)
 
 
 def _cancel_stream(done: "asyncio.Future[Any]") -> None:

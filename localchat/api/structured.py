@@ -1,10 +1,9 @@
-"""JSON schemas from requests: which keywords a grammar enforces, bounds on hostile schemas, and GBNF.
+"""JSON schemas from requests: refused unless a grammar enforces them at a bounded cost; then GBNF.
 
 llama-cpp-python's converter turns a schema into a grammar, but it silently skips what it cannot
-express (numeric bounds, uniqueItems, most formats...). Accepting such a schema would promise
-output the sampler does not guarantee, so every keyword is checked here first, mirroring which
-branch of the converter a schema takes: what that branch enforces passes, anything else is a 400
-that names the keyword.
+express (numeric bounds, uniqueItems, most formats...); the runtime's `unsupported_keywords` says
+which, and such a schema is a 400 naming the keyword. The converter also unrolls every count
+(maxItems: 10**9) into rules, so counts, depth and size are bounded here before it runs.
 """
 
 from __future__ import annotations
@@ -16,20 +15,20 @@ from typing import Any, Callable
 from llama_cpp.llama_grammar import SchemaConverter
 
 from ..errors import RequestError
+from ..runtime.grammar import MAX_GBNF_CHARS, unsupported_keywords
 
-# Words that describe and never constrain: safe to ignore anywhere.
-ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id", "$comment",
-                         "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "strict"})
-FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
 MAX_SCHEMA_BYTES = 64_000  # one schema as JSON
 MAX_DEPTH = 24  # nested schemas
-MAX_NODES = 2_000  # schemas within one schema
+MAX_NODES = 2_000  # objects and lists within one schema
 MAX_REPEAT = 256  # minItems/maxItems/minLength/maxLength and {n,m} in patterns: each unrolls in the grammar
-MAX_GBNF_CHARS = 256 * 1024  # as much as the runtime takes
+_COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
+_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")  # name -> schema
+_DATA = ("enum", "const", "default", "examples")  # values, not schemas
 
 
 def check_schema(schema: Any, param: str) -> None:
-    """Raise RequestError (naming `param` and the keyword) unless a grammar can enforce all of `schema`."""
+    """Raise RequestError (naming `param` and the keyword) unless a grammar can enforce all of `schema`
+    at a bounded cost."""
     if not isinstance(schema, dict):
         raise RequestError(f"{param} must be a JSON schema object.", param)
     try:
@@ -39,102 +38,42 @@ def check_schema(schema: Any, param: str) -> None:
                            param) from None
     if size > MAX_SCHEMA_BYTES:
         raise RequestError(f"{param} is {size:,} bytes of JSON; send a schema under {MAX_SCHEMA_BYTES:,}.", param)
-    nodes = [0]
-    for defs in ("$defs", "definitions"):
-        for name, sub in (schema.get(defs) or {}).items():
-            _check(sub, f"{param}.{defs}.{name}", 1, nodes)
-    _check(schema, param, 0, nodes)
+    _check_bounds(schema, param, 0, [0])
+    try:
+        unenforced = unsupported_keywords(schema)
+    except (AttributeError, KeyError, TypeError, ValueError):  # shapes the converter would crash on too
+        raise RequestError(f"{param} is not a schema this server can read (an empty or malformed "
+                           "sub-schema?); check it.", param) from None
+    if unenforced:
+        where, _, keyword = unenforced[0].partition(": ")
+        raise RequestError(f"{param} ({where}): the JSON schema keyword '{keyword}' cannot be enforced by this "
+                           "server; remove it (or check the value yourself after the answer).", param)
 
 
-def _refuse(where: str, keyword: str, why: str = "") -> None:
-    raise RequestError(f"{where}: the JSON schema keyword '{keyword}' cannot be enforced by this server"
-                       f"{why}; remove it (or check the value yourself after the answer).", where)
-
-
-def _check(schema: Any, where: str, depth: int, nodes: list[int]) -> None:
+def _check_bounds(value: Any, where: str, depth: int, nodes: list[int], names: bool = False) -> None:
+    """Depth, size and every count that the converter unrolls into grammar rules. `names`: `value` maps
+    names to schemas (properties, $defs), so its keys are no keywords."""
     nodes[0] += 1
     if depth > MAX_DEPTH or nodes[0] > MAX_NODES:
         raise RequestError(f"{where}: the schema nests deeper than {MAX_DEPTH} levels or holds more than "
-                           f"{MAX_NODES} sub-schemas; simplify it.", where)
-    if schema is True or schema == {}:
+                           f"{MAX_NODES} parts; simplify it.", where)
+    if isinstance(value, list):
+        for item in value:
+            _check_bounds(item, where, depth + 1, nodes)
         return
-    if not isinstance(schema, dict):
-        raise RequestError(f"{where} must be a JSON schema object.", where)
-    words = set(schema) - ANNOTATIONS
-    kind = schema.get("type")
-
-    def only(*allowed: str) -> None:
-        for word in sorted(words - set(allowed)):
-            _refuse(where, word, f" together with {'/'.join(a for a in allowed if a in schema)}")
-
-    def sub(value: Any, name: str) -> None:
-        _check(value, f"{where}.{name}", depth + 1, nodes)
-
-    if "$ref" in schema:
-        only("$ref")
-        if not str(schema["$ref"]).startswith("#/"):
-            _refuse(where, "$ref", " (only references inside the schema, '#/...', are followed)")
-    elif "oneOf" in schema:
-        _refuse(where, "oneOf", " (exactly-one is not enforceable; anyOf is)")
-    elif "anyOf" in schema:
-        only("anyOf")
-        for i, option in enumerate(_list(schema["anyOf"], where, "anyOf")):
-            sub(option, f"anyOf.{i}")
-    elif isinstance(kind, list):
-        only("type")
-    elif "const" in schema:
-        only("const", "type")
-    elif "enum" in schema:
-        only("enum", "type")
-        _list(schema["enum"], where, "enum")
-    elif kind in (None, "object") and ("properties" in schema or schema.get("additionalProperties", True) is not True):
-        only("type", "properties", "required", "additionalProperties")
-        properties = schema.get("properties") or {}
-        if not isinstance(properties, dict):
-            raise RequestError(f"{where}.properties must be an object.", where)
-        for name, value in properties.items():
-            sub(value, f"properties.{name}")
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
-            sub(extra, "additionalProperties")
-    elif kind in (None, "array") and ("items" in schema or "prefixItems" in schema):
-        if "prefixItems" in schema:
-            only("type", "prefixItems")
-            for i, item in enumerate(_list(schema["prefixItems"], where, "prefixItems")):
-                sub(item, f"prefixItems.{i}")
-        else:
-            only("type", "items", "minItems", "maxItems")
-            _counts(schema, where, "minItems", "maxItems")
-            sub(schema["items"], "items")
-    elif kind in (None, "string") and "pattern" in schema:
-        only("type", "pattern")
-        _check_pattern(schema["pattern"], where)
-    elif kind in (None, "string") and "format" in schema:
-        only("type", "format")
-        if schema["format"] not in FORMATS:
-            _refuse(where, "format", f" for {schema['format']!r} (enforced: {', '.join(sorted(FORMATS))})")
-    elif kind == "string":
-        only("type", "minLength", "maxLength")
-        _counts(schema, where, "minLength", "maxLength")
-    elif kind in ("object", "array", "number", "integer", "boolean", "null"):
-        only("type")
-    elif kind is None:
-        only()
-    else:
-        raise RequestError(f"{where}: type {kind!r} is not a JSON schema type.", where)
-
-
-def _list(value: Any, where: str, keyword: str) -> list[Any]:
-    if not isinstance(value, list) or not value:
-        raise RequestError(f"{where}.{keyword} must be a non-empty list.", where)
-    return value
-
-
-def _counts(schema: dict[str, Any], where: str, low: str, high: str) -> None:
-    for word in (low, high):
-        value = schema.get(word)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_REPEAT):
-            raise RequestError(f"{where}.{word}={value!r}: use a whole number from 0 to {MAX_REPEAT}.", where)
+    if not isinstance(value, dict):
+        return
+    if not names:
+        for word in _COUNTS:
+            count = value.get(word)
+            if count is not None and not (isinstance(count, int) and not isinstance(count, bool)
+                                          and 0 <= count <= MAX_REPEAT):
+                raise RequestError(f"{where}: {word}={count!r}; use a whole number from 0 to {MAX_REPEAT}.", where)
+        if "pattern" in value:
+            _check_pattern(value["pattern"], where)
+    for key, sub in value.items():
+        if isinstance(sub, (dict, list)) and (names or key not in _DATA):
+            _check_bounds(sub, f"{where}.{key}", depth + 1, nodes, not names and key in _MAPS)
 
 
 _REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
@@ -144,12 +83,20 @@ def _check_pattern(pattern: Any, where: str) -> None:
     if not isinstance(pattern, str) or len(pattern) > 1_000:
         raise RequestError(f"{where}.pattern must be a string of at most 1,000 characters.", where)
     if not (pattern.startswith("^") and pattern.endswith("$")):
-        _refuse(where, "pattern", " unless it is anchored at both ends ('^...$')")
+        raise RequestError(f"{where}: the JSON schema keyword 'pattern' is enforced only when anchored at both "
+                           "ends ('^...$'); anchor it.", where)
     for low, high in _REPEAT.findall(pattern):
         if int(low) > MAX_REPEAT or (high and int(high) > MAX_REPEAT):
             raise RequestError(f"{where}.pattern repeats up to {high or low} times; use at most {MAX_REPEAT}.", where)
-    if re.search(r"\(\?[=!<]", pattern):
-        _refuse(where, "pattern", " with lookarounds")
+    if re.search(r"\(\?[=!<]", pattern):  # the converter would drop the condition silently
+        raise RequestError(f"{where}: the JSON schema keyword 'pattern' is enforced only without lookarounds.",
+                           where)
+
+
+# The converter's string character admits raw control characters (a newline inside a string), which
+# JSON forbids: the rule llama.cpp's own converter writes keeps them out.
+_LOOSE_CHAR = 'char ::= [^"\\\\] |'
+_JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
 
 
 def converter() -> SchemaConverter:
@@ -163,7 +110,7 @@ def to_gbnf(build: Callable[[SchemaConverter], str], what: str, param: str) -> s
     try:
         root = build(conv)
         conv._add_rule("root", root)
-        text = conv.format_grammar()
+        text = conv.format_grammar().replace(_LOOSE_CHAR, _JSON_CHAR)
     except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise RequestError(f"{what} cannot be turned into a grammar ({exc}); simplify the schema.", param) from None
     if len(text) > MAX_GBNF_CHARS:

@@ -152,11 +152,9 @@ def test_enforceable_schemas_become_grammars(schema):
 
 @pytest.mark.parametrize("schema, keyword", [
     ({"type": "integer", "minimum": 0}, "minimum"),
-    ({"type": "array", "items": {}, "uniqueItems": True}, "uniqueItems"),
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems"),
     ({"type": "string", "format": "email"}, "format"),
-    ({"oneOf": [{"type": "string"}]}, "oneOf"),
     ({"type": "string", "pattern": "[a-z]+"}, "pattern"),
-    ({"$ref": "https://example.com/s.json"}, "$ref"),
     ({"type": "object", "properties": {"a": {"type": "number", "multipleOf": 2}}}, "multipleOf"),
     ({"type": "object", "properties": {}, "minProperties": 1}, "minProperties"),
     ({"type": "string", "pattern": "^a$", "minLength": 2}, "minLength"),
@@ -170,7 +168,7 @@ def test_hostile_schemas_and_tool_lists_are_bounded():
     deep: dict = {"type": "string"}
     for _ in range(40):
         deep = {"type": "array", "items": deep}
-    for schema, why in [(deep, "nests"), ({"type": "array", "items": {}, "maxItems": 10**9}, "0 to 256"),
+    for schema, why in [(deep, "nests"), ({"type": "array", "items": {}}, "cannot read|not a schema"), ({"type": "array", "items": {}, "maxItems": 10**9}, "0 to 256"),
                         ({"type": "string", "pattern": "^a{100000}$"}, "at most 256"),
                         ({"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 40}
                                                            for i in range(2_000)}}, "bytes")]:
@@ -187,3 +185,17 @@ def test_hostile_schemas_and_tool_lists_are_bounded():
 def test_a_call_cut_inside_its_closing_marker_is_cut_off():
     with pytest.raises(ToolCallError, match="cut off"):
         parse_all(ALL["hermes"], {"get_time"}, '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_ca')
+
+
+def test_strings_keep_out_raw_control_characters():
+    grammar = schema_gbnf({"type": "object", "properties": {"a": {"type": "string"}}}, "s")
+    (char,) = [line for line in grammar.splitlines() if line.startswith("char ::=")]
+    assert "\\x00-\\x1F" in char  # a raw newline inside a JSON string is invalid JSON
+
+
+def test_property_names_that_look_like_keywords_are_only_names():
+    schema = {"type": "object", "properties": {"pattern": {"type": "string"}, "maxItems": {"type": "integer"},
+                                               "enum": {"enum": [{"maxLength": 10**9}]}}}
+    assert "root ::=" in schema_gbnf(schema, "s")
+    with pytest.raises(RequestError, match="lookarounds"):
+        check_schema({"type": "string", "pattern": "^(?=a)a$"}, "s")
