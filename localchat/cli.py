@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_args(chat, "chat")
     _sampling_args(chat)
     chat.add_argument("--json", action="store_true", help="print one JSON object with the answer and its stats")
+    chat.add_argument("--json-schema", dest="json_schema", metavar="FILE",
+                      help="answer with JSON valid under the JSON schema in FILE (enforced while sampling)")
     chat.add_argument("--file", action="append", default=[], dest="files", metavar="PATH",
                       help="a document to ask about (PDF, DOCX, TXT, MD, HTML, source; repeatable)")
     chat.add_argument("prompt", nargs="?", help="the question; omit it for an interactive chat")
@@ -211,7 +213,12 @@ def _sampling(args: argparse.Namespace):
 def _cmd_chat(args: argparse.Namespace) -> int:
     from .terminal import chat
 
-    return chat(_settings(args), _sampling(args), args.prompt, args.files, args.system, args.json,
+    sampling = _sampling(args)
+    if args.json_schema:
+        from .api.constraints import schema_file_grammar
+
+        sampling.grammar = schema_file_grammar(args.json_schema)
+    return chat(_settings(args), sampling, args.prompt, args.files, args.system, args.json,
                 progress=not args.verbose)
 
 
