@@ -20,8 +20,8 @@ from ..runtime.sampling import SamplingParams
 from .bridge import StreamBridge, wait_for_disconnect
 from .chat_output import ChoiceOutput
 from .constraints import constrain, grammar_of, raw_gbnf, response_gbnf
-from .tool_parser import ToolCallParser
 from .schemas import ChatBody, CompletionBody, parse
+from .tool_parser import ToolCallParser
 from .wire import error_body, sse
 
 # Proxies (nginx) buffer responses unless told not to; a buffered stream arrives all at once.
@@ -186,7 +186,7 @@ class _Reply:
         async for event in bridge.events():
             if isinstance(event, TextDelta):
                 out.feed(event.text)
-                out.add_logprobs(getattr(event, "logprobs", None) or [], event.text)
+                out.add_logprobs(event.logprobs, event.text)
             elif isinstance(event, Stats):
                 stats = event
             elif isinstance(event, Failed):
@@ -225,7 +225,7 @@ class _Reply:
             async for event in bridge.events():
                 if isinstance(event, TextDelta):
                     pieces = out.feed(event.text)
-                    logprobs = out.add_logprobs(getattr(event, "logprobs", None) or [], event.text)
+                    logprobs = out.add_logprobs(event.logprobs, event.text)
                     if pieces or logprobs:
                         yield chunk(pieces, logprobs=logprobs)
                 elif isinstance(event, Stats):
