@@ -258,3 +258,19 @@ def test_bad_messages(engine: Engine):
         engine.submit(Request(messages=[{"role": "wizard", "content": "hi"}]))
     with pytest.raises(RequestError, match="messages or a non-empty prompt"):
         engine.submit(Request())
+
+
+def test_repeat_frequency_and_presence_penalties_steer_greedy_decoding(engine: Engine):
+    """A pattern the model would continue, greedily; the repeat and frequency penalties turn it
+    elsewhere, repeatably (a presence penalty lowers every token of the pattern alike: it must run)."""
+    def answer(**penalty) -> str:
+        sampling = SamplingParams(temperature=0.0, max_tokens=16, **penalty)
+        return engine.submit(Request(prompt="1, 2, 1, 2, 1, 2, 1, 2, 1, 2,", sampling=sampling)).result().text
+
+    plain = answer()
+    assert plain.startswith(" 1, 2, 1, 2")
+    for penalty in ({"repeat_penalty": 1.5}, {"frequency_penalty": 1.5}):
+        steered = answer(**penalty)
+        assert steered != plain, penalty
+        assert answer(**penalty) == steered, penalty
+    assert answer(presence_penalty=2.0)

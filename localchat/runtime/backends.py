@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 PROVE_TIMEOUT_S = 300.0  # a child that hangs proves nothing; a big model on a slow disk loads for long
 PROOF_MAX_BYTES = 4 << 30  # a bigger model is proven on a small one from the models folder
+PROOF_MIN_BYTES = 32 << 20  # below this a model's verdict says nothing of other models
 
 
 # -- proving a variant in a child process ------------------------------------------------------
@@ -90,17 +91,21 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _proof_model(model: Path) -> Path:
-    """What a proof runs: the model at hand, or for a big one the smallest model file in the
-    models folder (a proof pages in every weight of the file it loads)."""
+def _proof_model(model: Path) -> tuple[Path, bool]:
+    """What a proof runs, and whether its verdict holds for other models: the model at hand, or the
+    smallest model file in the models folder that is big enough to say something. A big model pages
+    in every weight; a tiny one (a random-weight test file) may take none of the fast paths, as
+    ggml's AMX kernels run only on quantized matrices of some size."""
     try:
-        if model.stat().st_size <= PROOF_MAX_BYTES:
-            return model
-        small = min((p for p in paths.models_dir().glob("*.gguf") if p.stat().st_size <= PROOF_MAX_BYTES),
-                    key=lambda p: p.stat().st_size, default=None)
+        size = model.stat().st_size
+        if PROOF_MIN_BYTES <= size <= PROOF_MAX_BYTES:
+            return model, True
+        fit = min((p for p in paths.models_dir().glob("*.gguf")
+                   if PROOF_MIN_BYTES <= p.stat().st_size <= PROOF_MAX_BYTES),
+                  key=lambda p: p.stat().st_size, default=None)
     except OSError:
-        return model
-    return small or model
+        return model, False
+    return (fit, True) if fit else (model, size > PROOF_MAX_BYTES)
 
 
 def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset()) -> CpuBackend:
@@ -125,7 +130,7 @@ def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset(
     if kept is not None and (candidates[0].parent / kept.module).is_file():
         return kept
     refused: list[str] = []
-    proof_model = _proof_model(model)
+    proof_model, telling = _proof_model(model)
     for module in candidates:
         problem = prove(module, proof_model, crash=variant_name(module) in simulate_crash)
         if problem == "inconclusive":  # the file would not load or took too long: no verdict on the kernels
@@ -134,8 +139,10 @@ def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset(
             best = variant_name(candidates[0])
             reason = (f"the best of {len(candidates)} variants this CPU supports" if not refused
                       else f"{best} {refused[0].split(': ', 1)[1]} on this machine; the next best that runs")
+            if not telling:
+                reason += " (proven on a tiny model only; proven again with a bigger one)"
             backend = CpuBackend(variant_name(module), exact, module.name, reason, refused)
-            if not simulate_crash:
+            if telling and not simulate_crash:
                 remember(key, backend)
             return backend
         log.warning("CPU kernels %s %s in a test run; trying the next best", variant_name(module), problem)

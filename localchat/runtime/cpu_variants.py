@@ -25,6 +25,8 @@ from .. import paths
 log = logging.getLogger(__name__)
 
 MODULE_SUFFIXES = (".so", ".dll", ".dylib")
+# Part of a verdict's key: verdicts of an earlier proof rule (one that trusted a tiny model's proof) don't count.
+PROOF_RULES = b"proofs on models of 32 MiB or more"
 
 
 @dataclass(slots=True)
@@ -102,7 +104,7 @@ def machine_key(modules: list[Path]) -> str:
             cpu = "".join(line for line in f if line.startswith(("model name", "flags")))[:8192]
     except OSError:
         pass
-    digest = hashlib.sha256(cpu.encode())
+    digest = hashlib.sha256(cpu.encode() + PROOF_RULES)
     for m in modules:
         stat = m.stat()
         digest.update(f"{m.name}:{stat.st_size}:{int(stat.st_mtime)}".encode())

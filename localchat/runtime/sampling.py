@@ -126,8 +126,10 @@ class Sampler:
         self._chain = llama_cpp.llama_sampler_chain_init(chain_params)
         add = lambda s: llama_cpp.llama_sampler_chain_add(self._chain, s)  # noqa: E731
         if penalised:
+            # This llama.cpp still takes the vocabulary size first (later ones dropped it).
             add(llama_cpp.llama_sampler_init_penalties(
-                params.penalty_last_n, params.repeat_penalty, params.frequency_penalty, params.presence_penalty))
+                n_vocab, params.penalty_last_n, params.repeat_penalty, params.frequency_penalty,
+                params.presence_penalty))
         if params.greedy:
             add(llama_cpp.llama_sampler_init_greedy())
         else:
