@@ -1,0 +1,89 @@
+"""GPTQ-4bit on the torch worker vs the GGUF Q4_1 file on llama.cpp: the same SmolLM2-135M, the same
+engine, side by side in one run. Decode and prefill tokens/s (medians) and memory.
+
+    python benchmarks/gptq.py [--repeats 3] [--prompt-tokens 512] [--decode-tokens 64] [--threads 2]
+
+The GPTQ checkpoint is made here as the tests make it (localchat/gptq/derive.py), cached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+import psutil
+import torch
+
+from localchat.gptq import derive
+from localchat.gptq.tokenizer import CheckpointTokenizer
+from localchat.models.derive import requantize
+from localchat.models.resolve import resolve_model
+from localchat.paths import models_dir
+from localchat.runtime.engine import Engine, EngineConfig, Request
+from localchat.runtime.worker import WorkerConfig
+from localchat.workloads import document, greedy
+
+CALIBRATION = Path(__file__).parent.parent / "tests" / "data" / "gptq-calibration.txt"
+
+
+def gptq_checkpoint(gguf: Path, bits: int = 4) -> Path:
+    dense = derive.hf_from_gguf(requantize(gguf, "F16"), models_dir() / "SmolLM2-135M-Instruct-hf")
+    tok = CheckpointTokenizer(dense, json.loads((dense / "config.json").read_text()))
+    ids = tok.encode(CALIBRATION.read_text(), False, False)
+    calibration = [ids[i:i + 256] for i in range(0, len(ids), 256)]
+    name = f"SmolLM2-135M-Instruct-GPTQ-{bits}bit-g128"
+    return derive.quantize_folder(dense, models_dir() / name, calibration, bits=bits, group=128, sym=True)
+
+
+def measure(path: Path, args: argparse.Namespace) -> dict[str, float]:
+    rss_before = psutil.Process().memory_info().rss
+    config = EngineConfig(worker=WorkerConfig(n_ctx=2048, n_batch=512, n_seq_max=2, n_threads=args.threads),
+                          adapt_threads=False)
+    with Engine.load(path, config) as engine:
+        rss_loaded = psutil.Process().memory_info().rss
+        prompt = document(args.prompt_tokens)
+        decode, prefill = [], []
+        for i in range(args.repeats + 1):  # the first run warms up
+            # A new first token each time, so no prefix is reused from the run before.
+            result = engine.submit(Request(prompt=f"{i}. {prompt}", sampling=greedy(args.decode_tokens))).result()
+            if i:
+                decode.append(result.stats.tokens_per_s)
+                prefill.append(result.stats.prefill_tokens_per_s)
+        rss_peak = psutil.Process().memory_info().rss
+        return {"decode": statistics.median(decode), "prefill": statistics.median(prefill),
+                "prompt_tokens": result.stats.prompt_tokens, "loaded_mb": (rss_loaded - rss_before) / 1e6,
+                "peak_mb": (rss_peak - rss_before) / 1e6, "describe": engine.worker.describe()}
+
+
+def folder_mb(path: Path) -> float:
+    files = [path] if path.is_file() else list(path.iterdir())
+    return sum(f.stat().st_size for f in files) / 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--prompt-tokens", type=int, default=512)
+    parser.add_argument("--decode-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    gguf = resolve_model("smollm2-135m")
+    gptq = gptq_checkpoint(gguf)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {args.threads} threads, "
+          f"torch {torch.__version__}; load average {os.getloadavg()[0]:.1f}")
+    print("| runner | files MB | decode tok/s | prefill tok/s | RSS after load MB | RSS peak MB |")
+    print("|---|---|---|---|---|---|")
+    for label, path in (("GGUF Q4_1, llama.cpp", gguf), ("GPTQ 4-bit g128, torch", gptq)):
+        m = measure(path, args)
+        print(f"| {label} ({m['describe']}) | {folder_mb(path):.0f} | {m['decode']:.1f} | {m['prefill']:.1f} | "
+              f"{m['loaded_mb']:.0f} | {m['peak_mb']:.0f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
