@@ -1,4 +1,5 @@
-"""A Worker owns one llama.cpp model and context. Only workers touch llama.cpp."""
+"""A Worker owns one llama.cpp model and context. Only workers touch llama.cpp. (Just over 300 lines:
+loading, batches, KV operations, state hand-over and samplers are one object's view of one context.)"""
 
 from __future__ import annotations
 
