@@ -212,9 +212,15 @@ class Worker:
         return raw.decode("utf-8", errors="replace") if raw else None
 
     def describe(self) -> str:
+        """"llama, 135M parameters, Q4_1": llama.cpp's description names a size class ("256M" for
+        SmolLM2-135M), so the size is the model's own parameter count."""
         buf = ctypes.create_string_buffer(256)
         llama_cpp.llama_model_desc(self.model, buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace")
+        words = buf.value.decode("utf-8", errors="replace").split(" ")  # arch, size class, file type
+        arch, quant = words[0], " ".join(words[2:])
+        n = llama_cpp.llama_model_n_params(self.model)
+        size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+        return ", ".join(x for x in (arch, f"{size} parameters", quant) if x)
 
     def _fingerprint(self, cparams) -> str:
         """What must agree for one context's KV state to be valid in another: the same weights

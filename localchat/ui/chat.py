@@ -345,6 +345,6 @@ class ChatCore:
         spec = rt.engine.speculator
         speculation = type(spec.drafter).__name__ if spec is not None else "off"
         model = Path(rt.model).name if rt.model.lower().endswith(".gguf") else rt.model
-        weights = render.weights_line(worker.model_path, worker.describe())
+        weights = worker.describe()
         return render.status_markdown(model, worker.model_path, weights, rt.engine.n_ctx, rt.engine.placement,
                                       speculation)

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import bisect
-import functools
 import html
-import math
 import os
 import re
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import LocalchatError
-from ..models.gguf_info import read_gguf
 from ..runtime.events import Stats
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#|])")
@@ -160,22 +156,6 @@ def prefill_line(done: int, total: int, started: float, first_done: int, now: fl
         rate = (done - first_done) / elapsed
         line += f", about {max((total - done) / rate, 0):.0f} s left"
     return line + " — Stop cancels."
-
-
-@functools.lru_cache(maxsize=8)
-def _parameters(path: Path, mtime: float) -> tuple[str, int, str | None]:
-    info = read_gguf(path)
-    return info.arch, sum(math.prod(t.shape) for t in info.tensors), info.quant
-
-
-def weights_line(path: Path, description: str) -> str:
-    """"llama, 135M parameters, Q4_1" from the file itself (llama.cpp's description names a size class)."""
-    try:
-        arch, n, quant = _parameters(path, path.stat().st_mtime)
-    except (LocalchatError, OSError):
-        return description
-    size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
-    return ", ".join(x for x in (arch, f"{size} parameters", quant) if x)
 
 
 def status_markdown(model: str, path: Path, description: str, n_ctx: int, placement: str,
