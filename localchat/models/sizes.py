@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import cache_dir
-from .catalog import ModelFacts
+from .catalog import ModelFacts, ModelFile
+from .checkpoints import REQUIRED, checkpoint_files
 from .hub import hub_endpoint
 from .hub_errors import network_errors
 
@@ -29,6 +30,7 @@ TIMEOUT = 5.0            # per request: the plan must not wait long for an unrea
 DEADLINE = 15.0          # for all requests together
 WORKERS = 8
 Repo = tuple[str, str]   # (repo, revision)
+CHECKPOINT_MARK = REQUIRED[0]  # config.json: a listing that names it lists a checkpoint
 
 
 @dataclass(slots=True)
@@ -42,13 +44,22 @@ class SizeRefresh:
 
 
 def _wanted(facts: dict[str, ModelFacts]) -> dict[Repo, set[str]]:
-    """Repos and file names whose sizes the catalog could not verify."""
+    """Repos and file names whose sizes the catalog could not verify (a checkpoint counts by its config.json:
+    its size is that of all its files the listing names)."""
     found: dict[Repo, set[str]] = {}
     for model in facts.values():
         for quant in model.files.values():
-            if quant.repo and quant.repo_file and not quant.verified:
-                found.setdefault((quant.repo, quant.revision), set()).add(quant.repo_file)
+            name = CHECKPOINT_MARK if quant.is_checkpoint else quant.repo_file
+            if quant.repo and name and not quant.verified:
+                found.setdefault((quant.repo, quant.revision), set()).add(name)
     return found
+
+
+def _listed_size(qf: ModelFile, listed: dict[str, int]) -> int | None:
+    """The size the repo listing gives a catalog file: one file's, or a checkpoint's files together."""
+    if qf.is_checkpoint:
+        return sum(checkpoint_files(listed).values()) if CHECKPOINT_MARK in listed else None
+    return listed.get(qf.repo_file)
 
 
 def _cache_path() -> Path:
@@ -174,7 +185,7 @@ def _apply(facts: dict[str, ModelFacts], endpoint: str, cache: dict[str, dict],
         files = {}
         for quant, qf in model.files.items():
             listed = cache.get(_key(endpoint, (qf.repo, qf.revision)), {}).get("sizes", {}) if qf.repo else {}
-            size = listed.get(qf.repo_file) if not qf.verified else None
+            size = _listed_size(qf, listed) if not qf.verified else None
             if isinstance(size, int) and size > 0 and size != qf.size:
                 result.changed[(key, quant)] = (qf.size, size)
                 qf = dataclasses.replace(qf, size=size)

@@ -131,8 +131,8 @@ def gpu_indices(names: list[str]) -> str:
     return ",".join(n.split(":", 1)[1] for n in names if n.startswith(("cuda:", "metal:")))
 
 
-def _step_time(model: ModelFacts, quant: str, parts: list[tuple[Device, int, bool]], n_tokens: int,
-               type_kv: str, eff: dict[str, float], fill: int = DECODE_FILL) -> float:
+def step_time(model: ModelFacts, quant: str, parts: list[tuple[Device, int, bool]], n_tokens: int,
+              type_kv: str, eff: dict[str, float], fill: int = DECODE_FILL) -> float:
     """Seconds for one llama_decode of n_tokens, `fill` tokens already cached, over a pipeline of
     (device, layers, holds the head)."""
     def rate(key: str) -> float:
@@ -190,17 +190,17 @@ def _draft(model: ModelFacts, quant: str, parts: list, use: list[dict], placemen
     measured = wants.measured_acceptance.get(model.key)
     alpha = min(max(wants.draft_acceptance if measured is None else measured, 0.0), 0.95)
     fill = min(wants.decode_fill, n_ctx)
-    t_plain = _step_time(model, quant, parts, 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
+    t_plain = step_time(model, quant, parts, 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
     for where, label in sites:
         used = next((u["total"] for u in use if u["device"] == where.name), 0)
         # On a GPU the draft's token embedding stays in RAM, as the target's does (the launch counts alike).
         need = usage(draft, d_quant, n_ctx, type_kv, draft.n_layer, True, whole_file=where.kind == "cpu")["total"]
         if used + need > where.budget:
             continue
-        t_draft = _step_time(draft, d_quant, [(where, draft.n_layer, True)], 1, type_kv, eff, fill)
+        t_draft = step_time(draft, d_quant, [(where, draft.n_layer, True)], 1, type_kv, eff, fill)
         # Speculation: k cheap draft steps, one target pass over k+1 tokens, E accepted tokens.
         speedups = [(expected_tokens(alpha, k) * t_plain
-                     / (_step_time(model, quant, parts, k + 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
+                     / (step_time(model, quant, parts, k + 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
                         + k * t_draft), k) for k in range(1, 9)]
         speedup, k = max(speedups)
         return {"pays": speedup >= MIN_DRAFT_SPEEDUP, "speedup": speedup, "draft": draft.key, "quant": d_quant,
@@ -223,8 +223,8 @@ def options_for(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices
     found = []
     for placement, parts, shared in _layouts(model, quant, n_ctx, type_kv, devices, wants):
         usage = [dict(u) for u in shared]
-        t1 = _step_time(model, quant, parts, 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
-        prefill = N_UBATCH / _step_time(model, quant, parts, N_UBATCH, type_kv, eff, fill // 2)
+        t1 = step_time(model, quant, parts, 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
+        prefill = N_UBATCH / step_time(model, quant, parts, N_UBATCH, type_kv, eff, fill // 2)
         gpu_layers = sum(n for d, n, _ in parts if d.kind == "gpu")
         split = [n / model.n_layer for d, n, _ in parts if d.kind == "gpu"] if placement == "layer-split" else []
         why = "" if len(devices) > 1 else " (no usable GPU)"

@@ -14,6 +14,7 @@ from ..errors import ConfigError, ModelNotFoundError
 from ..hardware import DESCRIPTION_HELP, HardwareInfo
 from ..models.catalog import ModelFacts, load_catalog as load_facts
 from .cost import DECODE_FILL, DEFAULT_EFFICIENCY, Device, Option, devices_of, gpu_indices, options_for
+from .gptq_options import gptq_options, unavailable
 
 # Quality is a model's log2 size in billions, plus a family bonus (newer training, same size),
 # minus the quant's loss; one unit ~ doubling the parameters. Penalties follow llama.cpp's
@@ -21,7 +22,9 @@ from .cost import DECODE_FILL, DEFAULT_EFFICIENCY, Device, Option, devices_of, g
 QUANT_PENALTY = {"F32": 0.0, "F16": 0.0, "BF16": 0.0, "Q8_0": -0.02, "Q6_K": -0.05, "Q5_K_M": -0.1,
                  "Q5_K_S": -0.12, "Q5_1": -0.12, "Q5_0": -0.15, "Q4_K_M": -0.25, "Q4_K_S": -0.3,
                  "IQ4_XS": -0.3, "Q4_1": -0.3, "Q4_0": -0.4, "IQ4_NL": -0.35, "Q3_K_L": -0.55,
-                 "Q3_K_M": -0.7, "IQ3_M": -0.75, "Q3_K_S": -0.9, "Q2_K": -1.5}
+                 "Q3_K_M": -0.7, "IQ3_M": -0.75, "Q3_K_S": -0.9, "Q2_K": -1.5,
+                 # GPTQ with group-128 scales: 4-bit loses about what Q4_1 does, 8-bit about what Q8_0 does.
+                 "GPTQ-INT4": -0.3, "GPTQ-INT8": -0.02}
 FAMILY_BONUS = {"qwen3": 0.3, "gemma3": 0.2, "qwen2.5": 0.1, "llama3": 0.0, "smollm2": -0.5}
 KV_PENALTY = {"f16": 0.0, "q8_0": -0.02}
 SHORT_CONTEXT_PENALTY = 0.1   # planning 4k instead of 8k tokens costs about a Q5->Q4 step
@@ -44,6 +47,7 @@ class Wants:
     # Measured per-token draft acceptance by target catalog key (tune wizard); beats draft_acceptance.
     measured_acceptance: dict[str, float] = field(default_factory=dict)
     decode_fill: int = DECODE_FILL  # cached tokens at which decode speed is predicted
+    gptq_extra: bool | None = None  # whether the gptq extra (torch) is installed; None: look when planning
 
 
 @dataclass(slots=True)
@@ -101,6 +105,7 @@ class Plan:
     reasons: list[str]
     alternatives: list[Alternative]
     warnings: list[str]
+    format: str = "gguf"          # the weights' format: gguf (llama.cpp) or gptq (a checkpoint on torch)
 
     def to_dict(self) -> dict:
         """Plain data for JSON."""
@@ -117,19 +122,34 @@ def quality(model: ModelFacts, quant: str) -> float:
             + QUANT_PENALTY.get(quant.upper(), -0.5))
 
 
-def _candidates(catalog: dict[str, ModelFacts], devices: list[Device], wants: Wants) -> list[Option]:
+def _wanted(catalog: dict[str, ModelFacts], wants: Wants) -> list[ModelFacts]:
+    return [m for m in catalog.values()
+            if not wants.family or wants.family.lower() in (m.family.lower(), m.key.lower())]
+
+
+def _options_at(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices: list[Device],
+                catalog: dict[str, ModelFacts], wants: Wants) -> list[Option]:
+    """The options of one model+quant: llama.cpp's layouts for a GGUF file, the torch worker's for a checkpoint."""
+    if model.files[quant].is_checkpoint:
+        eff = {**DEFAULT_EFFICIENCY, **wants.efficiency}
+        return gptq_options(model, quant, n_ctx, devices, eff, min(wants.decode_fill, n_ctx)) if type_kv == "f16" else []
+    return options_for(model, quant, n_ctx, type_kv, devices, catalog, wants)
+
+
+def _candidates(catalog: dict[str, ModelFacts], devices: list[Device], wants: Wants, checkpoints: bool) -> list[Option]:
+    """Every model+quant's options at the longest default context that fits; GPTQ checkpoints when `checkpoints`."""
     found = []
-    for model in catalog.values():
-        if wants.family and wants.family.lower() not in (model.family.lower(), model.key.lower()):
-            continue
+    for model in _wanted(catalog, wants):
         contexts = (wants.n_ctx,) if wants.n_ctx else DEFAULT_CONTEXTS
-        for quant in model.files:
+        for quant, file in model.files.items():
+            if file.is_checkpoint and not checkpoints:
+                continue
             for n_ctx in contexts:
                 if n_ctx > model.n_ctx_train:
                     continue
-                options = options_for(model, quant, n_ctx, "f16", devices, catalog, wants)
+                options = _options_at(model, quant, n_ctx, "f16", devices, catalog, wants)
                 # A q8_0 cache only where it buys a placement the f16 cache cannot have.
-                options += [o for o in options_for(model, quant, n_ctx, "q8_0", devices, catalog, wants)
+                options += [o for o in _options_at(model, quant, n_ctx, "q8_0", devices, catalog, wants)
                             if o.placement not in {f.placement for f in options}]
                 for option in options:
                     option.quality = (quality(model, quant) + KV_PENALTY[option.type_kv]
@@ -156,7 +176,7 @@ def _grow_context(chosen: Option, catalog: dict[str, ModelFacts], devices: list[
     for n_ctx in GROW_CONTEXTS:
         if n_ctx <= chosen.n_ctx or n_ctx > model.n_ctx_train:
             continue
-        for option in options_for(model, chosen.quant, n_ctx, chosen.type_kv, devices, catalog, wants):
+        for option in _options_at(model, chosen.quant, n_ctx, chosen.type_kv, devices, catalog, wants):
             if option.placement == chosen.placement and option.draft == chosen.draft and \
                     option.plain_decode_tps >= min(wants.min_decode_tps, chosen.plain_decode_tps * 0.95):
                 option.quality = chosen.quality
@@ -178,7 +198,8 @@ def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | 
     """Pick model, quant, context, KV type, placement and draft for this machine; every choice says why."""
     wants = wants or Wants()
     devices, warnings = devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})
-    options = _candidates(catalog, devices, wants)
+    no_gptq = unavailable(devices, wants.gptq_extra)
+    options = _candidates(catalog, devices, wants, checkpoints=no_gptq is None)
     if not options:
         what = f"the '{wants.family}' models" if wants.family else "any catalog model"
         raise ModelNotFoundError(f"{what} cannot fit this machine's memory"
@@ -192,6 +213,10 @@ def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | 
                + (f" and decodes at least {wants.min_decode_tps:g} tok/s." if fast_enough else
                   f"; nothing that fits reaches {wants.min_decode_tps:g} tok/s, so this is the best of the rest.")]
     reasons += chosen.reasons
+    checkpoints = [f"{m.key}:{q}" for m in _wanted(catalog, wants) for q, f in m.files.items() if f.is_checkpoint]
+    if no_gptq and checkpoints:
+        shown = ", ".join(checkpoints[:3]) + (f" and {len(checkpoints) - 3} more" if len(checkpoints) > 3 else "")
+        reasons.append(f"GPTQ checkpoints ({shown}): {no_gptq}.")
     if not fast_enough:
         warnings.append(f"predicted decode speed {chosen.plain_decode_tps:.1f} tok/s is below {wants.min_decode_tps:g}.")
     seen, alternatives = {(chosen.model, chosen.quant)}, []
@@ -213,13 +238,15 @@ def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | 
         draft=chosen.draft, draft_quant=chosen.draft_quant, draft_device=chosen.draft_device, n_draft=chosen.n_draft,
         devices=[DeviceUse(**u) for u in chosen.usage], predicted_decode_tps=round(chosen.decode_tps, 1),
         predicted_prefill_tps=round(chosen.prefill_tps, 1), decode_tps_without_draft=round(chosen.plain_decode_tps, 1),
-        quality=round(chosen.quality, 3), reasons=reasons, alternatives=alternatives, warnings=warnings)
+        quality=round(chosen.quality, 3), reasons=reasons, alternatives=alternatives, warnings=warnings,
+        format=file.format)
 
 
 def format_plan(result: Plan) -> str:
     """A readable plan."""
     gb = lambda n: f"{n / 1e9:.1f} GB"  # noqa: E731
-    lines = [f"model      {result.name} {result.quant}  ({result.file}, {gb(result.size)})",
+    what = "GPTQ checkpoint folder " if result.format == "gptq" else ""
+    lines = [f"model      {result.name} {result.quant}  ({what}{result.file}, {gb(result.size)})",
              f"placement  {result.placement}  n_gpu_layers={result.n_gpu_layers}  n_ctx={result.n_ctx}  "
              f"type_k/type_v={result.type_k}",
              f"draft      {result.draft + ' ' + (result.draft_quant or '') + ' on ' + (result.draft_device or '') if result.draft else 'none'}",

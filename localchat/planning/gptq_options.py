@@ -1,0 +1,65 @@
+"""GPTQ checkpoints in the plan: priced by the one memory model (fit.py: weights from the checkpoint's
+size, KV and compute scratch as for GGUF) and the one cost model (cost.py's step time) with the torch
+kernels' efficiency; offered only where they can win: on an NVIDIA GPU, with the gptq extra installed.
+
+On the CPU a GPTQ checkpoint is never offered: llama.cpp's GGUF kernels run the same model far
+faster than torch does (docs/benchmarks.md, GPTQ: torch 2.13's CPU int4 op with float32 activations
+was 25-100x slower than dense float32, the GGUF file ~50x faster end to end on SmolLM2-135M).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import gptq
+from ..models.catalog import ModelFacts
+from .cost import ENGINE_STEP_OVERHEAD, LAYER_OVERHEAD, Device, Option, step_time
+from .fit import N_UBATCH, fits, usage
+
+# The torch worker runs eagerly: about ten kernel launches per layer and step and no CUDA graphs, where
+# llama.cpp's graph pays LAYER_OVERHEAD["gpu"].
+TORCH_LAYER_OVERHEAD = 150e-6
+# The share of llama.cpp's roofline speed (bandwidth and FLOPs) torch's int4 kernels reach on the same
+# GPU: assumed until `localchat tune` measures a checkpoint on one (it records `torch_gptq` then).
+TORCH_GPTQ_EFFICIENCY = 0.5
+CPU_REASON = ("llama.cpp's GGUF kernels run the same model far faster on the CPU than torch does "
+              "(docs/benchmarks.md, GPTQ)")
+
+
+def nvidia_gpus(devices: list[Device]) -> list[Device]:
+    """The CUDA devices among the planner's (the torch worker's GPTQ kernels are CUDA's)."""
+    return [d for d in devices if d.kind == "gpu" and not d.unified]
+
+
+def unavailable(devices: list[Device], extra: bool | None) -> str | None:
+    """Why no GPTQ checkpoint is offered on these devices, or None when they are. `extra`: whether the
+    gptq extra is installed (None: look now)."""
+    if not nvidia_gpus(devices):
+        return f"not offered without an NVIDIA GPU: {CPU_REASON}"
+    if not (gptq.extra_installed() if extra is None else extra):
+        return f"{gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}"
+    return None
+
+
+def gptq_options(model: ModelFacts, quant: str, n_ctx: int, devices: list[Device], eff: dict[str, float],
+                 fill: int) -> list[Option]:
+    """The checkpoint whole on the fastest NVIDIA GPU that holds it (torch keeps every weight there,
+    embeddings too), with its predicted speeds; [] when none holds it."""
+    checkpoint = model.files[quant]
+    L = model.n_layer
+    for gpu in sorted(nvidia_gpus(devices), key=lambda g: -g.bandwidth):
+        use = {"device": gpu.name, **usage(model, quant, n_ctx, "f16", L, True, whole_file=True),
+               "budget": gpu.budget, "free": gpu.free}
+        if not fits([use]):
+            continue
+        rate = eff.get("torch_gptq", TORCH_GPTQ_EFFICIENCY)
+        torch_gpu = dataclasses.replace(gpu, bandwidth=gpu.bandwidth * rate, flops=gpu.flops * rate)
+        eager = L * (TORCH_LAYER_OVERHEAD - LAYER_OVERHEAD["gpu"])
+        t1 = step_time(model, quant, [(torch_gpu, L, True)], 1, "f16", eff, fill) + eager + ENGINE_STEP_OVERHEAD
+        prefill = N_UBATCH / (step_time(model, quant, [(torch_gpu, L, True)], N_UBATCH, "f16", eff, fill // 2) + eager)
+        why = (f"placement gpu: the GPTQ {checkpoint.bits}-bit checkpoint runs whole on {gpu.name} on the torch worker "
+               f"(the gptq extra), at {rate:g} of llama.cpp's roofline speed "
+               + ("(measured by `localchat tune`)." if "torch_gptq" in eff else "(assumed)."))
+        return [Option(model.key, quant, n_ctx, "f16", "gpu", L + 1, max(gpu.index, 0), [], [use], 1 / t1, prefill,
+                       1 / t1, reasons=[why, "no draft: a draft model runs on llama.cpp, this checkpoint on torch."])]
+    return []
