@@ -127,7 +127,7 @@ def _wanted(catalog: dict[str, ModelFacts], wants: Wants) -> list[ModelFacts]:
             if not wants.family or wants.family.lower() in (m.family.lower(), m.key.lower())]
 
 
-def _options_at(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices: list[Device],
+def options_at(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices: list[Device],
                 catalog: dict[str, ModelFacts], wants: Wants) -> list[Option]:
     """The options of one model+quant: llama.cpp's layouts for a GGUF file, the torch worker's for a checkpoint."""
     if model.files[quant].is_checkpoint:
@@ -147,9 +147,9 @@ def _candidates(catalog: dict[str, ModelFacts], devices: list[Device], wants: Wa
             for n_ctx in contexts:
                 if n_ctx > model.n_ctx_train:
                     continue
-                options = _options_at(model, quant, n_ctx, "f16", devices, catalog, wants)
+                options = options_at(model, quant, n_ctx, "f16", devices, catalog, wants)
                 # A q8_0 cache only where it buys a placement the f16 cache cannot have.
-                options += [o for o in _options_at(model, quant, n_ctx, "q8_0", devices, catalog, wants)
+                options += [o for o in options_at(model, quant, n_ctx, "q8_0", devices, catalog, wants)
                             if o.placement not in {f.placement for f in options}]
                 for option in options:
                     option.quality = (quality(model, quant) + KV_PENALTY[option.type_kv]
@@ -176,7 +176,7 @@ def _grow_context(chosen: Option, catalog: dict[str, ModelFacts], devices: list[
     for n_ctx in GROW_CONTEXTS:
         if n_ctx <= chosen.n_ctx or n_ctx > model.n_ctx_train:
             continue
-        for option in _options_at(model, chosen.quant, n_ctx, chosen.type_kv, devices, catalog, wants):
+        for option in options_at(model, chosen.quant, n_ctx, chosen.type_kv, devices, catalog, wants):
             if option.placement == chosen.placement and option.draft == chosen.draft and \
                     option.plain_decode_tps >= min(wants.min_decode_tps, chosen.plain_decode_tps * 0.95):
                 option.quality = chosen.quality

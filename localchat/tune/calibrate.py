@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts
-from ..planning.cost import DECODE_FILL, DEFAULT_EFFICIENCY, devices_of, options_for
-from ..planning.planner import Wants
+from ..planning.cost import DECODE_FILL, DEFAULT_EFFICIENCY, devices_of
+from ..planning.planner import Wants, options_at
 
 # Which efficiency factors set the decode and the prefill speed of a placement.
 _DECODE_KEYS = {"cpu": ("bandwidth", "cpu_decode_compute", "cpu_attention")}
@@ -46,7 +46,7 @@ def predict(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, qu
     wants = Wants(n_ctx=n_ctx, efficiency=dict(efficiency or {}), decode_fill=fill,
                   measured_acceptance=dict(acceptance or {}))
     devices, _ = devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})
-    options = options_for(catalog[key], quant, n_ctx, "f16", devices, catalog, wants)
+    options = options_at(catalog[key], quant, n_ctx, "f16", devices, catalog, wants)
     # A placement named after its draft ("draft-on-second-gpu") is still the same layout underneath.
     matching = [o for o in options if placement in (None, o.placement)] or options
     if not matching:

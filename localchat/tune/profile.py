@@ -65,6 +65,9 @@ class Profile:
     predicted_draft_speedup: float = 0.0   # the planner's, with the measured acceptance
     placements: list[dict[str, Any]] = field(default_factory=list)  # each placement measured, or why not
     placement_reason: str = ""
+    # The kept model's GGUF file and GPTQ checkpoint measured side by side (formats.py), and the verdict.
+    formats: list[dict[str, Any]] = field(default_factory=list)
+    format_reason: str = ""
     chart: str | None = None
     created: str = ""
     version: int = PROFILE_VERSION
@@ -139,7 +142,7 @@ def why_not_current(profile: Profile, hardware: HardwareInfo) -> str | None:
         return f"it was written by another version of localchat (profile version {profile.version})"
     if profile.fingerprint != fingerprint(hardware):
         return f"it was tuned on other hardware ({profile.hardware})"
-    if not Path(profile.path).is_file():
+    if not Path(profile.path).exists():  # a file, or a GPTQ checkpoint's folder
         return f"its model file {profile.path} is gone"
     return None
 

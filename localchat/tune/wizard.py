@@ -24,6 +24,7 @@ from .calibrate import corrections, predict
 from .candidates import Candidate, candidates_of, gather, print_candidates
 from .chart import ChartRow, save_chart
 from .draft import DraftMeasurement, measure_draft
+from .formats import RACE_TOKENS, race
 from .measure import Measurement, measure
 from .placements import tune_placement
 from .profile import (Profile, fingerprint, load_profile, profile_is_current, profile_path,
@@ -105,9 +106,10 @@ def _print_table(measured: list[Candidate], best: Candidate, spec: Speculation |
 def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | None = None, download: bool = True,
                out: TextIO = sys.stdout, *, wants: Wants | None = None, fill: int = DECODE_FILL,
                max_measured: int = 2, refresh: bool | None = None, draft_tokens: int = DRAFT_TOKENS,
-               placement_doc_tokens: int = PLACEMENT_DOC_TOKENS) -> Profile:
+               placement_doc_tokens: int = PLACEMENT_DOC_TOKENS, race_tokens: tuple[int, int] = RACE_TOKENS) -> Profile:
     """Tune this machine end to end and save the profile; returns it. `refresh`: ask the hub for current
-    file sizes (default: when downloading is allowed). `placement_doc_tokens` 0 skips measuring placements."""
+    file sizes (default: when downloading is allowed). `placement_doc_tokens` 0 skips measuring placements.
+    `race_tokens`: the prompt and answer of the side-by-side run of the kept model's GGUF and GPTQ files."""
     # Predict decode at the fill the measurements use, so predicted and measured compare.
     wants = replace(wants or Wants(), decode_fill=fill)
     hardware = probe_fn()
@@ -156,11 +158,18 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     m = best.measurement
     efficiency = corrections(hardware, facts, best.key, best.quant, best.n_ctx, best.placement,
                              m.decode_tps, m.prefill_tps, base=wants.efficiency, fill=m.decode_fill)
-    spec = _measure_draft(best, entries, hardware, facts, efficiency, draft_tokens, out)
-    _print_table(measured, best, spec, out)
     p = best.predicted
+    runs, format_reason, torch_rate = race(hardware, facts, entries, best.key, best.quant, best.path, m.n_ctx,
+                                           m.n_threads, p.n_gpu_layers if p else 0, wants, out, race_tokens)
+    print(f"format: {format_reason}", file=out)
+    efficiency |= torch_rate  # the torch kernels' measured share, where the planner offers GPTQ
+    checkpoint = next((r for r in runs if r.format == "gptq" and r.status == "kept"), None)
+    spec = _measure_draft(best, entries, hardware, facts, efficiency, draft_tokens, out) if not checkpoint else None
+    _print_table(measured, best, spec, out)
     placement, placements, placement_reason = best.placement, [], "not measured"
-    if placement_doc_tokens:
+    if checkpoint:  # the torch worker runs on one device: there is no placement to choose
+        placement_reason = "not measured: the GPTQ checkpoint runs on the torch worker, on one device"
+    elif placement_doc_tokens:
         planned = placement_of(best.placement).name
         base = WorkerConfig(n_ctx=m.n_ctx, n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0)
         kept, placements, placement_reason = tune_placement(
@@ -184,7 +193,14 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
         predicted_memory={"weights": p.weights, "kv": p.kv, "compute": p.compute, "total": p.memory} if p else {},
         step_ms={str(k): v for k, v in m.step_ms.items()}, chunk_ms={str(k): v for k, v in m.chunk_ms.items()},
         efficiency=efficiency, candidates=[c.summary() for c in considered],
+        formats=[r.to_dict() for r in runs], format_reason=format_reason,
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    if checkpoint:  # what runs is the checkpoint: its path and the numbers of its side-by-side run
+        profile.quant, profile.path = checkpoint.quant, checkpoint.path
+        profile.decode_tps, profile.prefill_tps = checkpoint.decode_tps, checkpoint.prefill_tps
+        profile.predicted_decode_tps, profile.predicted_prefill_tps = checkpoint.predicted_decode_tps, 0.0
+        profile.memory = {"weights": checkpoint.weights, "total": checkpoint.weights}
+        profile.predicted_memory, profile.step_ms, profile.chunk_ms, profile.step_budget = {}, {}, {}, 0
     if spec:
         key, d, predicted = spec
         profile.draft, profile.draft_path, profile.draft_acceptance = key, d.draft_path, d.acceptance
@@ -203,8 +219,9 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     except (ImportError, OSError) as exc:
         drawn_by = f"no chart ({exc})"
     save_profile(profile, path)
-    print(f"\nkept {best.label}: {m.decode_tps:.1f} tok/s decode, {m.prefill_tps:.0f} tok/s prefill, "
-          f"{m.memory.total / 1e6:.0f} MB; step budget {profile.step_budget or 'adaptive'}", file=out)
+    print(f"\nkept {profile.model} {profile.quant}: {profile.decode_tps:.1f} tok/s decode, {profile.prefill_tps:.0f} "
+          f"tok/s prefill, {profile.memory['total'] / 1e6:.0f} MB; step budget {profile.step_budget or 'adaptive'}",
+          file=out)
     print("planner corrections: " + ", ".join(f"{k} {v:g}" for k, v in efficiency.items()), file=out)
     print(f"profile: {path}\nchart:   {profile.chart or drawn_by}", file=out)
     return profile

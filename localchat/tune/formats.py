@@ -1,0 +1,143 @@
+"""The kept model's GPTQ checkpoint against its GGUF file on this machine: both run the same prompt through
+the same engine, side by side, and the faster one is kept at equal or better quality.
+
+On a CPU the GGUF file wins by far (llama.cpp's kernels against torch's; docs/benchmarks.md, GPTQ): a
+checkpoint that is here is still measured, under a time limit, so the profile says so with numbers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TextIO
+
+from .. import gptq
+from ..errors import LocalchatError
+from ..hardware import HardwareInfo
+from ..models.catalog import ModelFacts
+from ..planning.cost import DEFAULT_EFFICIENCY, devices_of
+from ..planning.gptq_options import TORCH_GPTQ_EFFICIENCY, unavailable
+from ..planning.planner import SPEED_TIE, Wants, quality
+from ..workloads import document, greedy
+from .calibrate import EFFICIENCY_RANGE, predict
+
+RACE_TOKENS = (128, 16)   # prompt and answer tokens of the side-by-side run
+TIME_LIMIT = 120.0        # seconds a run may take; a run stopped there has lost by far
+
+
+@dataclass(slots=True)
+class FormatRun:
+    """One file of the kept model in the side-by-side run."""
+
+    format: str
+    quant: str
+    path: str
+    quality: float
+    decode_tps: float = 0.0
+    prefill_tps: float = 0.0
+    weights: int = 0                # bytes of the weights on disk
+    predicted_decode_tps: float = 0.0   # the planner's, where it offers the file here (0: not offered)
+    status: str = "measured"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _weights(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.glob("*.safetensors")) if path.is_dir() else path.stat().st_size
+
+
+def run_once(path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int, tokens: tuple[int, int],
+             limit: float = TIME_LIMIT) -> tuple[float, float, str]:
+    """(prefill tok/s, decode tok/s, status) of one prompt of about tokens[0] tokens answered with
+    tokens[1], greedy, on a fresh engine; a run still going after `limit` seconds is stopped."""
+    from ..runtime.engine import Engine, EngineConfig, Request
+    from ..runtime.worker import WorkerConfig
+
+    config = EngineConfig(worker=WorkerConfig(n_ctx=n_ctx, n_batch=512, n_seq_max=1, n_threads=n_threads,
+                                              n_gpu_layers=n_gpu_layers))
+    with Engine.load(path, config) as engine:
+        text = document(23 * max(1, tokens[0] // 20))
+        words = text.split(" ")
+        # Cut by words to about tokens[0] tokens of this model's tokenizer (files of one model share it).
+        prompt = " ".join(words[:max(1, int(len(words) * tokens[0] / max(1, len(engine.worker.tokenize(text)))))])
+        stream = engine.submit(Request(prompt=prompt, sampling=greedy(tokens[1]), speculate=False))
+        timer = threading.Timer(limit, stream.cancel)
+        timer.daemon = True
+        timer.start()
+        try:
+            result = stream.result()
+        finally:
+            timer.cancel()
+    stats = result.stats
+    stopped = result.finish_reason == "cancelled"
+    status = f"stopped after {limit:.0f} s (far slower)" if stopped else "measured"
+    return round(stats.prefill_tokens_per_s, 1), round(stats.tokens_per_s, 1), status
+
+
+def _checkpoints(model: ModelFacts, entries: dict[str, ModelFacts], bar: float) -> list[tuple[str, Path]]:
+    """The model's GPTQ checkpoints that are here and score at least `bar`, best first."""
+    from ..models.download import cached_file
+
+    found = []
+    for quant, f in entries[model.key].formats("gptq").items():
+        local = cached_file(f)
+        if local is not None and quality(model, quant) >= bar:
+            found.append((quant, local))
+    return sorted(found, key=lambda qp: -quality(model, qp[0]))
+
+
+def race(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str, ModelFacts], key: str,
+         gguf_quant: str, gguf_path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int, wants: Wants,
+         out: TextIO, tokens: tuple[int, int] = RACE_TOKENS) -> tuple[list[FormatRun], str, dict[str, float]]:
+    """Measure the kept GGUF file and the model's best local GPTQ checkpoint side by side: (both runs,
+    why the winner won or why nothing was raced, a `torch_gptq` correction for the planner or {})."""
+    model = facts[key]
+    gguf_quality = quality(model, gguf_quant)
+    if not model.formats("gptq"):
+        return [], f"{key} has no GPTQ checkpoint in the catalog", {}
+    if not gptq.extra_installed():
+        return [], f"{key}'s GPTQ checkpoints: {gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}", {}
+    here = _checkpoints(model, entries, gguf_quality - SPEED_TIE)
+    devices, _ = devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})
+    offered = unavailable(devices, True)
+    if not here:
+        return [], (f"no GPTQ checkpoint of {key} at equal or better quality is here (`localchat pull "
+                    f"{key}:{next(iter(model.formats('gptq')))}` fetches one)"
+                    + (f"; on this machine they are {offered}" if offered else "")), {}
+    quant, folder = here[0]
+    runs = [FormatRun("gguf", gguf_quant, str(gguf_path), round(gguf_quality, 3)),
+            FormatRun("gptq", quant, str(folder), round(quality(model, quant), 3))]
+    for run in runs:
+        path = Path(run.path)
+        print(f"measuring {key} {run.quant} ({run.format}) side by side ...", file=out, flush=True)
+        started = time.perf_counter()
+        try:
+            run.prefill_tps, run.decode_tps, run.status = run_once(path, n_ctx, n_threads, n_gpu_layers, tokens)
+        except LocalchatError as exc:
+            run.status = f"failed to load: {exc}"
+        run.weights = _weights(path)
+        predicted = predict(hardware, facts, key, run.quant, n_ctx, wants.efficiency, None, wants.decode_fill)
+        run.predicted_decode_tps = round(predicted.decode_tps, 1) if predicted else 0.0
+        print(f"  {run.quant}: decode {run.decode_tps} tok/s, prefill {run.prefill_tps} tok/s, "
+              f"{time.perf_counter() - started:.0f} s ({run.status})", file=out)
+    gguf_run, gptq_run = runs
+    ratio = gptq_run.decode_tps / gguf_run.decode_tps if gguf_run.decode_tps else 0.0
+    side = f"{gptq_run.decode_tps:g} vs {gguf_run.decode_tps:g} tok/s decode, the same prompt side by side"
+    if gptq_run.status == "measured" and gptq_run.decode_tps > gguf_run.decode_tps:
+        gptq_run.status = "kept"
+        why = f"GPTQ {quant} on torch kept: faster ({side}) at equal or better quality"
+    else:
+        gguf_run.status = "kept"
+        why = (f"GGUF {gguf_quant} on llama.cpp kept: GPTQ {quant} on torch runs at {ratio:.2f}x its speed ({side})"
+               + (f"; the planner does not offer GPTQ here: {offered}" if offered else ""))
+    correction = {}
+    if not offered and gptq_run.predicted_decode_tps > 0 and gptq_run.decode_tps > 0:
+        # Measured on a GPU the planner offers GPTQ on: its torch-kernel share, from this run.
+        rate = wants.efficiency.get("torch_gptq", TORCH_GPTQ_EFFICIENCY)
+        low, high = EFFICIENCY_RANGE
+        correction["torch_gptq"] = round(min(high, max(low, rate * gptq_run.decode_tps
+                                                           / gptq_run.predicted_decode_tps)), 4)
+    return runs, why, correction

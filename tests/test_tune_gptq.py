@@ -1,0 +1,87 @@
+"""The wizard races the kept model's GPTQ checkpoint against its GGUF file on this (CPU) machine: both real
+files of SmolLM2-135M, both measured through the same engine; the faster is kept, and the profile says why."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+from pathlib import Path
+
+import pytest
+
+from gptq_checkpoint import FOLDER, smollm2_gptq4
+from localchat import gptq
+from localchat.models.catalog import load_catalog
+from localchat.tune.profile import load_profile
+from localchat.tune.wizard import run_wizard
+from test_tune import cpu_only, own_profile_home  # noqa: F401  (a fixture)
+
+CATALOG = """
+models:
+  smollm2-135m:
+    name: SmolLM2-135M-Instruct
+    family: smollm2
+    license: apache-2.0
+    default_quant: Q4_1
+    architecture: {{arch: llama, n_layer: 30, n_head: 9, n_head_kv: 3, head_dim: 64, n_embd: 576,
+                    n_vocab: 49152, n_ctx_train: 8192, params_b: 0.135, tied_embeddings: true}}
+    files:
+      Q4_1: {{file: {q4}, size: {q4_size}, sources: [{{wheel: {{package: none, version: "0", member: x, verified: true}}}}]}}
+      gptq-int4:
+        {{format: gptq, bits: 4, file: {folder}, size: {folder_size}, sources: [{{hub: {{repo: org/none, verified: false}}}}]}}
+"""
+
+
+def catalog_file(tmp_path: Path, model_path: Path, folder: Path | None) -> Path:
+    size = sum(p.stat().st_size for p in folder.iterdir()) if folder else 120_000_000
+    path = tmp_path / "models.yaml"
+    path.write_text(CATALOG.format(q4=model_path.name, q4_size=model_path.stat().st_size, folder=FOLDER,
+                                   folder_size=size))
+    return path
+
+
+def test_the_wizard_measures_gptq_beside_gguf_and_keeps_the_faster(model_path, tmp_path, own_profile_home) -> None:
+    pytest.importorskip("torch", reason="the gptq extra is not installed")
+    folder = smollm2_gptq4(model_path)
+    out = io.StringIO()
+    profile = run_wizard(lambda: cpu_only(), catalog=catalog_file(tmp_path, model_path, folder), download=False,
+                         out=out, fill=256, max_measured=1, placement_doc_tokens=0, race_tokens=(16, 4))
+    gguf, checkpoint = profile.formats
+    assert (gguf["format"], gguf["quant"], checkpoint["format"], checkpoint["quant"]) == ("gguf", "Q4_1", "gptq", "gptq-int4")
+    assert Path(checkpoint["path"]).resolve() == folder.resolve()
+    # Both really ran, the same prompt through the same engine, side by side.
+    for run in (gguf, checkpoint):
+        assert run["decode_tps"] > 0 and run["prefill_tps"] > 0 and run["weights"] > 50e6, run
+    assert checkpoint["quality"] >= gguf["quality"] - 0.05  # equal quality: speed decides
+    assert checkpoint["predicted_decode_tps"] == 0 < gguf["predicted_decode_tps"]  # not offered on a CPU
+    # The faster is kept. On an idle CPU that is the GGUF file by far; on a loaded shared machine
+    # llama.cpp's two threads can wait on each other enough to lose, and the rule must hold either way.
+    gguf_wins = gguf["decode_tps"] >= checkpoint["decode_tps"]
+    assert (gguf["status"], checkpoint["status"]) == (("kept", "measured") if gguf_wins else ("measured", "kept"))
+    why = profile.format_reason
+    assert f"format: {why}" in out.getvalue()
+    assert f"{checkpoint['decode_tps']:g} vs {gguf['decode_tps']:g} tok/s decode" in why
+    if gguf_wins:
+        assert why.startswith("GGUF Q4_1 on llama.cpp kept: GPTQ gptq-int4 on torch runs at")
+        assert "the planner does not offer GPTQ here: not offered without an NVIDIA GPU" in why
+        assert (profile.quant, Path(profile.path).resolve()) == ("Q4_1", model_path.resolve())
+    else:
+        assert why.startswith("GPTQ gptq-int4 on torch kept: faster")
+        assert (profile.quant, Path(profile.path).resolve()) == ("gptq-int4", folder.resolve())
+        assert profile.decode_tps == checkpoint["decode_tps"] and profile.draft == ""
+    assert "torch_gptq" not in profile.efficiency  # nothing measured that the planner offers here
+    assert load_profile() == profile
+
+
+def test_without_the_extra_nothing_is_raced_and_the_profile_says_what_it_needs(model_path, tmp_path,
+                                                                                monkeypatch: pytest.MonkeyPatch):
+    from localchat.planning.planner import Wants
+    from localchat.tune.formats import race
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    facts = load_catalog(catalog_file(tmp_path, model_path, None))
+    runs, why, correction = race(cpu_only(), facts, facts, "smollm2-135m", "Q4_1", model_path, 2048, 2, 0, Wants(),
+                                 io.StringIO())
+    assert runs == [] and correction == {}
+    assert gptq.NEEDS_EXTRA in why and gptq.INSTALL_HINT in why
