@@ -1,13 +1,20 @@
 """The real GPTQ checkpoint the download and wizard tests use: the embedded SmolLM2 quantized to 4 bits,
-made as tests/test_gptq.py makes it (localchat/gptq/derive.py), into the same cached folder."""
+made as tests/test_gptq.py makes it (localchat/gptq/derive.py), into the same cached folder; and a fake
+hub serving it under the catalog's repo of qwen2.5-0.5b:gptq-int4."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
+from hub_server import FakeHub
+
 DATA = Path(__file__).parent / "data"
 FOLDER = "SmolLM2-135M-Instruct-GPTQ-4bit-g128"
+REPO = "Qwen/Qwen2.5-0.5B-Instruct-GPTQ-Int4"  # the catalog's repo for qwen2.5-0.5b:gptq-int4
+WEIGHTS = "model.safetensors"
 
 
 def smollm2_gptq4(model_path: Path) -> Path:
@@ -25,3 +32,33 @@ def smollm2_gptq4(model_path: Path) -> Path:
     ids = tok.encode((DATA / "gptq-calibration.txt").read_text(), False, False)
     return derive.quantize_folder(dense, target, [ids[i:i + 256] for i in range(0, len(ids), 256)],
                                   bits=4, group=128, sym=True)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(model_path: Path) -> dict[str, bytes]:
+    """The files of a real GPTQ checkpoint (SmolLM2-135M at 4 bits), by name."""
+    pytest.importorskip("torch", reason="the gptq extra is not installed (the checkpoint is made with it)")
+    folder = smollm2_gptq4(model_path)
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint: dict[str, bytes]):
+    """A fake hub serving the checkpoint under the catalog's repo name (beside a README and pickled weights,
+    which are no part of what is fetched), HF_ENDPOINT pointing at it and a private hub cache."""
+    fake = FakeHub()
+    for name, data in checkpoint.items():
+        fake.add(REPO, name, data)
+    fake.add(REPO, "README.md", b"# a model card\n")
+    fake.add(REPO, "pytorch_model.bin", b"pickled weights: loading them can run code")
+    fake.add("org/no-tokenizer-GPTQ", "config.json", checkpoint["config.json"])
+    fake.add("org/no-tokenizer-GPTQ", WEIGHTS, checkpoint[WEIGHTS])
+    env = {"HF_HOME": tmp_path / "hf", "HF_HUB_CACHE": tmp_path / "hf" / "hub", "HF_HUB_DISABLE_TELEMETRY": "1",
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_XET": "1"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, str(value))
+    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(key, raising=False)
+    with fake:
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        yield fake

@@ -10,47 +10,13 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch", reason="the gptq extra is not installed (the checkpoint is made with it)")
-
-from gptq_checkpoint import smollm2_gptq4  # noqa: E402
-from hub_server import COMMIT, FakeHub  # noqa: E402
-from localchat import cli  # noqa: E402
-from localchat.errors import DownloadError, ModelNotFoundError  # noqa: E402
-from localchat.models.catalog import load_catalog  # noqa: E402
-from localchat.models.download import cached_file  # noqa: E402
-from localchat.models.resolve import resolve_model  # noqa: E402
-
-REPO = "Qwen/Qwen2.5-0.5B-Instruct-GPTQ-Int4"  # the catalog's repo for qwen2.5-0.5b:gptq-int4
-WEIGHTS = "model.safetensors"
-
-
-@pytest.fixture(scope="module")
-def checkpoint(model_path: Path) -> dict[str, bytes]:
-    """The files of a real GPTQ checkpoint (SmolLM2-135M at 4 bits), by name."""
-    folder = smollm2_gptq4(model_path)
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
-
-
-@pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint: dict[str, bytes]):
-    """A fake hub serving the checkpoint under the catalog's repo name (beside a README and pickled weights,
-    which are no part of what is fetched), HF_ENDPOINT pointing at it and a private hub cache."""
-    fake = FakeHub()
-    for name, data in checkpoint.items():
-        fake.add(REPO, name, data)
-    fake.add(REPO, "README.md", b"# a model card\n")
-    fake.add(REPO, "pytorch_model.bin", b"pickled weights: loading them can run code")
-    fake.add("org/no-tokenizer-GPTQ", "config.json", checkpoint["config.json"])
-    fake.add("org/no-tokenizer-GPTQ", WEIGHTS, checkpoint[WEIGHTS])
-    env = {"HF_HOME": tmp_path / "hf", "HF_HUB_CACHE": tmp_path / "hf" / "hub", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_XET": "1"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, str(value))
-    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE"):
-        monkeypatch.delenv(key, raising=False)
-    with fake:
-        monkeypatch.setenv("HF_ENDPOINT", fake.url)
-        yield fake
+from gptq_checkpoint import WEIGHTS, checkpoint, hub, smollm2_gptq4  # noqa: F401  (fixtures)
+from hub_server import COMMIT, FakeHub
+from localchat import cli
+from localchat.errors import DownloadError, ModelNotFoundError
+from localchat.models.catalog import load_catalog
+from localchat.models.download import cached_file
+from localchat.models.resolve import resolve_model
 
 
 def fetched(hub: FakeHub) -> list[str]:
@@ -65,7 +31,8 @@ def test_pull_fetches_every_file_of_the_checkpoint_with_progress_and_finds_it_ag
     assert cached_file(entry) is None
     seen: list[tuple[int, int]] = []
     folder = resolve_model("qwen2.5-0.5b:gptq-int4", progress=lambda done, total: seen.append((done, total)))
-    assert folder == Path(os.environ["HF_HUB_CACHE"]) / "models--Qwen--Qwen2.5-0.5B-Instruct-GPTQ-Int4" / "snapshots" / COMMIT
+    repo_dir = Path(os.environ["HF_HUB_CACHE"]) / "models--Qwen--Qwen2.5-0.5B-Instruct-GPTQ-Int4"
+    assert folder == repo_dir / "snapshots" / COMMIT
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == checkpoint  # no README, no pickle
     total = sum(len(data) for data in checkpoint.values())
     assert seen[-1] == (total, total) and {t for _, t in seen} == {total}
@@ -138,13 +105,14 @@ models:
       gptq-int4:
         {format: gptq, bits: 4, file: broken-GPTQ, size: 120000000, sources: [{hub: {repo: org/no-tokenizer-GPTQ}}]}
 """)
-    with pytest.raises(DownloadError, match=r"no-tokenizer-GPTQ is not a checkpoint.*tokenizer\.json, tokenizer_config"):
+    with pytest.raises(DownloadError, match=r"no-tokenizer-GPTQ is not a checkpoint.*tokenizer\.json, tokenizer_conf"):
         resolve_model("broken:gptq-int4", catalog=load_catalog(catalog_file))
     assert hub.downloads() == []
 
 
 def test_a_local_folder_is_used_in_place_when_whole(tmp_path: Path, model_path: Path,
                                                    capsys: pytest.CaptureFixture[str]):
+    pytest.importorskip("torch", reason="the gptq extra is not installed (the checkpoint is made with it)")
     folder = shutil.copytree(smollm2_gptq4(model_path), tmp_path / "my-checkpoint")
     assert cli.main(["pull", str(folder)]) == 0
     assert capsys.readouterr().out.strip() == str(folder.resolve())

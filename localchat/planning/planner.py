@@ -131,8 +131,10 @@ def options_at(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices:
                 catalog: dict[str, ModelFacts], wants: Wants) -> list[Option]:
     """The options of one model+quant: llama.cpp's layouts for a GGUF file, the torch worker's for a checkpoint."""
     if model.files[quant].is_checkpoint:
+        if type_kv != "f16":  # the torch worker keeps its own cache: no llama.cpp KV types to choose
+            return []
         eff = {**DEFAULT_EFFICIENCY, **wants.efficiency}
-        return gptq_options(model, quant, n_ctx, devices, eff, min(wants.decode_fill, n_ctx)) if type_kv == "f16" else []
+        return gptq_options(model, quant, n_ctx, devices, eff, min(wants.decode_fill, n_ctx))
     return options_for(model, quant, n_ctx, type_kv, devices, catalog, wants)
 
 

@@ -89,11 +89,34 @@ def _checkpoints(model: ModelFacts, entries: dict[str, ModelFacts], bar: float) 
     return sorted(found, key=lambda qp: -quality(model, qp[0]))
 
 
+def _fetch_offered(model: ModelFacts, entries: dict[str, ModelFacts], hardware: HardwareInfo,
+                   facts: dict[str, ModelFacts], wants: Wants, n_ctx: int, bar: float,
+                   out: TextIO) -> list[tuple[str, Path]]:
+    """The smallest checkpoint of the model the planner fits here at quality `bar` or better, fetched;
+    [] when none fits or the download fails (noted, never raised)."""
+    from ..models.download import fetch_model_file
+
+    fitting = [(f.size, quant) for quant, f in entries[model.key].formats("gptq").items()
+               if quality(model, quant) >= bar and predict(hardware, facts, model.key, quant, n_ctx, wants.efficiency)]
+    if not fitting:
+        return []
+    quant = min(fitting)[1]
+    model_file = entries[model.key].files[quant]
+    print(f"fetching {model.key}:{quant} ({model_file.size / 1e6:.0f} MB) to measure it ...", file=out, flush=True)
+    try:
+        return [(quant, fetch_model_file(model_file))]
+    except LocalchatError as exc:
+        print(f"  {model.key}:{quant}: cannot download: {exc}", file=out)
+        return []
+
+
 def race(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str, ModelFacts], key: str,
          gguf_quant: str, gguf_path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int, wants: Wants,
-         out: TextIO, tokens: tuple[int, int] = RACE_TOKENS) -> tuple[list[FormatRun], str, dict[str, float]]:
-    """Measure the kept GGUF file and the model's best local GPTQ checkpoint side by side: (both runs,
-    why the winner won or why nothing was raced, a `torch_gptq` correction for the planner or {})."""
+         out: TextIO, tokens: tuple[int, int] = RACE_TOKENS,
+         download: bool = False) -> tuple[list[FormatRun], str, dict[str, float]]:
+    """Measure the kept GGUF file and the model's best GPTQ checkpoint side by side (one that is here, or
+    with `download`, one the planner offers on this machine, fetched): (both runs, why the winner won or
+    why nothing was raced, a `torch_gptq` correction for the planner or {})."""
     model = facts[key]
     gguf_quality = quality(model, gguf_quant)
     if not model.formats("gptq"):
@@ -103,6 +126,8 @@ def race(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str
     here = _checkpoints(model, entries, gguf_quality - SPEED_TIE)
     devices, _ = devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})
     offered = unavailable(devices, True)
+    if not here and offered is None and download:
+        here = _fetch_offered(model, entries, hardware, facts, wants, n_ctx, gguf_quality - SPEED_TIE, out)
     if not here:
         return [], (f"no GPTQ checkpoint of {key} at equal or better quality is here (`localchat pull "
                     f"{key}:{next(iter(model.formats('gptq')))}` fetches one)"

@@ -160,7 +160,8 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
                              m.decode_tps, m.prefill_tps, base=wants.efficiency, fill=m.decode_fill)
     p = best.predicted
     runs, format_reason, torch_rate = race(hardware, facts, entries, best.key, best.quant, best.path, m.n_ctx,
-                                           m.n_threads, p.n_gpu_layers if p else 0, wants, out, race_tokens)
+                                           m.n_threads, p.n_gpu_layers if p else 0, wants, out, race_tokens,
+                                           download=download)
     print(f"format: {format_reason}", file=out)
     efficiency |= torch_rate  # the torch kernels' measured share, where the planner offers GPTQ
     checkpoint = next((r for r in runs if r.format == "gptq" and r.status == "kept"), None)
