@@ -94,3 +94,40 @@ def test_without_the_extra_checkpoints_are_listed_as_needing_it(catalog, monkeyp
     offered = plan(box, files, Wants())
     assert "gptq-int4" in [a.quant for a in offered.alternatives] + [offered.quant]
     assert not any(r.startswith("GPTQ checkpoints") for r in offered.reasons)
+
+
+def test_a_checkpoints_size_is_refreshed_from_its_repo_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The catalog's GPTQ size is computed, not listed: the hub's listing of the repo's checkpoint files
+    (config, safetensors, tokenizer; not the README or pickled weights) replaces it, as for GGUF files."""
+    from hub_server import FakeHub
+    from localchat.models.sizes import refresh_sizes
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    catalog = only(load_catalog(CATALOG), "qwen2.5-0.5b", "Q4_K_M", "gptq-int4")
+    repo = catalog["qwen2.5-0.5b"].files["gptq-int4"].repo
+    listed = {"config.json": 1_400, "tokenizer.json": 7_031_645, "tokenizer_config.json": 7_305,
+              "model.safetensors": 458_725_120, "README.md": 4_000, "pytorch_model.bin": 900_000_000}
+    with FakeHub() as hub:
+        for name, size in listed.items():
+            hub.add(repo, name, b"x")
+            hub.listed_sizes[(repo, name)] = size
+        hub.add("bartowski/Qwen2.5-0.5B-Instruct-GGUF", "Qwen2.5-0.5B-Instruct-Q4_K_M.gguf", b"x")
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        refreshed = refresh_sizes(catalog)
+    whole = 1_400 + 7_031_645 + 7_305 + 458_725_120
+    assert refreshed.changed[("qwen2.5-0.5b", "gptq-int4")] == (468_000_000, whole)
+    assert refreshed.facts["qwen2.5-0.5b"].files["gptq-int4"].size == whole
+    box = nvidia_box("RTX 4090", 24, 1008e9, 165)
+    result = plan(box, only(refreshed.facts, "qwen2.5-0.5b", "gptq-int4"), Wants(n_ctx=4096, gptq_extra=True))
+    assert result.size == whole and result.devices[0].weights == whole
+
+
+def test_localchat_plan_says_why_gptq_is_not_offered(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from localchat.planning import planner
+
+    machine = tmp_path / "box.json"
+    machine.write_text(cpu_box(16).to_json())
+    assert planner.main(["--hardware", str(machine), "--catalog", str(CATALOG), "--model", "qwen2.5", "--offline"]) == 0
+    text = capsys.readouterr().out
+    assert "GPTQ checkpoints (qwen2.5-0.5b:gptq-int4" in text and "not offered without an NVIDIA GPU" in text
