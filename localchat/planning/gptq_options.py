@@ -2,9 +2,9 @@
 size, KV and compute scratch as for GGUF) and the one cost model (cost.py's step time) with the torch
 kernels' efficiency; offered only where they can win: on an NVIDIA GPU, with the gptq extra installed.
 
-On the CPU a GPTQ checkpoint is never offered: llama.cpp's GGUF kernels run the same model far
-faster than torch does (docs/benchmarks.md, GPTQ: torch 2.13's CPU int4 op with float32 activations
-was 25-100x slower than dense float32, the GGUF file ~50x faster end to end on SmolLM2-135M).
+On the CPU a GPTQ checkpoint is not offered: llama.cpp's CPU kernels decode the GGUF file of the same
+model faster than torch runs the checkpoint (docs/benchmarks.md, GPTQ). A checkpoint that is here is
+still measured against the GGUF file by `localchat tune` (tune/formats.py), which keeps what it measures.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ TORCH_LAYER_OVERHEAD = 150e-6
 # The share of llama.cpp's roofline speed (bandwidth and FLOPs) torch's int4 kernels reach on the same
 # GPU: assumed until `localchat tune` measures a checkpoint on one (it records `torch_gptq` then).
 TORCH_GPTQ_EFFICIENCY = 0.5
-CPU_REASON = ("llama.cpp's GGUF kernels run the same model far faster on the CPU than torch does "
-              "(docs/benchmarks.md, GPTQ)")
+CPU_REASON = ("on the CPU llama.cpp's kernels decode the model's GGUF file faster than torch runs the "
+              "checkpoint (docs/benchmarks.md, GPTQ)")
 
 
 def nvidia_gpus(devices: list[Device]) -> list[Device]:
