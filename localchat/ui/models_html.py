@@ -1,0 +1,81 @@
+"""The Models panel's HTML: the catalog table, the local files table and the download bars (every text
+escaped: model names and error messages come from files and servers)."""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..models.importers import LocalModel
+from .model_browser import FOUND_IN, CatalogRow, Download, percent, size_text
+
+# Scoped to the panel; the theme's own colours keep it readable in dark mode.
+STYLE = """<style>
+.lc-table-wrap { max-height: 26rem; overflow: auto; border: 1px solid var(--border-color-primary);
+  border-radius: var(--radius-md); }
+.lc-table { width: 100%; border-collapse: collapse; font-size: var(--text-sm); }
+.lc-table th { position: sticky; top: 0; background: var(--background-fill-secondary); text-align: left;
+  font-weight: 600; }
+.lc-table th, .lc-table td { padding: 0.3rem 0.55rem; border-bottom: 1px solid var(--border-color-primary);
+  vertical-align: top; }
+.lc-table td.lc-num { white-space: nowrap; text-align: right; }
+.lc-table tr.lc-best { background: var(--color-accent-soft); }
+.lc-badge { font-size: 0.75em; padding: 0 0.35em; border-radius: 0.5em; background: var(--color-accent);
+  color: white; white-space: nowrap; }
+.lc-no { color: var(--body-text-color-subdued); }
+.lc-path { font-family: var(--font-mono); font-size: 0.85em; word-break: break-all;
+  color: var(--body-text-color-subdued); }
+.lc-download { margin: 0.25rem 0; }
+.lc-download progress { width: 14rem; vertical-align: middle; }
+</style>"""
+
+
+def _cell(text: str, css: str = "", title: str = "") -> str:
+    attrs = (f" class='{css}'" if css else "") + (f" title='{escape(title)}'" if title else "")
+    return f"<td{attrs}>{escape(text)}</td>"
+
+
+def catalog_table(rows: list[CatalogRow]) -> str:
+    """The catalog, one file a row; the verdict's reasons are its tooltip."""
+    head = "".join(f"<th>{h}</th>" for h in ("Model", "Quant", "Format", "Size", "This machine", "Predicted",
+                                             "Measured", "Here"))
+    body = []
+    for row in rows:
+        said = row.verdict.short
+        fits = said.startswith("fits")
+        badge = "<span class='lc-badge'>best here</span> " if row.best else ""
+        body.append(
+            f"<tr data-choice='{escape(row.choice)}'{' class=lc-best' if row.best else ''}>"
+            + _cell(row.name) + _cell(row.quant) + _cell(row.format) + _cell(row.size, "lc-num")
+            + f"<td title='{escape(row.verdict.detail)}' class='{'' if fits else 'lc-no'}'>{badge}{escape(said)}</td>"
+            + _cell(f"{row.verdict.decode_tps:.0f} tok/s" if row.verdict.decode_tps else "–", "lc-num")
+            + _cell(f"{row.measured:.0f} tok/s" if row.measured else "not tuned", "lc-num" if row.measured else "lc-no")
+            + _cell(row.here, "" if row.here != "not here" else "lc-no") + "</tr>")
+    return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div>")
+
+
+def local_table(models: list[LocalModel]) -> str:
+    """The GGUF files found on this machine and where."""
+    if not models:
+        return "<p class='lc-no'>No GGUF files found here yet.</p>"
+    body = "".join(f"<tr>{_cell(m.path.name)}{_cell(FOUND_IN.get(m.source, m.source))}"
+                   f"{_cell(size_text(m.size), 'lc-num')}{_cell(str(m.path), 'lc-path')}</tr>" for m in models)
+    return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr><th>File</th><th>Found in</th>"
+            f"<th>Size</th><th>Path</th></tr></thead><tbody>{body}</tbody></table></div>")
+
+
+def progress_html(jobs: list[Download]) -> str:
+    """Each download as a bar with its bytes, speed and state."""
+    if not jobs:
+        return "<p class='lc-no'>No downloads yet: choose a file and press Download.</p>"
+    rows = []
+    for job in jobs:
+        said = {"downloading": f"downloading, {job.speed() / 1e6:.1f} MB/s", "pausing": "pausing…",
+                "paused": f"paused at {percent(job)}; Resume continues from there", "cancelling": "cancelling…",
+                "cancelled": "cancelled; the partial file was deleted",
+                "done": f"downloaded to {job.path.name if job.path else ''}; choose it in the Model list",
+                "failed": f"failed: {job.error}"}[job.state]
+        rows.append(f"<div class='lc-download' data-choice='{escape(job.choice)}' data-state='{job.state}'><b>{escape(job.choice)}</b> "
+                    f"<progress max='{max(job.total, 1)}' value='{job.done}'></progress> "
+                    f"{size_text(job.done)} of {size_text(job.total)} · {escape(said)}</div>")
+    return STYLE + "".join(rows)
