@@ -72,7 +72,8 @@ def _window_epilog(window: list[argparse.Action]) -> str:
 # Sampling flags (--top-p sets top_p); unset ones keep SamplingParams' own defaults, and
 # SamplingParams.validate checks them against the limits the API and the window share.
 _SAMPLING_FLAGS = (("temperature", float), ("top_p", float), ("top_k", int), ("min_p", float),
-                   ("repeat_penalty", float), ("max_tokens", int))
+                   ("repeat_penalty", float), ("presence_penalty", float), ("frequency_penalty", float),
+                   ("max_tokens", int))
 
 
 def _sampling_args(parser: argparse.ArgumentParser, defaults_for: str = "") -> None:

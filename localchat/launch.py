@@ -4,6 +4,7 @@ with the API beside it (`localchat ui`, or `localchat` without a command)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import Callable
 
@@ -54,12 +55,14 @@ def open_window(options: ServeOptions, settings_for: Callable[[str | None], Sett
     settings = settings_for(None)
     options.port, url = instance.reserve_url(host, options.port, DEFAULT_UI_PORT)
 
-    def load(model: str):
-        return open_engine(settings if model == settings.model else settings_for(model))
+    def load(model: str, n_ctx: int | None = None):
+        chosen = settings if model == settings.model else settings_for(model)
+        # A context length the window asks for replaces the settings' (and the tuned profile's) for this load.
+        return open_engine(chosen if n_ctx is None else dataclasses.replace(chosen, n_ctx=n_ctx))
 
     try:
         with instance.recorded(url) if plain else contextlib.nullcontext():
-            return run_ui(options, load, settings.model, open_browser=browser)
+            return run_ui(options, load, settings.model, open_browser=browser, system_prompt=settings.system_prompt)
     except LocalchatError as exc:
         # Into the log file (the console shows it once, below): a bundle's window may close unread.
         log.info("stopped: %s", exc)

@@ -87,8 +87,19 @@ def wait_until(check, what: str, timeout_s: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+def open_settings(page) -> None:
+    """Open the settings drawer (it starts closed)."""
+    page.locator("#open-settings").click()
+    expect(page.locator("#settings-panel")).to_have_class(re.compile(r"\bopen\b"))
+
+
+def attach_files(page, *paths: Path) -> None:
+    """Choose files with the composer's attach button (its file input sits beside it)."""
+    page.locator("#attach").locator("xpath=..").locator("input[type=file]").set_input_files([str(p) for p in paths])
+
+
 def set_max_tokens(page, n: int) -> None:
-    page.get_by_text("Settings for this chat").click()
+    open_settings(page)
     number = page.locator("#max-tokens input[type=number]")
     number.fill(str(n))
     number.press("Enter")
@@ -110,8 +121,8 @@ def test_chat_streams_an_answer_and_reads_an_attached_document(page, tmp_path: P
     expect(page.locator("#chat .bot")).to_have_count(0)
     doc = tmp_path / "vault-notes.txt"
     doc.write_text(FILLER * 6 + "\n\nThe vault code is 7341.\n\n" + FILLER * 6)
-    page.locator("#files input[type=file]").set_input_files(str(doc))
-    expect(page.locator("#meter")).to_contain_text("vault-notes.txt")
+    attach_files(page, doc)
+    expect(page.locator("#attachments .lc-chip")).to_contain_text("vault-notes.txt")
     expect(page.locator("#meter")).to_contain_text("they fit")
     shot(page, "2-attached")
     ask(page, "What is the vault code?")
@@ -295,7 +306,7 @@ def test_regenerate_keeps_the_earlier_answer_beside_the_new_one(page, ui: Runnin
     expect(last_reply(page)).to_contain_text("‹ 2/2 ›")
 
 
-def test_any_user_message_is_edited_in_place_and_the_chat_continues_from_it(page, ui: RunningUI):
+def test_an_edited_message_forks_the_chat_and_the_old_branch_stays_reachable(page, ui: RunningUI):
     ask(page, "Name the capital city of Portugal.")
     wait_answered(page)
     ask(page, "Name the capital city of Austria.")
@@ -308,10 +319,32 @@ def test_any_user_message_is_edited_in_place_and_the_chat_continues_from_it(page
     expect(page.locator("#chat .user")).to_have_count(1)
     expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Greece.")
     wait_answered(page)
+    first = page.locator("#chat .user").first
+    expect(first).to_contain_text("‹ 2/2 ›")  # the old branch is kept: a version of this turn
     shot(page, "18-edited-in-place")
     conv = conversation_titled(ui, "Name the capital city of Greece.")  # the title followed the first message
     messages = ui.store.get(conv.id).messages
     assert [m.role for m in messages] == ["user", "assistant"] and "Greece" in messages[0].content
+    first.get_by_role("link", name="‹").click()  # back to the first branch, its later turns with it
+    expect(page.locator("#chat .user")).to_have_count(2)
+    expect(first).to_contain_text("‹ 1/2 ›")
+    expect(page.locator("#chat .user").last).to_contain_text("Name the capital city of Austria.")
+    expect(page.locator("#conversations")).to_contain_text("Name the capital city of Portugal.")
+    shot(page, "18b-first-branch")
+    # Its edit box holds the message alone, not the notes the chat shows under it.
+    page.locator("#chat button[aria-label='Edit']").first.click()
+    expect(box).to_have_value("Name the capital city of Portugal.")
+    page.locator("#chat button[aria-label='Cancel']").click()
+    first.get_by_role("link", name="›").click()
+    expect(page.locator("#chat .user")).to_have_count(1)
+    expect(first).to_contain_text("Name the capital city of Greece.")
+    expect(first).to_contain_text("‹ 2/2 ›")
+    ask(page, "And of Turkey?")  # the chat goes on from the branch shown
+    wait_answered(page)
+    messages = ui.store.get(conv.id).messages
+    assert [m.content for m in messages if m.role == "user"] == ["Name the capital city of Greece.", "And of Turkey?"]
+    assert [m["content"] for m in messages[0].stats["branches"][0] if m["role"] == "user"] == [
+        "Name the capital city of Portugal.", "Name the capital city of Austria."]
 
 
 def test_esc_stops_a_shortcut_starts_a_new_chat_and_the_theme_toggles(page, ui: RunningUI):
@@ -340,18 +373,29 @@ def test_a_file_dropped_on_the_chat_is_attached(page):
         document.querySelector("#chat").dispatchEvent(
             new DragEvent("drop", {dataTransfer: files, bubbles: true, cancelable: true}));
     }""")
-    expect(page.locator("#meter")).to_contain_text("drop-note.txt")
+    expect(page.locator("#attachments .lc-chip")).to_contain_text("drop-note.txt")
     expect(page.locator("#meter")).to_contain_text("they fit")
     shot(page, "20-dropped")
 
 
-def test_the_settings_panel_offers_every_sampling_setting_within_the_engines_limits(page, ui: RunningUI):
-    page.get_by_text("Settings for this chat").click()
-    for elem_id in ("temperature", "top-p", "max-tokens", "top-k", "min-p", "repeat-penalty", "seed"):
+def test_the_settings_drawer_offers_every_sampling_setting_beside_the_chat(page, ui: RunningUI):
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_settings(page)
+    names = ("temperature", "top-p", "max-tokens", "top-k", "min-p", "repeat-penalty", "seed", "presence-penalty",
+             "frequency-penalty")
+    for elem_id in names:
         expect(page.locator(f"#{elem_id}")).to_be_visible()
     expect(page.locator("#min-p input[type=range]")).to_have_attribute("max", "0.99")  # min_p must stay below 1
+    expect(page.locator("#presence-penalty input[type=range]")).to_have_attribute("min", "-2")
     expect(page.locator("#context-note")).to_contain_text("4,096 tokens")
-    for elem_id, value in (("top-k", "1"), ("min-p", "0.1")):
+    # Beside the chat, not under it: the conversation and the message box stay in view.
+    expect(page.locator("#temperature")).to_be_in_viewport()
+    expect(page.locator("#chat")).to_be_in_viewport()
+    expect(page.locator("#message textarea")).to_be_in_viewport()
+    drawer = page.locator("#settings-panel").bounding_box()
+    assert drawer["x"] >= page.locator("#message textarea").bounding_box()["x"] + 300  # at the chat's right
+    shot(page, "21-settings-1400")
+    for elem_id, value in (("top-k", "1"), ("min-p", "0.1"), ("presence-penalty", "0.5"), ("frequency-penalty", "0.3")):
         number = page.locator(f"#{elem_id} input[type=number]")
         number.fill(value)
         number.press("Enter")
@@ -359,23 +403,95 @@ def test_the_settings_panel_offers_every_sampling_setting_within_the_engines_lim
     seed = page.locator("#seed input")
     seed.fill("7")
     seed.press("Tab")
-    shot(page, "21-settings", full_page=True)
     ask(page, "Name the capital city of Sweden.")
     wait_answered(page)
     settings = conversation_titled(ui, "Name the capital city of Sweden.").settings
     assert settings["top_k"] == 1 and settings["min_p"] == 0.1 and settings["seed"] == 7
+    assert settings["presence_penalty"] == 0.5 and settings["frequency_penalty"] == 0.3
+    page.locator("#new-chat").click()  # a new chat starts from the defaults again: a random seed among them
+    expect(page.locator("#presence-penalty input[type=range]")).to_have_value("0")
+    expect(seed).to_have_value("")
+    ask(page, "Name the capital city of Denmark.")
+    wait_answered(page)
+    assert conversation_titled(ui, "Name the capital city of Denmark.").settings["seed"] is None
+    page.set_viewport_size({"width": 420, "height": 800})
+    open_window(page, ui)
+    open_settings(page)
+    expect(page.locator("#frequency-penalty")).to_be_visible()
+    shot(page, "22-settings-420")
+    page.locator("#settings-panel .toggle-button").click()  # closed again, the chat is as it was
+    expect(page.locator("#settings-panel")).not_to_have_class(re.compile(r"\bopen\b"))
+    expect(page.locator("#system textarea")).not_to_be_in_viewport()  # slid out
+    expect(page.locator("#message textarea")).to_be_in_viewport()
+    shot(page, "23-settings-closed-420")
+
+
+def test_the_context_length_is_shown_and_a_new_one_reloads_the_model(page, ui: RunningUI):
+    open_settings(page)
+    box = page.locator("#n-ctx input")
+    expect(box).to_have_value("4096")
+    expect(page.locator("#context-note")).to_contain_text("trained for 8,192")
+    engine = ui.runtime.engine
+    box.fill("2048")
+    page.locator("#reload-context").click()
+    expect(page.locator("#context-note")).to_contain_text("Context: 2,048 tokens", timeout=LONG)
+    expect(page.locator("#status")).to_contain_text("2,048 tokens")
+    assert ui.runtime.engine is not engine and ui.runtime.engine.n_ctx == 2048
+    shot(page, "24-context-2048")
+    ask(page, "Name the capital city of Finland.")  # the reloaded model answers
+    wait_answered(page)
+    expect(last_reply(page)).to_contain_text("/ 2,048")
+    box.fill("99999")  # over what the model was trained for: refused, nothing reloads
+    page.locator("#reload-context").click()
+    expect(page.locator(".toast-body").filter(has_text="out of range")).to_be_visible()
+    expect(box).to_have_value("2048")
+    box.fill("4096")  # as the other tests expect it
+    page.locator("#reload-context").click()
+    expect(page.locator("#context-note")).to_contain_text("Context: 4,096 tokens", timeout=LONG)
+    assert ui.runtime.engine.n_ctx == 4096
+
+
+def test_files_attached_with_the_button_are_chips_with_token_counts_that_can_be_removed(page, ui: RunningUI,
+                                                                                          tmp_path: Path):
+    notes, plan = tmp_path / "harbour-notes.txt", tmp_path / "tide-plan.md"
+    notes.write_text(FILLER * 3 + "The harbour master is called Ines.\n")
+    plan.write_text("# Tides\n\nHigh water at 06:10.\n")
+    expect(page.locator("#composer #attach")).to_be_visible()  # in the input row, beside the message box
+    attach_files(page, notes, plan)
+    chips = page.locator("#attachments .lc-chip")
+    expect(chips).to_have_count(2)
+    from localchat.ingest import extract_isolated
+
+    # The tokens of what the model reads: the extracted text, counted by the engine's tokenizer.
+    core_counts = {path.name: ui.runtime.engine.count_tokens(extract_isolated(path).text) for path in (notes, plan)}
+    for name, n in core_counts.items():
+        expect(chips.filter(has_text=name)).to_contain_text(f"{n:,} tokens")
+    expect(page.locator("#meter")).to_contain_text(f"{sum(core_counts.values()):,} of 4,096 context tokens")
+    shot(page, "25-chips")
+    chips.filter(has_text="tide-plan.md").get_by_role("button", name="Remove tide-plan.md").click()
+    expect(chips).to_have_count(1)
+    expect(chips).to_contain_text("harbour-notes.txt")
+    expect(page.locator("#meter")).to_contain_text(f"{core_counts['harbour-notes.txt']:,} of 4,096")
+    shot(page, "26-chip-removed")
+    ask(page, "What is the harbour master called?")
+    expect(chips).to_have_count(0)  # sent with the message
+    wait_answered(page)
+    expect(page.locator("#chat .user").last).to_contain_text("Attached: harbour-notes.txt")
+    conv = conversation_titled(ui, "What is the harbour master called?")
+    assert [Path(p).name for p in ui.store.get(conv.id).messages[0].stats["documents"]] == ["harbour-notes.txt"]
 
 
 def test_at_phone_width_the_sidebar_starts_closed_and_leaves_the_chat_visible(page, ui: RunningUI):
     page.set_viewport_size({"width": 1400, "height": 900})
     open_window(page, ui)
-    expect(page.locator(".sidebar")).to_have_class(re.compile(r"\bopen\b"))  # wide: the list beside the chat
+    chats = page.locator(".sidebar:not(.right)")  # the list's sidebar; the settings drawer is the right one
+    expect(chats).to_have_class(re.compile(r"\bopen\b"))  # wide: the list beside the chat
     expect(page.locator("#new-chat")).to_be_in_viewport()
     expect(page.locator("#message textarea")).to_be_in_viewport()
     shot(page, "13-wide-1400")
     page.set_viewport_size({"width": 420, "height": 800})
     open_window(page, ui)
-    expect(page.locator(".sidebar")).not_to_have_class(re.compile(r"\bopen\b"))
+    expect(chats).not_to_have_class(re.compile(r"\bopen\b"))
     expect(page.locator("#new-chat")).not_to_be_in_viewport()  # slid out to the left, not over the chat
     expect(page.locator("#message textarea")).to_be_in_viewport()
     shot(page, "13-phone-width")

@@ -206,3 +206,16 @@ def test_the_worker_takes_every_knob_it_shares_with_the_settings():
                                     deterministic=True))
     assert (worker.n_ctx, worker.n_batch, worker.n_seq_max, worker.n_threads, worker.n_gpu_layers,
             worker.deterministic) == (1024, 128, 3, 2, 5, True)
+
+
+def test_a_default_system_prompt_comes_from_the_file_the_environment_or_the_window_flag(tmp_path, monkeypatch):
+    from localchat.cli import build_parser
+    from localchat.config import env_name, flag_values
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    assert load_settings(environ={}).system_prompt == ""
+    settings_file().write_text('system_prompt = "Answer in one sentence."\n')
+    assert load_settings(environ={}).system_prompt == "Answer in one sentence."
+    assert load_settings(environ={env_name("system_prompt"): "Be kind."}).system_prompt == "Be kind."
+    args = build_parser().parse_args(["ui", "--system-prompt", "Be brief."])  # `localchat` alone runs ui
+    assert load_settings(flag_values(args), environ={}).system_prompt == "Be brief."

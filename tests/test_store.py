@@ -87,3 +87,39 @@ def test_search_finds_titles_and_messages_and_replace_rewrites_one_message(tmp_p
     store.replace(soup, 0, "Soup with onions?", {"edited": True})
     assert store.get(soup).messages[0].content == "Soup with onions?" and store.get(soup).messages[0].stats == {
         "edited": True}
+
+
+def test_an_edited_turn_keeps_each_branch_and_a_switch_brings_one_back_whole(tmp_path: Path):
+    from localchat.ui.store import Message
+    from localchat.ui.versions import branch_marker, fork, show_branch
+
+    store = Store(tmp_path / "c.sqlite3")
+    conv = store.create()
+    for role, text in (("user", "Portugal?"), ("assistant", "Lisbon."), ("user", "Austria?"), ("assistant", "Vienna.")):
+        store.append(conv, role, text, {"n": text})
+
+    def contents() -> list[str]:
+        return [m.content for m in store.get(conv).messages]
+
+    branches, cut = fork(store, conv, 0)  # the first question edited
+    assert contents() == [] and [m.content for m in cut] == ["Portugal?", "Lisbon.", "Austria?", "Vienna."]
+    store.append(conv, "user", "Greece?", branches)
+    store.append(conv, "assistant", "Athens.")
+    assert branch_marker(0, store.get(conv).messages[0].stats).endswith("2/2 [›](#lc-branch-0-next)")
+    assert show_branch(store, conv, 0, -1)
+    assert contents() == ["Portugal?", "Lisbon.", "Austria?", "Vienna."]
+    first = store.get(conv).messages[0]
+    assert first.stats["n"] == "Portugal?" and first.stats["branch"] == 0 and first.stats["branches"][0] is None
+    assert not show_branch(store, conv, 0, -1)  # there is no branch before the first
+    # A second edit of the same turn adds a third branch; each keeps its own later turns.
+    branches, _ = fork(store, conv, 0)
+    store.append(conv, "user", "Spain?", branches)
+    assert branch_marker(0, store.get(conv).messages[0].stats).endswith("3/3 [›](#lc-branch-0-next)")
+    assert show_branch(store, conv, 0, -1) and contents() == ["Greece?", "Athens."]
+    assert show_branch(store, conv, 0, +1) and contents() == ["Spain?"]
+    # A refused edit puts back what the fork cut.
+    branches, cut = fork(store, conv, 0)
+    store.splice(conv, 0, cut)
+    assert contents() == ["Spain?"] and store.get(conv).messages[0].stats["branch"] == 2
+    store.splice(conv, 1, [Message("assistant", "Madrid.", {})])
+    assert contents() == ["Spain?", "Madrid."]

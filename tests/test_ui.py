@@ -61,7 +61,9 @@ def ui(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
 
 def test_send_a_message_and_get_a_streamed_reply(ui: RunningUI):
     client = Client(ui.url + "/", verbose=False)
-    job = client.submit("Name the capital city of France.", "", 0.0, 1.0, 32, 40, 0.05, 1.0, None, api_name="/send")
+    # The message, the system prompt, then the settings in SHOWN_SETTINGS order (both penalties last).
+    job = client.submit("Name the capital city of France.", "", 0.0, 1.0, 32, 40, 0.05, 1.0, None, 0.0, 0.0,
+                        api_name="/send")
     updates = list(job)
     chat = job.outputs()[-1][0]
     assert len(updates) >= 2  # it streamed: more than the final answer arrived
@@ -180,3 +182,10 @@ def test_the_stats_line_gives_the_answers_tokens_and_total_time_and_a_cut():
     assert "cut at max tokens · TTFT 80 ms · 42 tokens in 1.3 s · 140.2 tokens/s · context 72 / 8,192" in shown
     stopped = reply_markdown("", stats | {"completion_tokens": 0}, "", finish_note("cancelled"))
     assert stopped == "…\n\n*stopped*"
+
+
+def test_a_new_chat_starts_with_the_configured_system_prompt(model_path: Path, tmp_path: Path):
+    for running in start_ui(model_path, tmp_path / "c.sqlite3", system_prompt="Answer in one sentence."):
+        config = httpx.get(running.url + "/config", timeout=10).json()
+        system = next(c for c in config["components"] if c.get("props", {}).get("elem_id") == "system")
+        assert system["props"]["value"] == "Answer in one sentence."

@@ -41,16 +41,17 @@ class RunningUI:
     store: Store
 
 
-def start_ui(model_path: Path, store_path: Path, api_key: str | None = None) -> Iterator[RunningUI]:
+def start_ui(model_path: Path, store_path: Path, api_key: str | None = None,
+             system_prompt: str = "") -> Iterator[RunningUI]:
     """Yield a running app (window + API) and stop it afterwards."""
     from localchat.ui.web import create_ui_app
 
-    def load(path: str) -> Engine:
-        return Engine.load(path, EngineConfig(worker=WorkerConfig(n_ctx=4096, n_threads=1, n_seq_max=4)))
+    def load(path: str, n_ctx: int = 4096) -> Engine:
+        return Engine.load(path, EngineConfig(worker=WorkerConfig(n_ctx=n_ctx, n_threads=1, n_seq_max=4)))
 
     runtime = Runtime(load(str(model_path)), str(model_path), load)
     store = Store(store_path)
-    app = create_ui_app(runtime, store, api_key, DEFAULTS)
+    app = create_ui_app(runtime, store, api_key, DEFAULTS, system_prompt=system_prompt)
     sock = bind_socket("127.0.0.1", None, 17860)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

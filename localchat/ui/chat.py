@@ -18,8 +18,8 @@ from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Engine, Request
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
 from ..runtime.sampling import SamplingParams
-from . import render
-from .store import Conversation, Store
+from . import render, versions
+from .store import Conversation, Message, Store
 from .uploads import read_upload
 
 _TITLE_CHARS = 60
@@ -33,18 +33,19 @@ class Runtime:
 
     engine: Engine
     model: str
-    load: Callable[[str], Engine] | None = None  # model name -> a loaded engine
+    load: Callable[..., Engine] | None = None  # (model name, n_ctx=None: its settings' own) -> a loaded engine
     service: Any = None  # the API's LocalService, which serves the same engine
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def switch(self, model: str) -> None:
-        """Load `model` and make it the one every chat and the API use; the old one is closed."""
+    def switch(self, model: str, n_ctx: int | None = None) -> None:
+        """Load `model` (with `n_ctx` tokens of context, or its settings' own) and make it the one every
+        chat and the API use; the old one is closed."""
         if self.load is None:
-            raise LocalchatError("this window cannot switch models; restart localchat with --model.")
+            raise LocalchatError("this window cannot load models; restart localchat with --model or --n-ctx.")
         with self.lock:
-            if model == self.model:
+            if model == self.model and n_ctx in (None, self.engine.n_ctx):
                 return
-            engine = self.load(model)
+            engine = self.load(model) if n_ctx is None else self.load(model, n_ctx=n_ctx)
             old, self.engine, self.model = self.engine, engine, model
             if self.service is not None:
                 from ..api.local import served_name
@@ -69,21 +70,25 @@ class Sampling:
     min_p: float = _ENGINE_DEFAULTS.min_p
     repeat_penalty: float = _ENGINE_DEFAULTS.repeat_penalty
     seed: int | None = None  # None: a new random seed each answer
+    presence_penalty: float = _ENGINE_DEFAULTS.presence_penalty
+    frequency_penalty: float = _ENGINE_DEFAULTS.frequency_penalty
 
     @classmethod
     def over(cls, base: SamplingParams) -> "Sampling":
         """A new chat's settings: the server's defaults (`localchat ui --temperature ...`)."""
-        return cls(base.temperature, base.top_p, base.max_tokens or WINDOW_MAX_TOKENS, base, base.top_k, base.min_p,
-                   base.repeat_penalty, base.seed)
+        shown = {name: getattr(base, name) for name in SHOWN_SETTINGS}
+        return cls(**shown | {"max_tokens": base.max_tokens or WINDOW_MAX_TOKENS}, base=base)
 
     def params(self) -> SamplingParams:
-        return dataclasses.replace(self.base, temperature=self.temperature, top_p=self.top_p,
-                                   max_tokens=int(self.max_tokens), top_k=int(self.top_k), min_p=self.min_p,
-                                   repeat_penalty=self.repeat_penalty,
-                                   seed=None if self.seed is None else int(self.seed))
+        shown = {name: getattr(self, name) for name in SHOWN_SETTINGS}
+        return dataclasses.replace(self.base, **shown | {
+            "max_tokens": int(self.max_tokens), "top_k": int(self.top_k),
+            "seed": None if self.seed is None else int(self.seed)})
 
 
-SHOWN_SETTINGS = ("temperature", "top_p", "max_tokens", "top_k", "min_p", "repeat_penalty", "seed")
+# In the order the window's controls (and the /send API's arguments) give them.
+SHOWN_SETTINGS = ("temperature", "top_p", "max_tokens", "top_k", "min_p", "repeat_penalty", "seed",
+                  "presence_penalty", "frequency_penalty")
 
 
 def settings_of(sampling: Sampling) -> dict[str, Any]:
@@ -128,8 +133,12 @@ class ChatCore:
             docs.append(doc)
         return docs
 
+    def attachment_counts(self, paths: list[str]) -> list[tuple[str, int]]:
+        """Each attached document's name and its length in tokens (the chips above the message box)."""
+        return [(doc.name, self.count_tokens(doc.text)) for doc in self.documents(paths)]
+
     def meter(self, paths: list[str], max_tokens: int, conv_id: str | None = None) -> str:
-        """The token meter: each attached document against the context, and whole or retrieved.
+        """The token meter: the attached documents against the context, and whole or retrieved.
 
         "Whole" is decided the way the next message decides it (the same budget, the same
         selection), so the meter never promises what the reply then does not do.
@@ -138,16 +147,14 @@ class ChatCore:
             return ""
         n_ctx = self.runtime.engine.n_ctx
         docs = self.documents(paths)
-        counts = [(doc.name, self.count_tokens(doc.text)) for doc in docs]
-        total = sum(n for _, n in counts)
+        total = sum(n for _, n in self.attachment_counts(paths))
         conv = self.store.get(conv_id) if conv_id else None
         whole = self.fit(docs, "", conv, max_tokens).mode == "whole"
         share = min(total / n_ctx, 1.0)
         bar = "█" * round(share * 20) + "░" * (20 - round(share * 20))
         how = ("they fit: whole documents go into the context" if whole else
                "too long for the context: the passages that best match each question are used")
-        names = ", ".join(f"{render.plain(name)} ({n:,} tokens)" for name, n in counts)
-        return f"**Attached:** {names}\n\n`{bar}` {total:,} of {n_ctx:,} context tokens — {how}."
+        return f"{bar} {total:,} of {n_ctx:,} context tokens — {how}."
 
     def fit(self, docs: list[Document], question: str, conv: Conversation | None, max_tokens: int) -> Selection:
         """What of the documents the next user turn of `conv` carries: whole, or the best passages."""
@@ -168,12 +175,9 @@ class ChatCore:
         if conv is None:
             return []
         shown = []
-        for m in conv.messages:
+        for index, m in enumerate(conv.messages):
             if m.role == "user":
-                docs = m.stats.get("documents")
-                names = ", ".join(render.plain(Path(p).name) for p in docs) if docs else ""
-                shown.append({"role": "user", "content": render.inert(m.content)
-                              + (f"\n\n*Attached: {names}*" if names else "")})
+                shown.append({"role": "user", "content": render.inert(m.content) + self.turn_note(index, m)})
             else:
                 versions = len(m.stats.get("versions", []))
                 shown_version = f"‹ {m.stats.get('version', 0) + 1}/{versions} ›" if versions > 1 else ""
@@ -181,6 +185,33 @@ class ChatCore:
                 shown.append({"role": "assistant", "content": render.reply_markdown(
                     m.content, m.stats, m.stats.get("included", ""), note)})
         return shown
+
+    @staticmethod
+    def turn_note(index: int, message: Message) -> str:
+        """What the window adds under a user turn: its documents, its branches (‹ 1/2 ›)."""
+        docs = message.stats.get("documents")
+        names = ", ".join(render.plain(Path(p).name) for p in docs) if docs else ""
+        lines = [f"*Attached: {names}*" if names else "", versions.branch_marker(index, message.stats)]
+        return "".join(f"\n\n{line}" for line in lines if line)
+
+    def edit_turn(self, conv_id: str, index: int, message: str, system: str, sampling: Sampling) -> None:
+        """Put an edited user turn at `index`, its documents kept; what followed stays as a branch to go back to."""
+        conv = self.store.get(conv_id)
+        assert conv is not None
+        docs = list(conv.messages[index].stats.get("documents", []))
+        branches, cut = versions.fork(self.store, conv_id, index)
+        try:
+            self.add_user_turn(conv_id, message, docs, system, sampling, branches)
+        except LocalchatError:  # refused (too long): the chat is as it was
+            self.store.splice(conv_id, index, cut)
+            raise
+
+    def show_branch(self, conv_id: str, index: int, step: int) -> None:
+        """Step to the previous (-1) or next (+1) branch of user turn `index`; a first turn's branch names the chat."""
+        if versions.show_branch(self.store, conv_id, index, step) and index == 0:
+            conv = self.store.get(conv_id)
+            if conv is not None and not conv.settings.get("renamed"):
+                self.store.update(conv_id, title=title_of(conv.messages[0].content))
 
     def open_conversation(self, conv_id: str | None, message: str, system: str, sampling: Sampling) -> str:
         """The conversation the message goes to (a new one when there is none), its settings saved."""
@@ -206,7 +237,7 @@ class ChatCore:
             self.store.update(conv_id, title=title_of(title), settings=conv.settings | {"renamed": True})
 
     def add_user_turn(self, conv_id: str | None, message: str, documents: list[str], system: str,
-                      sampling: Sampling) -> str:
+                      sampling: Sampling, extra: dict[str, Any] | None = None) -> str:
         """Save the user's message (with its documents fitted in) and return the conversation id."""
         conv_id = self.open_conversation(conv_id, message, system, sampling)
         conv = self.store.get(conv_id)
@@ -221,7 +252,7 @@ class ChatCore:
             stats = {"prompt": build_prompt(message, selection), "included": selection.summary(),
                      "mode": selection.mode, "documents": documents}
         self._check_fits(conv, stats.get("prompt", message), sampling.max_tokens)
-        self.store.append(conv_id, "user", message, stats)
+        self.store.append(conv_id, "user", message, stats | (extra or {}))
         return conv_id
 
     def _check_fits(self, conv: Conversation, turn: str, max_tokens: int) -> None:
@@ -295,30 +326,6 @@ class ChatCore:
                 saved |= {"versions": [*versions, {"content": text, "stats": dict(saved)}], "version": len(versions)}
             self.store.append(conv_id, "assistant", text, saved)
         yield render.reply_markdown(text, saved, included, render.finish_note(finish))
-
-    def drop_reply(self, conv_id: str) -> list[dict[str, Any]]:
-        """Remove the answer after the last user turn, to answer it again; returns the answers so far."""
-        conv = self.store.get(conv_id)
-        assert conv is not None
-        last_user = max(i for i, m in enumerate(conv.messages) if m.role == "user")
-        reply = conv.messages[last_user + 1] if last_user + 1 < len(conv.messages) else None
-        self.store.truncate(conv_id, last_user + 1)
-        if reply is None:
-            return []
-        return reply.stats.get("versions") or [{"content": reply.content, "stats": reply.stats}]
-
-    def show_version(self, conv_id: str, step: int) -> None:
-        """Show the previous (-1) or next (+1) of the last reply's versions; the chat continues from it."""
-        conv = self.store.get(conv_id)
-        if conv is None or not conv.messages or conv.messages[-1].role != "assistant":
-            return
-        reply = conv.messages[-1]
-        versions = reply.stats.get("versions", [])
-        if len(versions) < 2:
-            return
-        chosen = min(max(reply.stats.get("version", 0) + step, 0), len(versions) - 1)
-        stats = versions[chosen]["stats"] | {"versions": versions, "version": chosen}
-        self.store.replace(conv_id, len(conv.messages) - 1, versions[chosen]["content"], stats)
 
     @contextlib.contextmanager
     def turn(self, conv_id: str) -> Iterator[None]:

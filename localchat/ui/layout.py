@@ -3,19 +3,21 @@ components it closes over, so the components and their handlers stay in one func
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
 
 from ..errors import LocalchatError
-from ..runtime.sampling import LIMITS
+from . import composer as composing
+from . import versions
 from .chat import SHOWN_SETTINGS, ChatCore, Sampling
-from .models_panel import ModelsPanel, model_choices
+from .settings_panel import build_settings_panel, context_note, resize, sampling_of
 from .tuning import TuneJob, tuned_summary
-from .uploads import ACCEPTED, store_upload
 
 log = logging.getLogger(__name__)
 
@@ -25,16 +27,6 @@ NARROW_PX = 800  # below this width the sidebar starts closed: it would cover th
 def user_error(message: str) -> gr.Error:
     """A toast for an expected user error: Gradio would print a traceback for each one otherwise."""
     return gr.Error(message, print_exception=False)
-
-
-def slider(name: str, label: str, low: float, high: float, step: float, value: float) -> gr.Slider:
-    """A sampling slider over the window's range for it, kept inside what the engine accepts (LIMITS)."""
-    limit = LIMITS[name]
-    if limit.low is not None:
-        low = max(low, limit.low + (step if limit.open_low else 0))
-    if limit.high is not None:
-        high = min(high, limit.high - (step if limit.open_high else 0))
-    return gr.Slider(low, high, value=value, step=step, label=label, elem_id=name.replace("_", "-"))
 
 
 def when(timestamp: float, now: float | None = None) -> str:
@@ -50,8 +42,26 @@ def sources(conv: Any) -> str:
     return json.dumps([m.content for m in conv.messages] if conv is not None else [])
 
 
-def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
-    """The Blocks app; `defaults` are the settings of a new conversation."""
+def model_choices(current: str) -> list[tuple[str, str]]:
+    """The catalog models present on this machine and GGUF files found by the importers."""
+    from ..models.catalog import load_catalog
+    from ..models.download import cached_file
+    from ..models.importers import list_local_models
+
+    names = [current]
+    try:
+        for key, entry in sorted(load_catalog().items()):
+            names += [f"{key}:{q}" if q != entry.default_quant else key
+                      for q, f in entry.files.items() if cached_file(f)]
+        names += [str(m.path) for m in list_local_models()]
+    except (LocalchatError, OSError) as exc:  # a broken catalog must not keep the window from opening
+        log.warning("listing local models failed: %s", exc)
+    # A file is listed by its name; the full path stays the value that loads it.
+    return [(Path(n).name if n.lower().endswith(".gguf") else n, n) for n in dict.fromkeys(names)]
+
+
+def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: str = "") -> gr.Blocks:
+    """The Blocks app; `defaults` and `system_prompt` are the settings of a new conversation."""
     defaults = defaults or Sampling()
     store = core.store
 
@@ -97,56 +107,31 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                              placeholder="Ask anything, or attach documents and ask about them.")
         copy_texts = gr.Textbox(value="[]", elem_id="sources", elem_classes="lc-hidden", show_label=False,
                                 interactive=False, container=False)
-        with gr.Row(equal_height=True):
-            message = gr.Textbox(placeholder="Message (Enter sends, Esc stops)", show_label=False,
-                                 scale=8, lines=1, max_lines=8, elem_id="message")
-            send_btn = gr.Button("Send", variant="primary", scale=1, min_width=80, elem_id="send")
-            stop_btn = gr.Button("Stop", variant="stop", scale=1, min_width=80, elem_id="stop")
+        # The page script's requests that carry a value (a chip's ×, a branch arrow): it puts the request here.
+        action = gr.Textbox(elem_id="action", elem_classes="lc-hidden", show_label=False, container=False)
+        action_go = gr.Button("Act", elem_id="action-go", elem_classes="lc-hidden")
+        compose = composing.build_composer()
+        message, send_btn, stop_btn, meter = compose.message, compose.send, compose.stop, compose.attached
         with gr.Row():
             prev_btn = gr.Button("‹ Answer", size="sm", elem_id="previous-answer", min_width=60)
             next_btn = gr.Button("Answer ›", size="sm", elem_id="next-answer", min_width=60)
             regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate")
             edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit")
-            clear_docs_btn = gr.Button("Remove documents", size="sm")
-        meter = gr.Markdown(elem_id="meter")
-        files = gr.File(label="Attach documents (PDF, DOCX, TXT, MD, HTML, source)", file_count="multiple",
-                        file_types=ACCEPTED, height=110, elem_id="files")
-        with gr.Accordion("Settings for this chat", open=False):
-            system = gr.Textbox(label="System prompt", lines=2, elem_id="system")
-            with gr.Row():
-                temperature = slider("temperature", "Temperature", 0, 2, 0.05, defaults.temperature)
-                top_p = slider("top_p", "Top p", 0, 1, 0.05, defaults.top_p)
-                max_tokens = slider("max_tokens", "Max tokens", 16, 4096, 16, defaults.max_tokens)
-            with gr.Row():
-                top_k = slider("top_k", "Top k (0: off)", 0, 200, 1, defaults.top_k)
-                min_p = slider("min_p", "Min p", 0, 1, 0.01, defaults.min_p)
-                repeat_penalty = slider("repeat_penalty", "Repeat penalty (1: off)", 0.5, 2, 0.05,
-                                        defaults.repeat_penalty)
-                seed = gr.Number(defaults.seed, label="Seed (empty: random)", precision=0, minimum=0,
-                                 maximum=LIMITS["seed"].high, elem_id="seed")
-            gr.Markdown(f"Context: {core.runtime.engine.n_ctx:,} tokens (set with --n-ctx or the wizard).",
-                        elem_id="context-note")
-
-        with gr.Accordion("Models: catalog, downloads, import", open=False, elem_id="models"):
-            models_panel = ModelsPanel(core)
+            settings_btn = gr.Button("Settings", size="sm", elem_id="open-settings")
+        panel = build_settings_panel(defaults, system_prompt, core)
+        system, sliders = panel.system, panel.controls
+        max_tokens, seed = panel.control("max_tokens"), panel.control("seed")
 
         # -- handlers ---------------------------------------------------------------------------
         # An expected error is a warning toast and the outputs stay as they were: a raised error
         # would also paint every output of the event with a red "Error" badge.
-
-        def sampling_of(values: tuple) -> Sampling:
-            """The sliders' values (in SHOWN_SETTINGS order) over the server's defaults."""
-            chosen = dict(zip(SHOWN_SETTINGS, values))
-            chosen["max_tokens"], chosen["top_k"] = int(chosen["max_tokens"]), int(chosen["top_k"])
-            chosen["seed"] = None if chosen["seed"] is None else int(chosen["seed"])
-            return Sampling(**chosen, base=defaults.base)
 
         def respond(text: str, cid: str | None, docs: list[str], sys_prompt: str, *values: float) -> Iterator[tuple]:
             text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
             if not text.strip():
                 yield (gr.skip(),) * 8
                 return
-            sampling = sampling_of(values)
+            sampling = sampling_of(values, defaults)
             try:
                 cid = core.open_conversation(cid, text, sys_prompt, sampling)
             except LocalchatError as exc:
@@ -162,15 +147,16 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                     core.add_user_turn(cid, text, docs, sys_prompt, sampling)
                 except LocalchatError as exc:
                     gr.Warning(str(exc))
-                    yield gr.skip(), text, cid, docs, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                    yield (gr.skip(), text, cid, docs, composing.shown(core, docs, sampling.max_tokens, cid), gr.skip(),
+                           gr.skip(), gr.skip())
                     return
                 yield from stream_reply(cid, sampling)
 
-        def stream_reply(cid: str, sampling: Sampling, versions: list | None = None) -> Iterator[tuple]:
-            """Called with the conversation's turn held."""
+        def stream_reply(cid: str, sampling: Sampling, earlier: list | None = None) -> Iterator[tuple]:
+            """Called with the conversation's turn held; `earlier`: the answers a regenerate keeps."""
             shown = core.display(store.get(cid))
             try:
-                for reply in core.answer(cid, sampling, versions):
+                for reply in core.answer(cid, sampling, earlier):
                     yield (shown + [{"role": "assistant", "content": reply}], gr.skip(), cid, gr.skip(), gr.skip(),
                            conversations(cid), gr.skip(), gr.skip())
             except LocalchatError as exc:  # refused by the engine (a regenerate with more max tokens, say)
@@ -186,35 +172,54 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 yield (gr.skip(),) * 8
                 return
             with core.turn(conv.id):
-                versions = core.drop_reply(conv.id)  # kept: ‹ › shows them again
-                yield from stream_reply(conv.id, sampling_of(values), versions)
+                kept = versions.drop_reply(store, conv.id)  # ‹ › shows them again
+                yield from stream_reply(conv.id, sampling_of(values, defaults), kept)
 
         def edit_message(cid: str | None, sys_prompt: str, temp: float, tp: float, mx: float, tk: float, mp: float,
-                         rp: float, sd: float | None, edit: gr.EditData) -> Iterator[tuple]:
-            """A user message edited in place: the chat continues from it, what followed is dropped."""
+                         rp: float, sd: float | None, pp: float, fp: float, edit: gr.EditData) -> Iterator[tuple]:
+            """A user message edited in place: the chat continues from it; what followed stays a branch (‹ 1/2 ›)."""
             index = edit.index if isinstance(edit.index, int) else edit.index[0]
             text = edit.value if isinstance(edit.value, str) else str(edit.value)
             conv = store.get(cid) if cid else None
             if conv is None or not 0 <= index < len(conv.messages) or conv.messages[index].role != "user":
                 yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
                 return
-            sampling = sampling_of((temp, tp, mx, tk, mp, rp, sd))
+            note = core.turn_note(index, conv.messages[index])  # the edit box starts with what the chat shows
+            text = text[: -len(note)] if note and text.endswith(note) else text
+            sampling = sampling_of((temp, tp, mx, tk, mp, rp, sd, pp, fp), defaults)
             core.stop(cid)
             with core.turn(conv.id):
-                docs = list(conv.messages[index].stats.get("documents", []))
-                store.truncate(conv.id, index)
                 try:
-                    core.add_user_turn(conv.id, text, docs, sys_prompt or "", sampling)
+                    core.edit_turn(conv.id, index, text, sys_prompt or "", sampling)
                 except LocalchatError as exc:
                     gr.Warning(str(exc))
-                    yield *view(conv.id)[:1], text, conv.id, docs, *(gr.skip(),) * 3, view(conv.id)[1]
+                    yield *view(conv.id)[:1], *(gr.skip(),) * 6, view(conv.id)[1]
                     return
                 yield from stream_reply(conv.id, sampling)
 
         def show_version(cid: str | None, step: int) -> tuple:
             if cid:
-                core.show_version(cid, step)
+                versions.show_version(store, cid, step)
             return view(cid)
+
+        def act(request: str, cid: str | None, docs: list[str], mx: float) -> tuple:
+            """A request of the page script: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›)."""
+            kind, *numbers = (request or "").split(":")
+            try:
+                args = [int(n) for n in numbers]  # from the client: numbers or nothing
+            except ValueError:
+                return (gr.skip(),) * 5
+            if kind == "remove" and len(args) == 1:
+                docs = [d for i, d in enumerate(docs) if i != args[0]]
+                return gr.skip(), gr.skip(), docs, composing.shown(core, docs, mx, cid), gr.skip()
+            if kind == "branch" and len(args) == 2 and cid:
+                if core.busy(cid):
+                    gr.Warning("the answer in progress ends first; stop it to switch branches now.")
+                    return (gr.skip(),) * 5
+                with core.turn(cid):
+                    core.show_branch(cid, args[0], max(min(args[1], 1), -1))
+                return *view(cid), gr.skip(), gr.skip(), conversations(cid)  # a first turn's branch names the chat
+            return (gr.skip(),) * 5
 
         def edit_last(cid: str | None, mx: float) -> tuple:
             conv = store.get(cid) if cid else None
@@ -229,36 +234,18 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
                 last = conv.messages[users[-1]]
                 store.truncate(conv.id, users[-1])
             docs = list(last.stats.get("documents", []))
-            return *view(conv.id), last.content, docs, core.meter(docs, int(mx), conv.id) if docs else ""
-
-        def attach(uploaded: list[str] | None, docs: list[str], mx: float) -> tuple:
-            docs = list(docs)
-            errors = []
-            for path in uploaded or []:
-                try:
-                    stored = store_upload(path)  # Gradio took it only from its upload folder (web.py)
-                    core.documents([str(stored)])  # type and content check now, not at send time
-                    docs.append(str(stored))
-                except LocalchatError as exc:
-                    errors.append(str(exc))
-            for error in errors:
-                gr.Warning(error)
-            return docs, core.meter(docs, int(mx)), None
-
-        def refresh_meter(docs: list[str], cid: str | None, mx: float) -> str:
-            """The meter against this chat's history (attach alone does not know the chat)."""
-            return core.meter(docs, int(mx), cid)
+            return *view(conv.id), last.content, docs, composing.shown(core, docs, mx, conv.id)
 
         def load(cid: str | None) -> tuple:
             conv = store.get(cid) if cid else None
             if conv is None:
-                return [], "[]", None, "", *(gr.skip(),) * len(SHOWN_SETTINGS), [], ""
+                return [], "[]", None, system_prompt, *(gr.skip(),) * len(SHOWN_SETTINGS), [], ""
             s = conv.settings
             return (*view(conv.id), conv.id, conv.system_prompt,
                     *(s.get(name, getattr(defaults, name)) for name in SHOWN_SETTINGS), [], "")
 
         def new_chat() -> tuple:
-            return [], "[]", None, "", *(getattr(defaults, name) for name in SHOWN_SETTINGS), [], "", \
+            return [], "[]", None, system_prompt, *(getattr(defaults, name) for name in SHOWN_SETTINGS), [], "", \
                 conversations(None)
 
         def delete(cid: str | None) -> tuple:
@@ -274,7 +261,29 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
 
         def save_settings(cid: str | None, sys_prompt: str, *values: float) -> None:
             if cid:
-                core.save_settings(cid, sys_prompt or "", sampling_of(values))
+                core.save_settings(cid, sys_prompt or "", sampling_of(values, defaults))
+
+        failed: dict[str, float] = {}  # model -> when it last failed to load (the picker may send it twice)
+
+        def switch_model(name: str) -> Iterator[tuple]:
+            if not name or name == core.runtime.model or time.monotonic() - failed.get(name, -60) < 10:
+                yield gr.skip(), core.status()
+                return
+            # The name comes from the client: only a model this window lists may load.
+            if name not in {value for _, value in model_choices(core.runtime.model)}:
+                raise user_error("that model is not in the list; choose one of the listed models, or start "
+                                 "localchat with --model to use another file.")
+            # The current model keeps answering until the new one is loaded.
+            yield gr.skip(), f"Loading {Path(name).name}… the current model answers meanwhile."
+            try:
+                core.runtime.switch(name)
+            except LocalchatError as exc:
+                failed[name] = time.monotonic()
+                gr.Warning(f"{Path(name).name} did not load, so the current model stays: {exc}")
+                yield gr.update(value=core.runtime.model), core.status()
+                return
+            gr.Info(f"Now answering with {Path(name).name}.")
+            yield gr.update(value=core.runtime.model), core.status()
 
         tune_jobs: dict[str, TuneJob] = {}  # one wizard at a time for the whole app, whichever tab started it
 
@@ -310,8 +319,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
 
         # -- wiring ---------------------------------------------------------------------------
 
-        sliders = [temperature, top_p, max_tokens, top_k, min_p, repeat_penalty, seed]  # SHOWN_SETTINGS' order
-        settings_inputs = [system, *sliders]
+        settings_inputs = panel.inputs
         chat_outputs = [chatbot, copy_texts]
         reply_outputs = [chatbot, message, conv_id, pending, meter, convs, status, copy_texts]
         # The engine batches concurrent chats, so several tabs may stream at once; within one chat a
@@ -324,9 +332,13 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         regen_btn.click(regenerate, [conv_id, *sliders], reply_outputs,
                         api_name=False, concurrency_limit=8)
         edit_btn.click(edit_last, [conv_id, max_tokens], [*chat_outputs, message, pending, meter], api_name=False)
-        files.upload(attach, [files, pending, max_tokens], [pending, meter, files], api_name=False).then(
-            refresh_meter, [pending, conv_id, max_tokens], [meter], api_name=False)
-        clear_docs_btn.click(lambda: ([], ""), None, [pending, meter], api_name=False)
+        compose.attach.upload(functools.partial(composing.attach, core), [compose.attach, pending, max_tokens, conv_id],
+                              [pending, meter, compose.attach], api_name=False)
+        action_go.click(act, [action, conv_id, pending, max_tokens], [*chat_outputs, pending, meter, convs], api_name=False,
+                        js="(request, ...rest) => [window.localchatAction || '', ...rest]")
+        settings_btn.click(None, None, None, js="() => localchatToggleSettings()", api_name=False)
+        panel.reload.click(functools.partial(resize, core), [panel.n_ctx], [panel.n_ctx, panel.note, status],
+                           api_name=False, concurrency_limit=1)
         chat_state = [*chat_outputs, conv_id, *settings_inputs, pending, meter]
         convs.input(load, [convs], chat_state, api_name=False)
         new_btn.click(new_chat, None, [*chat_state, convs], api_name=False)
@@ -343,9 +355,12 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None) -> gr.Blocks:
         delete_no.click(lambda: gr.update(visible=False), None, [delete_row], api_name=False)
         delete_yes.click(delete, [conv_id], [*chat_state, convs, delete_row], api_name=False)
         conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)
-        gr.on([system.blur, seed.blur, *(x.release for x in sliders[:-1])], save_settings,
+        # The status changes with every load (a model switch, the wizard, a new context): so does the context box.
+        status.change(lambda: (core.runtime.engine.n_ctx, context_note(core)), None, [panel.n_ctx, panel.note],
+                      api_name=False)
+        gr.on([system.blur, seed.blur, *(x.release for x in sliders if x is not seed)], save_settings,
               [conv_id, *settings_inputs], None, api_name=False)
-        models_panel.wire(model, status, demo)  # the model picker switches through the panel
+        model.input(switch_model, [model], [model, status], api_name=False, concurrency_limit=1)
         tune_btn.click(tune, [tune_download], [tune_log, tune_note, model, status], api_name=False,
                        concurrency_limit=1)
         demo.load(on_page_load, [last_chat, width], [convs, model, status, tune_note, tune_box, sidebar, *chat_state],

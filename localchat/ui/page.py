@@ -4,14 +4,25 @@ from __future__ import annotations
 
 CSS = """
 #chat { flex-grow: 1; }
-#meter { font-size: 0.9em; }
+#meter { font-size: 0.9em; margin-top: 0.3em; color: var(--body-text-color-subdued); }
 footer { display: none !important; }
 .lc-hidden { display: none !important; }
 #theme-toggle { max-width: 9em; }
 #conversations { max-height: 45vh; overflow-y: auto; }  /* a long list keeps the model and status in reach */
+#attach { padding: 0 0.6em; }
+.lc-chips { display: flex; flex-wrap: wrap; gap: 0.4em; }
+.lc-chip { display: inline-flex; align-items: center; gap: 0.4em; max-width: 100%; padding: 0.15em 0.3em 0.15em 0.7em;
+  border: 1px solid var(--border-color-primary); border-radius: 999px; background: var(--background-fill-secondary);
+  font-size: 0.9em; }
+.lc-chip-name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; max-width: 22em; }
+.lc-chip-tokens { color: var(--body-text-color-subdued); white-space: nowrap; }
+.lc-chip-remove { border: none; background: none; cursor: pointer; font-size: 1.1em; line-height: 1; padding: 0 0.3em;
+  color: var(--body-text-color-subdued); }
+.lc-chip-remove:hover { color: var(--body-text-color); }
+#chat a[href^="#lc-branch-"] { text-decoration: none; padding: 0 0.3em; }
 /* A phone: the composer stays one row (the box, then two small buttons) and the chat takes the height. */
 @media (max-width: 600px) {
-  #send, #stop { min-width: 3.5em !important; padding: 0 0.4em; }
+  #send, #stop, #attach { min-width: 3.5em !important; padding: 0 0.4em; font-size: 0.9em; }
   #chat { height: 60vh !important; }
 }
 """
@@ -19,7 +30,7 @@ footer { display: none !important; }
 # Gradio's copy button copies what the chat shows: the answer with its "Included:" line and its
 # numbers, with model HTML escaped. The page keeps each message's own text (#sources, JSON, one
 # entry per message in order) and this copies that instead.
-SCRIPT = """
+SCRIPT = r"""
 <script>
 document.addEventListener("click", async (event) => {
   const button = event.target.closest("#chat button[aria-label='Copy message']");
@@ -47,14 +58,57 @@ document.addEventListener("keydown", (event) => {
   }
 });
 
-// Files dropped anywhere on the chat are attached as if dropped on the attach box.
+// Requests that carry a value go to the server through one hidden button, whose event reads
+// window.localchatAction: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›).
+function localchatAct(request) {
+  window.localchatAction = request;
+  document.querySelector("#action-go")?.click();
+}
+document.addEventListener("click", (event) => {
+  const target = event.target.closest ? event.target : event.target.parentElement;
+  const arrow = target?.closest("#chat a[href^='#lc-branch-']");
+  const chip = target?.closest("#attachments .lc-chip-remove");
+  if (!arrow && !chip) return;
+  event.preventDefault();
+  event.stopPropagation();
+  if (chip) return localchatAct(`remove:${chip.dataset.index}`);
+  const [, index, way] = arrow.getAttribute("href").match(/^#lc-branch-(\d+)-(prev|next)$/) || [];
+  if (index !== undefined) localchatAct(`branch:${index}:${way === "prev" ? -1 : 1}`);
+}, true);
+
+// The edit box of a user message starts with what the chat shows: the notes under the message
+// (its documents, its branches ‹ 1/2 ›) are not part of it, so they leave the box (the server drops them too).
+const LC_NOTE = /\n\n(\*Attached: .*\*|\[‹\]\(#lc-branch-\d+-prev\) \d+\/\d+ \[›\]\(#lc-branch-\d+-next\))$/;
+document.addEventListener("click", (event) => {
+  if (!event.target.closest || !event.target.closest("#chat button[aria-label='Edit']")) return;
+  let frames = 0;
+  const clean = () => {
+    const box = document.querySelector("#chat textarea.edit-textarea");
+    if (!box || !box.value) return void (frames++ < 120 && requestAnimationFrame(clean));
+    let text = box.value;
+    while (LC_NOTE.test(text)) text = text.replace(LC_NOTE, "");
+    if (text !== box.value) {
+      box.value = text;
+      box.dispatchEvent(new Event("input", { bubbles: true }));
+    }
+  };
+  requestAnimationFrame(clean);
+}, true);  // capture: the chat's own handler may stop the click
+
+// The Settings button opens and closes the settings drawer (Gradio's own toggle sits at its edge).
+function localchatToggleSettings() {
+  document.querySelector("#settings-panel .toggle-button")?.click();
+}
+
+// Files dropped anywhere on the chat are attached as if chosen with the attach button.
 document.addEventListener("dragover", (event) => {
   if (event.target.closest && event.target.closest("#chat")) event.preventDefault();
 });
 document.addEventListener("drop", (event) => {
   if (!event.target.closest || !event.target.closest("#chat") || !event.dataTransfer?.files.length) return;
   event.preventDefault();
-  const input = document.querySelector("#files input[type=file]");
+  const input = document.querySelector("#attach input[type=file]")
+    || document.querySelector("#attach")?.parentElement?.querySelector("input[type=file]");
   if (!input) return;
   input.files = event.dataTransfer.files;
   input.dispatchEvent(new Event("change", { bubbles: true }));

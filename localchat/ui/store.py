@@ -129,6 +129,14 @@ class Store:
         self._write([("UPDATE messages SET content = ?, stats = ? WHERE conversation_id = ? AND position = ?",
                       (content, json.dumps(stats), conv_id, position))])
 
+    def splice(self, conv_id: str, keep: int, messages: list[Message]) -> None:
+        """Keep the first `keep` messages and put `messages` after them, in one transaction (a branch switch)."""
+        now = time.time()
+        self._write([("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conv_id, keep)),
+                     *(("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?)",
+                        (conv_id, keep + i, m.role, m.content, json.dumps(m.stats), now)) for i, m in enumerate(messages)),
+                     ("UPDATE conversations SET updated = ? WHERE id = ?", (now, conv_id))])
+
     def truncate(self, conv_id: str, keep: int) -> None:
         """Keep only the first `keep` messages (regenerate and edit drop what follows)."""
         self._write([("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conv_id, keep)),

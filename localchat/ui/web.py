@@ -23,8 +23,9 @@ UI_USER = "localchat"  # the login name when --api-key protects the window
 
 
 def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
-                  defaults: Sampling | None = None, policy: OriginPolicy | None = None) -> FastAPI:
-    """FastAPI with the /v1 routes first, then the chat window mounted at "/"."""
+                  defaults: Sampling | None = None, policy: OriginPolicy | None = None,
+                  system_prompt: str = "") -> FastAPI:
+    """FastAPI with the /v1 routes first, then the chat window mounted at "/"; `system_prompt`: a new chat's."""
     # Gradio's upload route writes here (read when the app is made): our own private folder.
     os.environ["GRADIO_TEMP_DIR"] = str(received_dir())
     import gradio as gr
@@ -39,7 +40,7 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
     # The API routes go first: the mounted window at "/" would otherwise shadow /v1.
     add_api(app, service, api_key)
     app.add_exception_handler(RequestValidationError, _invalid)
-    demo = build_ui(ChatCore(runtime, store), defaults)
+    demo = build_ui(ChatCore(runtime, store), defaults, system_prompt)
     # Gradio refuses a file reference that names anything outside its upload folder (a crafted
     # client naming any server path) only once the app "has launched"; a mounted app never
     # launches, so without this the window would copy and read whatever path a client names.
@@ -55,8 +56,8 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
     return app
 
 
-def run_ui(options: ServeOptions, load: Callable[[str], Engine], model: str, open_browser: bool = True,
-           defaults: Sampling | None = None) -> int:
+def run_ui(options: ServeOptions, load: Callable[..., Engine], model: str, open_browser: bool = True,
+           defaults: Sampling | None = None, system_prompt: str = "") -> int:
     """Serve the window and the API until interrupted; prints the URL and opens the browser."""
     import uvicorn
 
@@ -68,7 +69,8 @@ def run_ui(options: ServeOptions, load: Callable[[str], Engine], model: str, ope
     try:
         if defaults is None and options.sampling is not None:
             defaults = Sampling.over(options.sampling)
-        app = create_ui_app(runtime, store, options.api_key, defaults, options.policy(sock.getsockname()[1]))
+        app = create_ui_app(runtime, store, options.api_key, defaults, options.policy(sock.getsockname()[1]),
+                            system_prompt)
         url = url_of(sock)
         exposed = "" if is_loopback(host) else f" (listening on {host}; log in as '{UI_USER}' with the API key)"
         print(f"localchat: chat at {url}/ and the OpenAI-compatible API at {url}/v1{exposed}. Ctrl-C stops.",

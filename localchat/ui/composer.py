@@ -1,0 +1,69 @@
+"""The composer: the message box with its attach, Send and Stop buttons, and above it the attached files as
+removable chips with their token counts and the context meter (one component: whatever changes the attached
+files shows both)."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import gradio as gr
+
+from ..errors import LocalchatError
+from .chat import ChatCore
+from .uploads import ACCEPTED, store_upload
+
+
+@dataclass(slots=True)
+class Composer:
+    attached: gr.HTML  # the chips and the meter
+    message: gr.Textbox
+    attach: gr.UploadButton
+    send: gr.Button
+    stop: gr.Button
+
+
+def build_composer() -> Composer:
+    """The composer's components, in page order (inside the Blocks being built)."""
+    attached = gr.HTML("", elem_id="attachments", padding=False)
+    with gr.Row(equal_height=True, elem_id="composer"):
+        attach = gr.UploadButton("Attach", file_count="multiple", file_types=ACCEPTED, scale=0, min_width=70,
+                                 elem_id="attach", variant="secondary")
+        # A narrow minimum: at phone width the box, Attach, Send and Stop still share one row.
+        message = gr.Textbox(placeholder="Message (Enter sends, Esc stops)", show_label=False, scale=8, lines=1,
+                             max_lines=8, min_width=110, elem_id="message")
+        send = gr.Button("Send", variant="primary", scale=1, min_width=80, elem_id="send")
+        stop = gr.Button("Stop", variant="stop", scale=1, min_width=80, elem_id="stop")
+    return Composer(attached, message, attach, send, stop)
+
+
+def chips(counts: list[tuple[str, int]]) -> str:
+    """One chip per attached file: its name, its tokens, and a remove button the page script handles."""
+    shown = [f'<span class="lc-chip" title="{html.escape(name)}"><span class="lc-chip-name">{html.escape(name)}'
+             f'</span> <span class="lc-chip-tokens">{n:,} tokens</span><button type="button" class="lc-chip-remove" '
+             f'data-index="{i}" aria-label="Remove {html.escape(name)}">×</button></span>'
+             for i, (name, n) in enumerate(counts)]
+    return f'<div class="lc-chips">{"".join(shown)}</div>'
+
+
+def shown(core: ChatCore, docs: list[str], max_tokens: float, conv_id: str | None) -> str:
+    """The chips and the meter of the attached files ("" without any)."""
+    if not docs:
+        return ""
+    meter = html.escape(core.meter(docs, int(max_tokens), conv_id))
+    return chips(core.attachment_counts(docs)) + f'<div id="meter" class="lc-meter">{meter}</div>'
+
+
+def attach(core: ChatCore, uploaded: list[str] | None, docs: list[str], max_tokens: float,
+           conv_id: str | None) -> tuple[list[str], str, None]:
+    """Files from the attach button (or dropped on the chat), stored and checked; (the attached files, their
+    chips and meter, an emptied attach button)."""
+    docs = list(docs)
+    for path in uploaded or []:
+        try:
+            stored = store_upload(path)  # Gradio took it only from its upload folder (web.py)
+            core.documents([str(stored)])  # type and content check now, not at send time
+            docs.append(str(stored))
+        except LocalchatError as exc:
+            gr.Warning(str(exc))
+    return docs, shown(core, docs, max_tokens, conv_id), None

@@ -1,0 +1,126 @@
+"""The settings drawer at the chat's right: this chat's system prompt and sampling, the model's context length.
+
+A drawer (Gradio's right-hand sidebar) rather than a panel under the chat: opened, it sits beside the
+conversation and the message box instead of pushing them out of view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import gradio as gr
+
+from ..errors import LocalchatError
+from ..runtime.sampling import LIMITS
+from .chat import SHOWN_SETTINGS, ChatCore, Sampling
+
+MIN_CONTEXT = 64  # the n_ctx setting's own lower bound (config.py)
+
+
+def slider(name: str, label: str, low: float, high: float, step: float, value: float) -> gr.Slider:
+    """A sampling slider over the window's range for it, kept inside what the engine accepts (LIMITS)."""
+    limit = LIMITS[name]
+    if limit.low is not None:
+        low = max(low, limit.low + (step if limit.open_low else 0))
+    if limit.high is not None:
+        high = min(high, limit.high - (step if limit.open_high else 0))
+    return gr.Slider(low, high, value=value, step=step, label=label, elem_id=name.replace("_", "-"))
+
+
+@dataclass(slots=True)
+class SettingsPanel:
+    drawer: gr.Sidebar
+    system: gr.Textbox
+    controls: list[Any]  # one per SHOWN_SETTINGS name, in that order
+    n_ctx: gr.Number
+    reload: gr.Button
+    note: gr.Markdown
+
+    @property
+    def inputs(self) -> list[Any]:
+        """What every answer reads: the system prompt, then the sampling controls."""
+        return [self.system, *self.controls]
+
+    def control(self, name: str) -> Any:
+        return self.controls[SHOWN_SETTINGS.index(name)]
+
+
+def build_settings_panel(defaults: Sampling, system_prompt: str, core: ChatCore) -> SettingsPanel:
+    """The drawer's components (inside the Blocks being built); it starts closed."""
+    d = defaults
+    with gr.Sidebar(open=False, position="right", width=340, elem_id="settings-panel") as drawer:
+        gr.Markdown("**Settings for this chat**")
+        system = gr.Textbox(system_prompt, label="System prompt", lines=2, max_lines=6, elem_id="system")
+        sliders = {
+            "temperature": slider("temperature", "Temperature (0: greedy)", 0, 2, 0.05, d.temperature),
+            "top_p": slider("top_p", "Top p", 0, 1, 0.05, d.top_p),
+            "max_tokens": slider("max_tokens", "Max tokens", 16, 4096, 16, d.max_tokens),
+            "top_k": slider("top_k", "Top k (0: off)", 0, 200, 1, d.top_k),
+            "min_p": slider("min_p", "Min p", 0, 1, 0.01, d.min_p),
+            "repeat_penalty": slider("repeat_penalty", "Repeat penalty (1: off)", 0.5, 2, 0.05, d.repeat_penalty),
+            # A text box: Gradio's number box shows (and sends) 0 for "no value", so "random" could not be chosen.
+            "seed": gr.Textbox("" if d.seed is None else str(d.seed), label="Seed (empty: a random one each answer)",
+                               max_lines=1, elem_id="seed"),
+            "presence_penalty": slider("presence_penalty", "Presence penalty (0: off)", -2, 2, 0.05,
+                                       d.presence_penalty),
+            "frequency_penalty": slider("frequency_penalty", "Frequency penalty (0: off)", -2, 2, 0.05,
+                                        d.frequency_penalty),
+        }
+        gr.Markdown("**Model**")
+        trained = core.runtime.engine.worker.n_ctx_train or core.runtime.engine.n_ctx
+        # No minimum or maximum here: Gradio would refuse a value out of them with an error badge, not a toast.
+        n_ctx = gr.Number(core.runtime.engine.n_ctx, label=f"Context length (tokens, {MIN_CONTEXT} to {trained:,})",
+                          precision=0, elem_id="n-ctx")
+        reload = gr.Button("Reload the model with this context", size="sm", elem_id="reload-context")
+        note = gr.Markdown(context_note(core), elem_id="context-note")
+    return SettingsPanel(drawer, system, [sliders[name] for name in SHOWN_SETTINGS], n_ctx, reload, note)
+
+
+def sampling_of(values: tuple, defaults: Sampling) -> Sampling:
+    """The controls' values (in SHOWN_SETTINGS order) over the server's defaults."""
+    chosen = dict(zip(SHOWN_SETTINGS, values))
+    chosen["max_tokens"], chosen["top_k"] = int(chosen["max_tokens"]), int(chosen["top_k"])
+    chosen["seed"] = seed_of(chosen["seed"])
+    return Sampling(**chosen, base=defaults.base)
+
+
+def seed_of(text: str | int | None) -> int | None:
+    """The seed box's value: a whole number, or None (random) when empty or not a number (with a toast)."""
+    text = str(text if text is not None else "").strip()
+    if not text:
+        return None
+    if text.isdigit():
+        return int(text)  # its range is checked with the other settings when the answer starts (LIMITS)
+    gr.Warning(f"the seed {text!r} is not a whole number from 0 to {LIMITS['seed'].high:,}; a random seed is used.")
+    return None
+
+
+def context_note(core: ChatCore) -> str:
+    engine = core.runtime.engine
+    trained = engine.worker.n_ctx_train
+    return (f"Context: {engine.n_ctx:,} tokens" + (f" (the model was trained for {trained:,})" if trained else "")
+            + ". Reloading keeps every chat; an answer in progress finishes on the old load.")
+
+
+def resize(core: ChatCore, n_ctx: float | None) -> Iterator[tuple]:
+    """Reload the model with `n_ctx` tokens of context; yields (context box, note, status)."""
+    engine = core.runtime.engine
+    trained = engine.worker.n_ctx_train
+    wanted = int(n_ctx or 0)
+    if not MIN_CONTEXT <= wanted <= (trained or wanted):
+        gr.Warning(f"a context of {wanted:,} tokens is out of range; use {MIN_CONTEXT} to {trained or wanted:,}.")
+        yield engine.n_ctx, gr.skip(), gr.skip()
+        return
+    if wanted == engine.n_ctx:
+        yield gr.skip(), context_note(core), gr.skip()
+        return
+    yield gr.skip(), f"Reloading with {wanted:,} tokens of context… the current load answers meanwhile.", gr.skip()
+    try:
+        core.runtime.switch(core.runtime.model, n_ctx=wanted)
+    except LocalchatError as exc:
+        gr.Warning(f"the model did not reload with {wanted:,} tokens of context, so it stays as it was: {exc}")
+        yield core.runtime.engine.n_ctx, context_note(core), core.status()
+        return
+    gr.Info(f"The model now runs with {core.runtime.engine.n_ctx:,} tokens of context.")
+    yield core.runtime.engine.n_ctx, context_note(core), core.status()

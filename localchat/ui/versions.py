@@ -1,0 +1,90 @@
+"""Versions kept in a conversation: the answers of one turn (Regenerate) and the branches of an edited user turn.
+
+An answer's versions live in its stats ("versions", "version": the one shown). An edited user turn keeps
+each way the chat went from it in its stats: "branches" holds, per branch, the messages from that turn to
+the end as they were when the user left it, and "branch" says which one is live; the live branch's slot
+is None, since the messages themselves are its only copy (one fact in one place).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .store import Message, Store
+
+BRANCH_KEYS = ("branches", "branch")  # what a user turn's stats say about its branches
+
+
+def drop_reply(store: Store, conv_id: str) -> list[dict[str, Any]]:
+    """Remove the answer after the last user turn, to answer it again; returns the answers so far."""
+    conv = store.get(conv_id)
+    assert conv is not None
+    last_user = max(i for i, m in enumerate(conv.messages) if m.role == "user")
+    reply = conv.messages[last_user + 1] if last_user + 1 < len(conv.messages) else None
+    store.truncate(conv_id, last_user + 1)
+    if reply is None:
+        return []
+    return reply.stats.get("versions") or [{"content": reply.content, "stats": reply.stats}]
+
+
+def show_version(store: Store, conv_id: str, step: int) -> None:
+    """Show the previous (-1) or next (+1) of the last reply's versions; the chat continues from it."""
+    conv = store.get(conv_id)
+    if conv is None or not conv.messages or conv.messages[-1].role != "assistant":
+        return
+    reply = conv.messages[-1]
+    versions = reply.stats.get("versions", [])
+    if len(versions) < 2:
+        return
+    chosen = min(max(reply.stats.get("version", 0) + step, 0), len(versions) - 1)
+    stats = versions[chosen]["stats"] | {"versions": versions, "version": chosen}
+    store.replace(conv_id, len(conv.messages) - 1, versions[chosen]["content"], stats)
+
+
+def _tail(messages: list[Message]) -> list[dict[str, Any]]:
+    """A branch as kept: the turn (without its own branch bookkeeping) and everything after it."""
+    first, *rest = messages
+    kept = [{"role": first.role, "content": first.content,
+             "stats": {k: v for k, v in first.stats.items() if k not in BRANCH_KEYS}}]
+    return kept + [{"role": m.role, "content": m.content, "stats": m.stats} for m in rest]
+
+
+def fork(store: Store, conv_id: str, index: int) -> tuple[dict[str, Any], list[Message]]:
+    """Cut the conversation at user turn `index` to put an edited turn there; the old branch is kept.
+
+    Returns the stats the edited turn carries (its branches, the new one live) and the messages cut,
+    to put back if the edited turn is refused.
+    """
+    conv = store.get(conv_id)
+    assert conv is not None and conv.messages[index].role == "user"
+    turn = conv.messages[index]
+    branches = list(turn.stats.get("branches") or [None])
+    branches[turn.stats.get("branch", 0)] = _tail(conv.messages[index:])
+    store.truncate(conv_id, index)
+    return {"branches": [*branches, None], "branch": len(branches)}, conv.messages[index:]
+
+
+def show_branch(store: Store, conv_id: str, index: int, step: int) -> bool:
+    """Make the previous (-1) or next (+1) branch of user turn `index` the live one; False if there is none."""
+    conv = store.get(conv_id)
+    if conv is None or not 0 <= index < len(conv.messages) or conv.messages[index].role != "user":
+        return False
+    turn = conv.messages[index]
+    branches, current = list(turn.stats.get("branches") or []), turn.stats.get("branch", 0)
+    chosen = min(max(current + step, 0), len(branches) - 1)
+    if len(branches) < 2 or chosen == current:
+        return False
+    branches[current] = _tail(conv.messages[index:])
+    first, *rest = branches[chosen]
+    branches[chosen] = None
+    messages = [Message("user", first["content"], first["stats"] | {"branches": branches, "branch": chosen})]
+    store.splice(conv_id, index, messages + [Message(m["role"], m["content"], m["stats"]) for m in rest])
+    return True
+
+
+def branch_marker(index: int, stats: dict[str, Any]) -> str:
+    """"‹ 2/3 ›" under an edited user turn, its arrows links the page script turns into branch switches."""
+    branches = stats.get("branches") or []
+    if len(branches) < 2:
+        return ""
+    return f"[‹](#lc-branch-{index}-prev) {stats.get('branch', 0) + 1}/{len(branches)} [›](#lc-branch-{index}-next)"
