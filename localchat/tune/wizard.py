@@ -169,6 +169,7 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     _print_table(measured, best, spec, out)
     placement, placements, placement_reason = best.placement, [], "not measured"
     if checkpoint:  # the torch worker runs on one device: there is no placement to choose
+        placement = "gpu" if any(not g.unified for g in hardware.gpus) else "cpu"
         placement_reason = "not measured: the GPTQ checkpoint runs on the torch worker, on one device"
     elif placement_doc_tokens:
         planned = placement_of(best.placement).name
