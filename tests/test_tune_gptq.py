@@ -11,6 +11,7 @@ import pytest
 
 from gptq_checkpoint import FOLDER, REPO, checkpoint, hub, smollm2_gptq4  # noqa: F401  (fixtures)
 from localchat import gptq
+from localchat.config import load_settings
 from localchat.models.catalog import load_catalog
 from localchat.tune.profile import load_profile
 from localchat.tune.wizard import run_wizard
@@ -69,11 +70,14 @@ def test_the_wizard_measures_gptq_beside_gguf_and_keeps_the_faster(model_path, t
         assert "the planner does not offer GPTQ here: not offered without an NVIDIA GPU" in why
         assert (profile.quant, Path(profile.path).resolve()) == ("Q4_1", model_path.resolve())
     else:
-        assert why.startswith("GPTQ gptq-int4 on torch kept: faster")
+        assert why.startswith("GPTQ gptq-int4 on torch kept: faster") and "without an NVIDIA GPU" in why
         assert (profile.quant, Path(profile.path).resolve()) == ("gptq-int4", folder.resolve())
         assert profile.decode_tps == gptq_run["decode_tps"] and profile.draft == ""
     assert "torch_gptq" not in profile.efficiency  # nothing measured that the planner offers here
     assert load_profile() == profile
+    # A launch on this machine loads what was kept: the GGUF file, or the checkpoint folder.
+    settings = load_settings(environ={}, hardware=cpu_only)
+    assert settings.model == profile.path and settings.placement == "single"
 
 
 def test_without_the_extra_nothing_is_raced_and_the_profile_says_what_it_needs(model_path, tmp_path,

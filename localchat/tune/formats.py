@@ -153,7 +153,9 @@ def race(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str
     side = f"{gptq_run.decode_tps:g} vs {gguf_run.decode_tps:g} tok/s decode, the same prompt side by side"
     if gptq_run.status == "measured" and gptq_run.decode_tps > gguf_run.decode_tps:
         gptq_run.status = "kept"
-        why = f"GPTQ {quant} on torch kept: faster ({side}) at equal or better quality"
+        why = (f"GPTQ {quant} on torch kept: faster ({side}) at equal or better quality"
+               + (f"; measured here, though the planner does not offer GPTQ on this machine: {offered}"
+                  if offered else ""))
     else:
         gguf_run.status = "kept"
         why = (f"GGUF {gguf_quant} on llama.cpp kept: GPTQ {quant} on torch runs at {ratio:.2f}x its speed ({side})"
