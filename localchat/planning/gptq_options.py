@@ -41,6 +41,15 @@ def unavailable(devices: list[Device], extra: bool | None) -> str | None:
     return None
 
 
+def not_offered(models: list[ModelFacts], why: str | None) -> list[str]:
+    """The plan's reason naming the checkpoints it left out and why ([] when none were)."""
+    names = [f"{m.key}:{q}" for m in models for q in m.formats("gptq")]
+    if not why or not names:
+        return []
+    return [f"GPTQ checkpoints ({', '.join(names[:3])}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            + f"): {why}."]
+
+
 def gptq_options(model: ModelFacts, quant: str, n_ctx: int, devices: list[Device], eff: dict[str, float],
                  fill: int) -> list[Option]:
     """The checkpoint whole on the fastest NVIDIA GPU that holds it (torch keeps every weight there,

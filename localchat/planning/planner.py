@@ -14,7 +14,7 @@ from ..errors import ConfigError, ModelNotFoundError
 from ..hardware import DESCRIPTION_HELP, HardwareInfo
 from ..models.catalog import ModelFacts, load_catalog as load_facts
 from .cost import DECODE_FILL, DEFAULT_EFFICIENCY, Device, Option, devices_of, gpu_indices, options_for
-from .gptq_options import gptq_options, unavailable
+from .gptq_options import gptq_options, not_offered, unavailable
 
 # Quality is a model's log2 size in billions, plus a family bonus (newer training, same size),
 # minus the quant's loss; one unit ~ doubling the parameters. Penalties follow llama.cpp's
@@ -215,10 +215,7 @@ def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | 
                + (f" and decodes at least {wants.min_decode_tps:g} tok/s." if fast_enough else
                   f"; nothing that fits reaches {wants.min_decode_tps:g} tok/s, so this is the best of the rest.")]
     reasons += chosen.reasons
-    checkpoints = [f"{m.key}:{q}" for m in _wanted(catalog, wants) for q, f in m.files.items() if f.is_checkpoint]
-    if no_gptq and checkpoints:
-        shown = ", ".join(checkpoints[:3]) + (f" and {len(checkpoints) - 3} more" if len(checkpoints) > 3 else "")
-        reasons.append(f"GPTQ checkpoints ({shown}): {no_gptq}.")
+    reasons += not_offered(_wanted(catalog, wants), no_gptq)
     if not fast_enough:
         warnings.append(f"predicted decode speed {chosen.plain_decode_tps:.1f} tok/s is below {wants.min_decode_tps:g}.")
     seen, alternatives = {(chosen.model, chosen.quant)}, []
