@@ -7,7 +7,6 @@ import functools
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
@@ -16,6 +15,7 @@ from ..errors import LocalchatError
 from . import composer as composing
 from . import versions
 from .chat import SHOWN_SETTINGS, ChatCore, Sampling
+from .models_panel import ModelsPanel, model_choices
 from .settings_panel import build_settings_panel, context_note, resize, sampling_of
 from .tuning import TuneJob, tuned_summary
 
@@ -40,24 +40,6 @@ def when(timestamp: float, now: float | None = None) -> str:
 def sources(conv: Any) -> str:
     """Each shown message's own text, for the copy buttons (the page script reads it)."""
     return json.dumps([m.content for m in conv.messages] if conv is not None else [])
-
-
-def model_choices(current: str) -> list[tuple[str, str]]:
-    """The catalog models present on this machine and GGUF files found by the importers."""
-    from ..models.catalog import load_catalog
-    from ..models.download import cached_file
-    from ..models.importers import list_local_models
-
-    names = [current]
-    try:
-        for key, entry in sorted(load_catalog().items()):
-            names += [f"{key}:{q}" if q != entry.default_quant else key
-                      for q, f in entry.files.items() if cached_file(f)]
-        names += [str(m.path) for m in list_local_models()]
-    except (LocalchatError, OSError) as exc:  # a broken catalog must not keep the window from opening
-        log.warning("listing local models failed: %s", exc)
-    # A file is listed by its name; the full path stays the value that loads it.
-    return [(Path(n).name if n.lower().endswith(".gguf") else n, n) for n in dict.fromkeys(names)]
 
 
 def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: str = "") -> gr.Blocks:
@@ -121,6 +103,9 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         panel = build_settings_panel(defaults, system_prompt, core)
         system, sliders = panel.system, panel.controls
         max_tokens, seed = panel.control("max_tokens"), panel.control("seed")
+
+        with gr.Accordion("Models: catalog, downloads, import", open=False, elem_id="models"):
+            models_panel = ModelsPanel(core)
 
         # -- handlers ---------------------------------------------------------------------------
         # An expected error is a warning toast and the outputs stay as they were: a raised error
@@ -263,28 +248,6 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
             if cid:
                 core.save_settings(cid, sys_prompt or "", sampling_of(values, defaults))
 
-        failed: dict[str, float] = {}  # model -> when it last failed to load (the picker may send it twice)
-
-        def switch_model(name: str) -> Iterator[tuple]:
-            if not name or name == core.runtime.model or time.monotonic() - failed.get(name, -60) < 10:
-                yield gr.skip(), core.status()
-                return
-            # The name comes from the client: only a model this window lists may load.
-            if name not in {value for _, value in model_choices(core.runtime.model)}:
-                raise user_error("that model is not in the list; choose one of the listed models, or start "
-                                 "localchat with --model to use another file.")
-            # The current model keeps answering until the new one is loaded.
-            yield gr.skip(), f"Loading {Path(name).name}… the current model answers meanwhile."
-            try:
-                core.runtime.switch(name)
-            except LocalchatError as exc:
-                failed[name] = time.monotonic()
-                gr.Warning(f"{Path(name).name} did not load, so the current model stays: {exc}")
-                yield gr.update(value=core.runtime.model), core.status()
-                return
-            gr.Info(f"Now answering with {Path(name).name}.")
-            yield gr.update(value=core.runtime.model), core.status()
-
         tune_jobs: dict[str, TuneJob] = {}  # one wizard at a time for the whole app, whichever tab started it
 
         def tune(download: bool) -> Iterator[tuple]:
@@ -360,7 +323,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                       api_name=False)
         gr.on([system.blur, seed.blur, *(x.release for x in sliders if x is not seed)], save_settings,
               [conv_id, *settings_inputs], None, api_name=False)
-        model.input(switch_model, [model], [model, status], api_name=False, concurrency_limit=1)
+        models_panel.wire(model, status, demo)  # the model picker switches through the panel
         tune_btn.click(tune, [tune_download], [tune_log, tune_note, model, status], api_name=False,
                        concurrency_limit=1)
         demo.load(on_page_load, [last_chat, width], [convs, model, status, tune_note, tune_box, sidebar, *chat_state],

@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LocalchatError, ModelLoadError, ModelNotFoundError
-from ..gptq import NEEDS_EXTRA, extra_installed
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts, ModelFile
 from ..models.download import cached_file, fetch_model_file
 from ..models.gguf_info import read_gguf
 from ..models.hub import DownloadInterrupted
 from ..models.importers import LocalModel, is_gguf, list_local_models, scan_folder
-from ..paths import models_dir
+from ..paths import PRIVATE_FILE_MODE, models_dir
+from ..planning.cost import DEFAULT_EFFICIENCY, devices_of
+from ..planning.gptq_options import unavailable
 from ..planning.planner import Plan, Wants, plan
 from ..tune.profile import Profile, load_profile, profile_is_current
 from .uploads import received_dir, safe_name
@@ -86,8 +87,11 @@ def verdict(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, qu
     """What the planner says of one catalog file on this machine, with its predicted decode speed."""
     model = catalog[key]
     model_file = model.files[quant]
-    if model_file.format == "gptq" and not extra_installed():
-        return Verdict(NEEDS_EXTRA, f"GPTQ weights run on the torch worker, which {NEEDS_EXTRA}.")
+    if model_file.format == "gptq":
+        # The planner offers a checkpoint only on an NVIDIA GPU with the extra: say which is missing.
+        why = unavailable(devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})[0], None)
+        if why:
+            return Verdict(why.split(":")[0], why)
     # The planner over this one file (the draft stays in the catalog for its pairing).
     alone = dataclasses.replace(model, files={quant: model_file})
     try:
@@ -273,6 +277,9 @@ def percent(job: Download) -> str:
 
 
 IMPORTED = "imported"  # the subfolder of the models folder that holds imported files
+# The window's upload limit, set by what an import may bring: a 4-bit 405B model is ~230 GB. Documents
+# keep their own 50 MB limit (uploads.store_upload), checked once they have arrived.
+MAX_IMPORT_BYTES = 256 * 2**30
 
 
 def import_gguf(upload: str | Path, original_name: str | None = None) -> Path:
@@ -280,6 +287,13 @@ def import_gguf(upload: str | Path, original_name: str | None = None) -> Path:
     source = Path(upload)
     if not source.resolve().is_relative_to(received_dir().resolve()):
         raise ModelLoadError(f"{source.name}: only a file uploaded through the window can be imported.")
+    try:
+        return _import(source, original_name)
+    finally:
+        source.unlink(missing_ok=True)  # moved into place, or refused: a model-sized upload must not linger
+
+
+def _import(source: Path, original_name: str | None) -> Path:
     name = safe_name(original_name or source.name)
     if not name.lower().endswith(".gguf"):
         raise ModelLoadError(f"{name} is not a .gguf file; localchat imports GGUF models.")
@@ -299,5 +313,5 @@ def import_gguf(upload: str | Path, original_name: str | None = None) -> Path:
         target = folder / f"{stem}-{number}.gguf"
         number += 1
     shutil.move(str(source), target)
-    os.chmod(target, 0o600)
+    os.chmod(target, PRIVATE_FILE_MODE)
     return target

@@ -15,14 +15,15 @@ STYLE = """<style>
 .lc-table { width: 100%; border-collapse: collapse; font-size: var(--text-sm); }
 .lc-table th { position: sticky; top: 0; background: var(--background-fill-secondary); text-align: left;
   font-weight: 600; }
-.lc-table th, .lc-table td { padding: 0.3rem 0.55rem; border-bottom: 1px solid var(--border-color-primary);
-  vertical-align: top; }
+.lc-table th, .lc-table td { padding: 0.3rem 0.55rem; border: none !important;
+  border-bottom: 1px solid var(--border-color-primary) !important; vertical-align: top; }
+.lc-table td:first-child { white-space: nowrap; }
 .lc-table td.lc-num { white-space: nowrap; text-align: right; }
 .lc-table tr.lc-best { background: var(--color-accent-soft); }
 .lc-badge { font-size: 0.75em; padding: 0 0.35em; border-radius: 0.5em; background: var(--color-accent);
   color: white; white-space: nowrap; }
 .lc-no { color: var(--body-text-color-subdued); }
-.lc-path { font-family: var(--font-mono); font-size: 0.85em; word-break: break-all;
+.lc-path { font-family: var(--font-mono); font-size: 0.85em; word-break: break-all; min-width: 24rem;
   color: var(--body-text-color-subdued); }
 .lc-download { margin: 0.25rem 0; }
 .lc-download progress { width: 14rem; vertical-align: middle; }
@@ -58,7 +59,8 @@ def local_table(models: list[LocalModel]) -> str:
     """The GGUF files found on this machine and where."""
     if not models:
         return "<p class='lc-no'>No GGUF files found here yet.</p>"
-    body = "".join(f"<tr>{_cell(m.path.name)}{_cell(FOUND_IN.get(m.source, m.source))}"
+    # Ollama's blobs are named by their digest: its own model name is the one its user knows.
+    body = "".join(f"<tr>{_cell(m.name if m.source == 'ollama' else m.path.name)}{_cell(FOUND_IN.get(m.source, m.source))}"
                    f"{_cell(size_text(m.size), 'lc-num')}{_cell(str(m.path), 'lc-path')}</tr>" for m in models)
     return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr><th>File</th><th>Found in</th>"
             f"<th>Size</th><th>Path</th></tr></thead><tbody>{body}</tbody></table></div>")

@@ -50,14 +50,12 @@ class ModelsPanel:
                     elem_id="models-intro")
         self.table = gr.HTML("<p>Reading the catalog and this machine…</p>", elem_id="catalog")
         with gr.Row(equal_height=True, elem_id="download-row"):
-            self.choice = gr.Dropdown(label="File to download", choices=[], scale=5, elem_id="download-choice")
-            with gr.Column(scale=3, min_width=260):
-                with gr.Row():
-                    self.download_btn = gr.Button("Download", variant="primary", size="sm", elem_id="download")
-                    self.pause_btn = gr.Button("Pause", size="sm", elem_id="pause-download")
-                with gr.Row():
-                    self.resume_btn = gr.Button("Resume", size="sm", elem_id="resume-download")
-                    self.cancel_btn = gr.Button("Cancel", variant="stop", size="sm", elem_id="cancel-download")
+            self.choice = gr.Dropdown(label="File to download", choices=[], scale=1, min_width=280,
+                                      elem_id="download-choice")
+            self.download_btn = gr.Button("Download", variant="primary", scale=0, min_width=100, elem_id="download")
+            self.pause_btn = gr.Button("Pause", scale=0, min_width=80, elem_id="pause-download")
+            self.resume_btn = gr.Button("Resume", scale=0, min_width=90, elem_id="resume-download")
+            self.cancel_btn = gr.Button("Cancel", variant="stop", scale=0, min_width=90, elem_id="cancel-download")
         self.progress = gr.HTML(progress_html([]), elem_id="downloads")
         gr.Markdown("**Model files on this machine**: localchat's models folder, the hub cache, LM Studio, Ollama.")
         self.local = gr.HTML(elem_id="local-models")
@@ -169,13 +167,17 @@ class ModelsPanel:
     def wire(self, model: gr.Dropdown, status: gr.Markdown, demo: gr.Blocks) -> None:
         """The panel's events; `model` is the window's model picker and `status` its status line."""
         shown = [self.progress, self.table, self.local, model]
-        self.download_btn.click(self.download, [self.choice], shown, api_name=False, concurrency_limit=None)
-        self.resume_btn.click(self.download, [self.choice], shown, api_name=False, concurrency_limit=None)
-        self.pause_btn.click(self.pause, [self.choice], [self.progress], api_name=False, concurrency_limit=None)
-        self.cancel_btn.click(self.cancel, [self.choice], shown, api_name=False, concurrency_limit=None)
+        # The bars are the progress: no spinner over the tables while a download runs.
+        quiet = {"api_name": False, "concurrency_limit": None, "show_progress": "hidden"}
+        self.download_btn.click(self.download, [self.choice], shown, **quiet)
+        self.resume_btn.click(self.download, [self.choice], shown, **quiet)
+        self.pause_btn.click(self.pause, [self.choice], [self.progress], **quiet)
+        self.cancel_btn.click(self.cancel, [self.choice], shown, **quiet)
         self.importer.upload(self.import_file, [self.importer], [self.note, self.local, model, self.importer],
                              api_name=False, concurrency_limit=1)
-        model.input(self.switch, [model], [model, status], api_name=False, concurrency_limit=1)
+        # The status line shows the load as it goes: no spinner over it.
+        model.input(self.switch, [model], [model, status], api_name=False, concurrency_limit=1,
+                    show_progress="hidden")
         # Another tab's download shows here too, and keeps moving while it runs.
         demo.load(lambda: self.choice_update(), None, [self.choice], api_name=False).then(
-            self.follow, None, shown, api_name=False, concurrency_limit=None)
+            self.follow, None, shown, **quiet)

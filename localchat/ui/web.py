@@ -16,7 +16,8 @@ from .chat import ChatCore, Runtime, Sampling
 from ..api.local import LocalService, served_name
 from ..api.origins import OriginPolicy, install
 from .store import Store
-from .uploads import MAX_UPLOAD_BYTES, received_dir
+from .model_browser import MAX_IMPORT_BYTES
+from .uploads import received_dir
 
 DEFAULT_UI_PORT = 7860
 UI_USER = "localchat"  # the login name when --api-key protects the window
@@ -50,7 +51,7 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
     app = gr.mount_gradio_app(
         app, demo, path="", auth=(UI_USER, api_key) if api_key else None,
         auth_message="Log in with the user 'localchat' and the API key localchat was started with.",
-        max_file_size=MAX_UPLOAD_BYTES, ssr_mode=False, footer_links=[], theme=theme, css=CSS,
+        max_file_size=MAX_IMPORT_BYTES, ssr_mode=False, footer_links=[], theme=theme, css=CSS,
         head=SCRIPT, mcp_server=False)
     install(app, policy or OriginPolicy())
     return app
