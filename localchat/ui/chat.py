@@ -1,5 +1,5 @@
-"""The chat window's logic without Gradio: conversations, documents, generation, model switching (over 300
-lines: ChatCore is the one object every window handler calls; Runtime and Sampling could leave for a module)."""
+"""The chat window's logic without Gradio: conversations, documents, generation, model switching (ChatCore is
+the one object every window handler calls; what it runs on, Runtime and Sampling, is in session.py)."""
 
 from __future__ import annotations
 
@@ -7,93 +7,23 @@ import contextlib
 import dataclasses
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from ..errors import ContextOverflowError, LocalchatError
 from ..ingest import Document, Selection, build_prompt, select
 from ..ingest.fit import document_budget
 from ..runtime.chat_template import check_prompt_size
-from ..runtime.engine import Engine, Request
+from ..runtime.engine import Request
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
-from ..runtime.sampling import SamplingParams
 from . import render, versions
+from .session import Runtime, Sampling, settings_of
 from .store import Conversation, Message, Store
 from .uploads import read_upload
 
 _TITLE_CHARS = 60
 _REDRAW_S = 0.05  # at most ~20 screen updates a second while streaming
 _DOCUMENTS_KEPT = 32  # extracted documents kept in memory, oldest dropped first
-
-
-@dataclass(slots=True)
-class Runtime:
-    """The loaded engine and how to load another; the API service follows a model switch."""
-
-    engine: Engine
-    model: str
-    load: Callable[..., Engine] | None = None  # (model name, n_ctx=None: its settings' own) -> a loaded engine
-    service: Any = None  # the API's LocalService, which serves the same engine
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def switch(self, model: str, n_ctx: int | None = None) -> None:
-        """Load `model` (with `n_ctx` tokens of context, or its settings' own) and make it the one every
-        chat and the API use; the old one is closed."""
-        if self.load is None:
-            raise LocalchatError("this window cannot load models; restart localchat with --model or --n-ctx.")
-        with self.lock:
-            if model == self.model and n_ctx in (None, self.engine.n_ctx):
-                return
-            engine = self.load(model) if n_ctx is None else self.load(model, n_ctx=n_ctx)
-            old, self.engine, self.model = self.engine, engine, model
-            if self.service is not None:
-                from ..api.local import served_name
-
-                self.service.engine, self.service.model_name = engine, served_name(model)
-        old.close()
-
-
-WINDOW_MAX_TOKENS = 512  # a new chat's answer limit unless the server was given --max-tokens
-_ENGINE_DEFAULTS = SamplingParams()
-
-
-@dataclass(slots=True)
-class Sampling:
-    """The per-conversation settings shown in the window, over the server's sampling defaults."""
-
-    temperature: float = _ENGINE_DEFAULTS.temperature
-    top_p: float = _ENGINE_DEFAULTS.top_p
-    max_tokens: int = WINDOW_MAX_TOKENS
-    base: SamplingParams = field(default_factory=SamplingParams)  # what the window does not show
-    top_k: int = _ENGINE_DEFAULTS.top_k
-    min_p: float = _ENGINE_DEFAULTS.min_p
-    repeat_penalty: float = _ENGINE_DEFAULTS.repeat_penalty
-    seed: int | None = None  # None: a new random seed each answer
-    presence_penalty: float = _ENGINE_DEFAULTS.presence_penalty
-    frequency_penalty: float = _ENGINE_DEFAULTS.frequency_penalty
-
-    @classmethod
-    def over(cls, base: SamplingParams) -> "Sampling":
-        """A new chat's settings: the server's defaults (`localchat ui --temperature ...`)."""
-        shown = {name: getattr(base, name) for name in SHOWN_SETTINGS}
-        return cls(**shown | {"max_tokens": base.max_tokens or WINDOW_MAX_TOKENS}, base=base)
-
-    def params(self) -> SamplingParams:
-        shown = {name: getattr(self, name) for name in SHOWN_SETTINGS}
-        return dataclasses.replace(self.base, **shown | {
-            "max_tokens": int(self.max_tokens), "top_k": int(self.top_k),
-            "seed": None if self.seed is None else int(self.seed)})
-
-
-# In the order the window's controls (and the /send API's arguments) give them.
-SHOWN_SETTINGS = ("temperature", "top_p", "max_tokens", "top_k", "min_p", "repeat_penalty", "seed",
-                  "presence_penalty", "frequency_penalty")
-
-
-def settings_of(sampling: Sampling) -> dict[str, Any]:
-    """A conversation's stored settings: the ones the window shows."""
-    return {name: getattr(sampling, name) for name in SHOWN_SETTINGS}
 
 
 def title_of(message: str) -> str:

@@ -14,9 +14,10 @@ import gradio as gr
 from ..errors import LocalchatError
 from . import composer as composing
 from . import versions
-from .chat import SHOWN_SETTINGS, ChatCore, Sampling
+from .chat import ChatCore
+from .session import SHOWN_SETTINGS, Sampling
 from .models_panel import ModelsPanel, model_choices
-from .settings_panel import build_settings_panel, context_note, resize, sampling_of
+from .settings_panel import build_settings_panel, follow_load, resize, sampling_of
 from .tuning import TuneJob, tuned_summary
 
 log = logging.getLogger(__name__)
@@ -171,6 +172,9 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                 return
             note = core.turn_note(index, conv.messages[index])  # the edit box starts with what the chat shows
             text = text[: -len(note)] if note and text.endswith(note) else text
+            if not text.strip():  # emptied: nothing to ask, the chat stays as it was
+                yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
+                return
             sampling = sampling_of((temp, tp, mx, tk, mp, rp, sd, pp, fp), defaults)
             core.stop(cid)
             with core.turn(conv.id):
@@ -319,8 +323,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         delete_yes.click(delete, [conv_id], [*chat_state, convs, delete_row], api_name=False)
         conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)
         # The status changes with every load (a model switch, the wizard, a new context): so does the context box.
-        status.change(lambda: (core.runtime.engine.n_ctx, context_note(core)), None, [panel.n_ctx, panel.note],
-                      api_name=False)
+        status.change(functools.partial(follow_load, core), [panel.shown_ctx],
+                      [panel.n_ctx, panel.note, panel.shown_ctx], api_name=False)
         gr.on([system.blur, seed.blur, *(x.release for x in sliders if x is not seed)], save_settings,
               [conv_id, *settings_inputs], None, api_name=False)
         models_panel.wire(model, status, demo)  # the model picker switches through the panel

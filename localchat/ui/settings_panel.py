@@ -13,7 +13,8 @@ import gradio as gr
 
 from ..errors import LocalchatError
 from ..runtime.sampling import LIMITS
-from .chat import SHOWN_SETTINGS, ChatCore, Sampling
+from .chat import ChatCore
+from .session import SHOWN_SETTINGS, Sampling
 
 MIN_CONTEXT = 64  # the n_ctx setting's own lower bound (config.py)
 
@@ -36,6 +37,7 @@ class SettingsPanel:
     n_ctx: gr.Number
     reload: gr.Button
     note: gr.Markdown
+    shown_ctx: gr.State  # the context length the box last showed from the loaded model
 
     @property
     def inputs(self) -> list[Any]:
@@ -74,7 +76,8 @@ def build_settings_panel(defaults: Sampling, system_prompt: str, core: ChatCore)
                           precision=0, elem_id="n-ctx")
         reload = gr.Button("Reload the model with this context", size="sm", elem_id="reload-context")
         note = gr.Markdown(context_note(core), elem_id="context-note")
-    return SettingsPanel(drawer, system, [sliders[name] for name in SHOWN_SETTINGS], n_ctx, reload, note)
+    return SettingsPanel(drawer, system, [sliders[name] for name in SHOWN_SETTINGS], n_ctx, reload, note,
+                         gr.State(core.runtime.engine.n_ctx))
 
 
 def sampling_of(values: tuple, defaults: Sampling) -> Sampling:
@@ -100,7 +103,14 @@ def context_note(core: ChatCore) -> str:
     engine = core.runtime.engine
     trained = engine.worker.n_ctx_train
     return (f"Context: {engine.n_ctx:,} tokens" + (f" (the model was trained for {trained:,})" if trained else "")
-            + ". Reloading keeps every chat; an answer in progress finishes on the old load.")
+            + ". A reload keeps every chat; it ends an answer in progress.")
+
+
+def follow_load(core: ChatCore, shown: int | None) -> tuple:
+    """(box, note, shown) after the status changed: new only when the loaded context did (a model switch, the
+    wizard, a reload), so a length being typed is not overwritten by the status of every answer."""
+    n_ctx = core.runtime.engine.n_ctx
+    return (gr.skip(),) * 3 if n_ctx == shown else (n_ctx, context_note(core), n_ctx)
 
 
 def resize(core: ChatCore, n_ctx: float | None) -> Iterator[tuple]:
