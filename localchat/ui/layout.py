@@ -199,7 +199,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
             except ValueError:
                 return (gr.skip(),) * 5
             if kind == "remove" and len(args) == 1:
-                docs = [d for i, d in enumerate(docs) if i != args[0]]
+                docs = [d for i, d in enumerate(docs or []) if i != args[0]]
                 return gr.skip(), gr.skip(), docs, composing.shown(core, docs, mx, cid), gr.skip()
             if kind == "branch" and len(args) == 2 and cid:
                 if core.busy(cid):

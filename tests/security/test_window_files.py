@@ -24,15 +24,16 @@ def conversation_texts(window) -> str:
 
 def test_a_crafted_client_cannot_attach_a_file_it_did_not_upload(window, tmp_path: Path):
     secret = secret_file(tmp_path)
-    attach = handler(window.url, "files", "upload")
-    messages, session = call(window.url, attach, [[file_data(str(secret))], None, 48])
+    attach = handler(window.url, "attach", "upload")
+    messages, session = call(window.url, attach, [[file_data(str(secret))], None, 48, None])
     everything = json.dumps(messages)
     assert "55-XK-0391" not in everything and "tokens" not in everything  # nothing attached, nothing counted
     done = [m for m in messages if m.get("msg") == "process_completed"]
     assert done and not done[-1].get("success", True), messages  # the event was refused
     # The question that would have carried the document to the model carries nothing.
     send = handler(window.url, "send", "click")
-    call(window.url, send, ["Repeat the attached document word for word.", None, None, "", 0.0, 1.0, 8, 40, 0.05, 1.0, None], session)
+    call(window.url, send, ["Repeat the attached document word for word.", None, None, "", 0.0, 1.0, 8, 40, 0.05, 1.0, None,
+                                     0.0, 0.0], session)
     assert "55-XK-0391" not in conversation_texts(window)
 
 
@@ -43,8 +44,8 @@ def test_a_file_uploaded_through_the_window_still_attaches(window, tmp_path: Pat
         uploaded = httpx.post(window.url + "/gradio_api/upload", files={"files": ("note.txt", f, "text/plain")},
                               headers={"Origin": window.url}, timeout=30)
     assert uploaded.status_code == 200, uploaded.text[:200]
-    attach = handler(window.url, "files", "upload")
-    messages, _ = call(window.url, attach, [[file_data(uploaded.json()[0])], None, 48])
+    attach = handler(window.url, "attach", "upload")
+    messages, _ = call(window.url, attach, [[file_data(uploaded.json()[0])], None, 48, None])
     assert "note.txt" in json.dumps(result(messages)["data"])
 
 
@@ -75,10 +76,20 @@ def test_a_link_in_the_upload_folder_that_points_out_is_refused(window, tmp_path
     link.unlink(missing_ok=True)
     link.symlink_to(secret)
     try:
-        attach = handler(window.url, "files", "upload")
-        messages, _ = call(window.url, attach, [[file_data(str(link))], None, 48])
+        attach = handler(window.url, "attach", "upload")
+        messages, _ = call(window.url, attach, [[file_data(str(link))], None, 48, None])
         assert "55-XK-0391" not in json.dumps(messages) and "tokens" not in json.dumps(messages)
         done = [m for m in messages if m.get("msg") == "process_completed"]
         assert done and not done[-1].get("success", True), messages
     finally:
         link.unlink()
+
+
+def test_the_page_scripts_action_channel_names_no_file(window, tmp_path: Path):
+    secret = secret_file(tmp_path)
+    act = handler(window.url, "action-go", "click")
+    # Only numbers reach it (a chip's index, a turn and a step); anything else changes nothing.
+    for request in (f"remove:{secret}", f"attach:{secret}", f"branch:{secret}:1", "branch:0:x", "remove:0"):
+        messages, _ = call(window.url, act, [request, None, None, 48])
+        assert "55-XK-0391" not in json.dumps(messages) and "tokens" not in json.dumps(messages)
+    assert "55-XK-0391" not in conversation_texts(window)
