@@ -72,6 +72,28 @@ def test_a_follow_up_reuses_the_handed_over_prefix(model_path, single_outputs):
     assert second.stats.kv_transfer_bytes == 0
 
 
+SHORT = ["Describe Paris as JSON.", "Give the facts about Tokyo as a JSON object.",
+         "Repeat: {\"city\": \"Lima\", \"population\": 10000000} and then describe Lima."]
+
+
+def logprobs_of(stream) -> list[float]:
+    return [lp.logprob for event in stream if isinstance(event, TextDelta) for lp in event.logprobs]
+
+
+@pytest.mark.parametrize("pd", [False, True])
+def test_a_sequence_decodes_the_same_wherever_its_cells_lie(pd, model_path):
+    # Read one by one, the prompts stay resident; read again side by side, their new KV cells could
+    # land below their older ones (in cells freed meanwhile, an import's holes) and the same tokens
+    # would sum attention in another order. Every token's log-probability must be equal, bit for bit.
+    with Engine.load(model_path, config(pd=pd, handover_min_tokens=16)) as engine:
+        request = lambda text: Request(messages=[{"role": "user", "content": text}],  # noqa: E731
+                                       sampling=greedy(24, logprobs=0))
+        alone = [logprobs_of(engine.submit(request(text))) for text in SHORT]
+        streams = [engine.submit(request(text)) for text in SHORT]
+        together = [logprobs_of(stream) for stream in streams]
+    assert together == alone
+
+
 def test_a_long_prefill_does_not_hold_up_decode_steps(model_path):
     with Engine.load(model_path, config(pd=True, n_batch=128)) as engine:
         engine.step_log, engine.pd.prefill.step_log = [], []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localchat.runtime.kv_slots import KVSlots, common_prefix
+from localchat.runtime.kv_slots import KVSlots, Remove, common_prefix
 from localchat.runtime.scheduler import Scheduler, StepBudget
 from localchat.runtime.sequence import Sequence
 
@@ -87,6 +87,30 @@ def test_a_busy_prefix_is_shared_by_copy():
     step = sched.schedule()
     assert step.admitted == [(b, 100)]
     assert [(o.kind, o.seq_id, o.src, o.end) for o in step.ops] == [("copy", 1, 0, 100)]
+
+
+def test_prompts_that_share_only_a_few_tokens_keep_both_prefixes():
+    # An agent alternating a long prompt (with tools) and a short one (without) that share a header.
+    slots = KVSlots(n_slots=3, n_ctx=1000)
+    header, tools, question = [1, 2, 3, 4], list(range(100, 260)), [9, 9]
+    runs = {"tools": header + tools + question, "plain": header + question}
+    kept = {}
+    for turn in range(2):
+        for name, tokens in runs.items():
+            s = seq(name, tokens)
+            ops, reused = slots.assign(s)
+            if turn:  # each finds its whole prompt resident: neither cut the other's
+                assert reused == len(tokens) - 1
+                assert not [op for op in ops if isinstance(op, Remove) and op.seq_id != s.slot]
+            kept[name] = s.slot
+            s.num_computed = len(tokens) + 5  # the prompt and an answer
+            s.tokens += [7] * 6
+            slots.release(s, keep=True)
+    assert kept["tools"] != kept["plain"]
+    # In place, when what is cut is less than what is kept (a follow-up, an edited last question).
+    follow = seq("follow", runs["tools"] + [8, 8])
+    ops, reused = slots.assign(follow)
+    assert follow.slot == kept["tools"] and reused == len(runs["tools"])
 
 
 def test_idle_slots_are_evicted_least_recently_used():

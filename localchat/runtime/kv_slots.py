@@ -111,10 +111,14 @@ class KVSlots:
         imported = handed > reused  # state computed elsewhere replaces any shorter local prefix
         if imported:
             source, reused = None, handed
-        if source is not None and source.owner is None:
+        empty = next((s for s in idle if not s.tokens), None)
+        if source is not None and source.owner is None and not (empty and len(source.tokens) - reused > reused):
             target = source
         else:
-            target = idle[0]
+            # An empty slot before the least recently used one: resident prefixes stay for their
+            # next turn. That includes a source that reusing in place would cut by more than it
+            # keeps (an agent alternating prompts with and without tools shares a few tokens).
+            target = empty or idle[0]
         evictable = sum(len(s.tokens) for s in idle if s is not target and s is not source)
         change = reused - len(target.tokens)
         cells_after = self.used_cells() + change - evictable + len(seq.tokens) - reused

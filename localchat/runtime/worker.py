@@ -280,6 +280,20 @@ class Worker:
         """Drop positions [start, end) of a sequence from the KV cache (end -1: to the end)."""
         ok = llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, end)
         assert ok, (seq_id, start, end)
+        if self.config.deterministic:
+            self._close_holes()
+
+    def _close_holes(self) -> None:
+        """Move every KV cell down over the free ones, keeping their order. llama.cpp sums a
+        sequence's attention over its cells in cache order, and puts new cells in the first free
+        ones from its head: once other cells were freed, those can lie below a sequence's older
+        cells, and the same tokens then sum in another order (greedy output can change). With no
+        free cell below a used one, new cells land above every older one, so each sequence's cells
+        stay in position order wherever it runs. A whole-cache save and restore packs them."""
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, -1)
+        buf = (ctypes.c_uint8 * size)()
+        assert llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, -1) == size
+        assert llama_cpp.llama_state_seq_set_data(self.ctx, buf, size, -1) == size
 
     def seq_copy(self, src: int, dst: int, start: int = 0, end: int = -1) -> None:
         """Let `dst` share the cells of `src` over [start, end): no data is copied."""
