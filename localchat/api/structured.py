@@ -15,7 +15,7 @@ from typing import Any, Callable
 from llama_cpp.llama_grammar import SchemaConverter
 
 from ..errors import RequestError
-from ..runtime.grammar import MAX_GBNF_CHARS, unsupported_keywords
+from ..runtime.grammar import MAX_GBNF_CHARS, json_strings_only, unsupported_keywords
 
 MAX_SCHEMA_BYTES = 64_000  # one schema as JSON
 MAX_DEPTH = 24  # nested schemas
@@ -93,12 +93,6 @@ def _check_pattern(pattern: Any, where: str) -> None:
                            where)
 
 
-# The converter's string character admits raw control characters (a newline inside a string), which
-# JSON forbids: the rule llama.cpp's own converter writes keeps them out.
-_LOOSE_CHAR = 'char ::= [^"\\\\] |'
-_JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
-
-
 def converter() -> SchemaConverter:
     """A schema converter that never fetches a remote $ref."""
     return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
@@ -110,7 +104,7 @@ def to_gbnf(build: Callable[[SchemaConverter], str], what: str, param: str) -> s
     try:
         root = build(conv)
         conv._add_rule("root", root)
-        text = conv.format_grammar().replace(_LOOSE_CHAR, _JSON_CHAR)
+        text = json_strings_only(conv.format_grammar())
     except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise RequestError(f"{what} cannot be turned into a grammar ({exc}); simplify the schema.", param) from None
     if len(text) > MAX_GBNF_CHARS:

@@ -80,6 +80,17 @@ def _regex_literal(text: str) -> str:
     return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)
 
 
+# The converter's string character admits raw control characters (a newline inside a string), which
+# JSON forbids: the rule llama.cpp's own converter writes keeps them out.
+_LOOSE_CHAR = 'char ::= [^"\\\\] |'
+_JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
+
+
+def json_strings_only(gbnf: str) -> str:
+    """The converter's grammar with JSON's own string characters (no raw control characters)."""
+    return gbnf.replace(_LOOSE_CHAR, _JSON_CHAR)
+
+
 def grammar_from_json_schema(schema: dict[str, Any], triggers: tuple[str, ...] = ()) -> Grammar:
     """A grammar for JSON text that validates against `schema` (see `unsupported_keywords` for what
     the converter cannot enforce: check it first and refuse those schemas)."""
@@ -90,7 +101,7 @@ def grammar_from_json_schema(schema: dict[str, Any], triggers: tuple[str, ...] =
     except (AssertionError, KeyError, TypeError, ValueError, RecursionError) as exc:
         raise RequestError(f"the JSON schema cannot be turned into a grammar ({exc or type(exc).__name__}); "
                            "simplify it (local $refs only, known types).", "response_format") from exc
-    return Grammar(gbnf, triggers)
+    return Grammar(json_strings_only(gbnf), triggers)
 
 
 # Keywords that say nothing about which JSON is valid.
@@ -160,6 +171,7 @@ def _sub_name(schema: dict[str, Any], sub: Any, index: int) -> str:
     return f"{index}"
 
 
+SHORTLIST = 64  # tokens checked one by one under greedy before the whole vocabulary is masked
 TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
 
 
@@ -185,7 +197,7 @@ class GrammarSampler:
         if chain is None:
             token = int(logits.argmax())  # the argmax of the masked logits too, when the grammar allows it
             if not self._allows(token):
-                token = self._draw(logits, None)
+                token = self._best_allowed(logits)
         else:
             token = self._draw(logits, chain, masked=False)
             if not self._allows(token):
@@ -204,6 +216,23 @@ class GrammarSampler:
         array = llama_cpp.llama_token_data_array(self._one, 1, -1, False)
         llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
         return self._one[0].logit != -np.inf
+
+    def _best_allowed(self, logits: np.ndarray) -> int:
+        """The greedy pick under the grammar: the likeliest few tokens are checked in one call, and
+        the whole vocabulary is masked only when none of them is allowed. Exact: every token more
+        likely than the one found is among those checked and refused."""
+        top = np.argpartition(logits, -SHORTLIST)[-SHORTLIST:]
+        top = top[np.lexsort((top, -logits[top]))]  # likeliest first; equal logits: lowest id, as argmax
+        data = np.zeros(SHORTLIST, dtype=TOKEN_DATA)
+        data["id"], data["logit"] = top, logits[top]
+        array = llama_cpp.llama_token_data_array(data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)),
+                                                 SHORTLIST, -1, False)
+        llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
+        allowed = np.flatnonzero(np.isfinite(data["logit"]))
+        # A token outside the list may tie the last one checked (and have a lower id): mask all then.
+        if allowed.size and logits[top[allowed[0]]] > logits[top[-1]]:
+            return int(top[allowed[0]])
+        return self._draw(logits, None)
 
     def _draw(self, logits: np.ndarray, chain: llama_cpp.llama_sampler_p | None, masked: bool = True) -> int:
         """The chain's pick (argmax when None) over the whole vocabulary, masked by the grammar or not."""
