@@ -1,30 +1,26 @@
 """The window's model browser without Gradio: the catalog with what fits this machine, the model files
-found here, background downloads that pause, resume and cancel, and the import of an uploaded GGUF."""
+found here, and background downloads that pause, resume and cancel."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import LocalchatError, ModelLoadError, ModelNotFoundError
+from ..errors import LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts, ModelFile
 from ..models.download import cached_file, fetch_model_file
-from ..models.gguf_info import read_gguf
 from ..models.hub import DownloadInterrupted
-from ..models.importers import LocalModel, is_gguf, list_local_models, scan_folder
-from ..paths import PRIVATE_FILE_MODE, models_dir
+from ..models.importers import LocalModel, list_local_models, scan_folder
+from ..paths import models_dir
 from ..planning.cost import DEFAULT_EFFICIENCY, devices_of
 from ..planning.gptq_options import unavailable
 from ..planning.planner import Plan, Wants, plan
 from ..tune.profile import Profile, load_profile, profile_is_current
-from .uploads import received_dir, safe_name
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +163,9 @@ def local_models() -> list[LocalModel]:
     return found
 
 
+SPEED_SAMPLES = 8  # progress reports the shown speed spans (the hub client reports every 10 MB)
+
+
 @dataclass(slots=True)
 class Download:
     """One catalog file being fetched in the background; pause and cancel act at its next block."""
@@ -178,8 +177,9 @@ class Download:
     state: str = "downloading"  # downloading | pausing | paused | cancelling | cancelled | done | failed
     error: str = ""
     path: Path | None = None
-    started: float = field(default_factory=time.monotonic)
-    resumed_at: int = 0  # bytes already on disk when this run began (for the speed shown)
+    # (when, bytes) of this run's latest reports: the speed shown is over them, so the bytes a resumed run
+    # found on disk (its first report) and a stall long ago count for nothing.
+    samples: list[tuple[float, int]] = field(default_factory=list)
     _thread: threading.Thread | None = None
 
     @property
@@ -187,14 +187,13 @@ class Download:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        self.state, self.error, self.started, self.resumed_at = "downloading", "", time.monotonic(), -1
+        self.state, self.error, self.samples = "downloading", "", []
         self._thread = threading.Thread(target=self._run, name=f"localchat-download-{self.choice}", daemon=True)
         self._thread.start()
 
     def _progress(self, done: int, total: int) -> None:
-        if self.resumed_at < 0:
-            self.resumed_at = done  # the first report of a resumed run counts what was kept
         self.done, self.total = done, total
+        self.samples = [*self.samples[-(SPEED_SAMPLES - 1):], (time.monotonic(), done)]
         if self.state in ("pausing", "cancelling"):
             raise DownloadInterrupted(keep=self.state == "pausing")
 
@@ -210,10 +209,12 @@ class Download:
         if self.state == "cancelled":
             self.done = 0
 
-    def speed(self) -> float:
-        """Bytes per second in this run."""
-        elapsed = time.monotonic() - self.started
-        return max(self.done - max(self.resumed_at, 0), 0) / elapsed if elapsed > 0 else 0.0
+    def speed(self) -> float | None:
+        """Bytes per second over the latest reports; None until there are two."""
+        if len(self.samples) < 2 or self.samples[-1][0] <= self.samples[0][0]:
+            return None
+        (t0, d0), (t1, d1) = self.samples[0], self.samples[-1]
+        return (d1 - d0) / (t1 - t0)
 
 
 class Downloads:
@@ -274,44 +275,3 @@ class Downloads:
 
 def percent(job: Download) -> str:
     return f"{100 * job.done / job.total:.0f}%" if job.total else "0%"
-
-
-IMPORTED = "imported"  # the subfolder of the models folder that holds imported files
-# The window's upload limit, set by what an import may bring: a 4-bit 405B model is ~230 GB. Documents
-# keep their own 50 MB limit (uploads.store_upload), checked once they have arrived.
-MAX_IMPORT_BYTES = 256 * 2**30
-
-
-def import_gguf(upload: str | Path, original_name: str | None = None) -> Path:
-    """Move an uploaded GGUF into localchat's models folder, once its header reads as a model."""
-    source = Path(upload)
-    if not source.resolve().is_relative_to(received_dir().resolve()):
-        raise ModelLoadError(f"{source.name}: only a file uploaded through the window can be imported.")
-    try:
-        return _import(source, original_name)
-    finally:
-        source.unlink(missing_ok=True)  # moved into place, or refused: a model-sized upload must not linger
-
-
-def _import(source: Path, original_name: str | None) -> Path:
-    name = safe_name(original_name or source.name)
-    if not name.lower().endswith(".gguf"):
-        raise ModelLoadError(f"{name} is not a .gguf file; localchat imports GGUF models.")
-    if not is_gguf(source):
-        raise ModelLoadError(f"{name} does not start like a GGUF file; it may be damaged or another format.")
-    try:
-        info = read_gguf(source)
-    except (LocalchatError, OSError, ValueError) as exc:
-        raise ModelLoadError(f"{name} is not a readable GGUF model ({exc}).") from None
-    if not info.n_layer:
-        raise ModelLoadError(f"{name} holds no model layers; it is not a language model.")
-    folder = models_dir() / IMPORTED
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / name
-    stem, number = target.stem, 2
-    while target.exists():  # never overwrite a model already here
-        target = folder / f"{stem}-{number}.gguf"
-        number += 1
-    shutil.move(str(source), target)
-    os.chmod(target, PRIVATE_FILE_MODE)
-    return target

@@ -72,7 +72,8 @@ def progress_html(jobs: list[Download]) -> str:
         return "<p class='lc-no'>No downloads yet: choose a file and press Download.</p>"
     rows = []
     for job in jobs:
-        said = {"downloading": f"downloading, {job.speed() / 1e6:.1f} MB/s", "pausing": "pausing…",
+        speed = job.speed()
+        said = {"downloading": "downloading" + (f", {speed / 1e6:.1f} MB/s" if speed else ""), "pausing": "pausing…",
                 "paused": f"paused at {percent(job)}; Resume continues from there", "cancelling": "cancelling…",
                 "cancelled": "cancelled; the partial file was deleted",
                 "done": f"downloaded to {job.path.name if job.path else ''}; choose it in the Model list",

@@ -15,7 +15,8 @@ from ..errors import LocalchatError
 from ..models.catalog import ModelFacts, load_catalog
 from ..models.download import cached_file
 from .chat import ChatCore
-from .model_browser import Downloads, catalog_rows, choice_of, import_gguf, local_models, machine, size_text
+from .model_browser import Downloads, catalog_rows, choice_of, local_models, machine, size_text
+from .model_import import import_gguf
 from .models_html import catalog_table, local_table, progress_html
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from .chat import ChatCore, Runtime, Sampling
 from ..api.local import LocalService, served_name
 from ..api.origins import OriginPolicy, install
 from .store import Store
-from .model_browser import MAX_IMPORT_BYTES
+from .model_import import MAX_IMPORT_BYTES
 from .uploads import received_dir
 
 DEFAULT_UI_PORT = 7860

@@ -1,0 +1,150 @@
+"""The model browser's logic without a browser: verdicts, measured speeds, downloads that pause, resume and
+cancel against a local hub (the real huggingface_hub client), and the checks an imported GGUF passes."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from hub_server import FakeHub
+from localchat.errors import ModelLoadError
+from localchat.hardware import HardwareInfo
+from localchat.models.catalog import ModelFile, load_catalog
+from localchat.planning.planner import Wants
+from localchat.tune.profile import Profile
+from localchat.ui.model_browser import Downloads, measured_speed, verdict
+from localchat.ui.model_import import import_gguf
+from localchat.ui.uploads import received_dir
+
+REPO, FILE = "org/SmolLM2-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"
+LAPTOP = HardwareInfo(os="Linux", machine="x86_64", cpu_model="test CPU", physical_cores=4, logical_cores=8,
+                      cpu_max_mhz=3000, cpu_flags=["avx2", "fma"], ram_total=16 * 2**30, ram_available=12 * 2**30,
+                      ram_bandwidth=40e9)
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: Path):
+    fake = FakeHub(bytes_per_s=16 * 2**20)  # ~6 s for the file: a pause lands mid-file
+    fake.add(REPO, FILE, model_path.read_bytes())
+    for key, value in {"HF_HOME": tmp_path / "hf", "HF_HUB_CACHE": tmp_path / "hf" / "hub",
+                       "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"}.items():
+        monkeypatch.setenv(key, str(value))
+    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(key, raising=False)
+    with fake:
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        yield fake
+
+
+def hub_file(model_path: Path) -> ModelFile:
+    return ModelFile("Q4_1", FILE, model_path.stat().st_size, sources=[{"hub": {"repo": REPO, "file": FILE}}])
+
+
+def wait_for(check, what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f} s for {what}"
+        time.sleep(0.05)
+
+
+def partials(tmp_path: Path) -> list[Path]:
+    return list((tmp_path / "hf" / "hub").rglob("*.incomplete"))
+
+
+def test_a_paused_download_keeps_its_bytes_and_resumes_from_them(hub: FakeHub, tmp_path: Path, model_path: Path):
+    downloads = Downloads()
+    job = downloads.start("smol:Q4_1", hub_file(model_path))
+    wait_for(lambda: job.done > 0, "the first bytes")
+    downloads.pause("smol:Q4_1")
+    wait_for(lambda: not job.running, "the pause")
+    assert job.state == "paused" and 0 < job.done < job.total
+    assert [p.stat().st_size for p in partials(tmp_path)] == [job.done]
+    assert downloads.here("smol:Q4_1", hub_file(model_path)).startswith("paused")
+    kept = job.done
+
+    downloads.start("smol:Q4_1", hub_file(model_path))  # Resume
+    wait_for(lambda: not job.running, "the rest of the file")
+    assert job.state == "done", job.error
+    assert hub.downloads()[-1].headers["range"] == f"bytes={kept}-"
+    assert hashlib.sha256(job.path.read_bytes()).hexdigest() == hashlib.sha256(model_path.read_bytes()).hexdigest()
+    assert not partials(tmp_path)
+    assert downloads.here("smol:Q4_1", hub_file(model_path)) == "downloaded"
+
+
+def test_cancel_deletes_the_partial_file_running_or_paused(hub: FakeHub, tmp_path: Path, model_path: Path):
+    downloads = Downloads()
+    job = downloads.start("smol:Q4_1", hub_file(model_path))
+    wait_for(lambda: job.done > 0, "the first bytes")
+    downloads.cancel("smol:Q4_1")
+    wait_for(lambda: not job.running, "the cancel")
+    assert job.state == "cancelled" and not partials(tmp_path)
+
+    downloads.start("smol:Q4_1", hub_file(model_path))
+    wait_for(lambda: job.done > 0, "the first bytes again")
+    downloads.pause("smol:Q4_1")
+    wait_for(lambda: not job.running, "the pause")
+    assert partials(tmp_path)
+    downloads.cancel("smol:Q4_1")  # paused: nothing runs, yet the kept bytes go
+    wait_for(lambda: not job.running, "the cancel of the paused download")
+    assert job.state == "cancelled" and not partials(tmp_path)
+    with pytest.raises(Exception, match="nothing to pause"):
+        downloads.pause("smol:Q4_1")
+
+
+def test_the_verdicts_come_from_the_planner_for_each_quant():
+    catalog = load_catalog()
+    small = verdict(LAPTOP, catalog, "smollm2-135m", "Q4_1", Wants())
+    assert small.short.startswith("fits: cpu") and small.decode_tps and small.decode_tps > 0
+    big_key, big_quant = next((k, q) for k, m in catalog.items() for q, f in m.files.items()
+                              if f.format == "gguf" and f.size > 30e9)
+    assert verdict(LAPTOP, catalog, big_key, big_quant, Wants()).short == "does not fit"
+    for key, model in catalog.items():
+        for quant, model_file in model.files.items():
+            if model_file.format == "gptq":  # a CPU-only machine: the planner does not offer checkpoints
+                assert verdict(LAPTOP, catalog, key, quant, Wants()).short == "not offered without an NVIDIA GPU"
+
+
+def test_the_measured_speed_is_the_wizards_for_that_very_file():
+    profile = Profile("f", "cpu", "smollm2-135m", "Q4_1", "/x.gguf", "single", 4096, 2, decode_tps=120.0,
+                      candidates=[{"model": "qwen3-0.6b", "quant": "Q8_0", "decode_tps": 41.5},
+                                  {"model": "qwen3-0.6b", "quant": "Q4_K_M", "status": "did not fit"}])
+    assert measured_speed(profile, "smollm2-135m", "Q4_1") == 120.0
+    assert measured_speed(profile, "qwen3-0.6b", "Q8_0") == 41.5
+    assert measured_speed(profile, "qwen3-0.6b", "Q4_K_M") is None
+    assert measured_speed(None, "smollm2-135m", "Q4_1") is None
+
+
+def upload(name: str, data: bytes) -> Path:
+    """A file where the window's upload route puts what the browser sends."""
+    folder = received_dir() / f"upload-{time.monotonic_ns()}"
+    folder.mkdir(parents=True)
+    (folder / name).write_bytes(data)
+    return folder / name
+
+
+def test_an_import_takes_only_a_readable_gguf_from_the_upload_folder(tmp_path: Path, model_path: Path):
+    from localchat.models.derive import random_weights_like
+    from localchat.paths import models_dir
+
+    tiny = random_weights_like(model_path, tmp_path / "tiny.gguf").read_bytes()
+    outside = tmp_path / "elsewhere.gguf"
+    outside.write_bytes(tiny)
+    with pytest.raises(ModelLoadError, match="only a file uploaded through the window"):
+        import_gguf(outside)
+    assert outside.exists()  # a file the window did not receive is never touched
+    for name, data, why in (("notes.gguf", b"plain text, not a model\n" * 50, "does not start like a GGUF"),
+                            ("cut.gguf", tiny[:64], "not a readable GGUF"),
+                            ("model.bin", tiny, "not a .gguf file")):
+        sent = upload(name, data)
+        with pytest.raises(ModelLoadError, match=why):
+            import_gguf(sent)
+        assert not sent.exists()  # refused: the upload is gone, nothing reached the models folder
+    first = import_gguf(upload("my model.gguf", tiny))
+    second = import_gguf(upload("my model.gguf", tiny))
+    assert first == models_dir() / "imported" / "my model.gguf" and first.read_bytes() == tiny
+    assert second.name == "my model-2.gguf"  # never over a model already there
+    first.unlink()
+    second.unlink()
