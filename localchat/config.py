@@ -109,7 +109,8 @@ class Settings:
     devices: str = setting("", "GPU indices for the placement, like 0,1 (default: all)", commands=ENGINE_COMMANDS,
                            check=_gpu_indices, shape="GPU indices separated by commas, like 0,1", model_bound=True)
     system_prompt: str = setting("", "the system prompt a new chat in the window starts with (each chat can "
-                                     "change its own)", commands=("ui",))
+                                     "change its own), and the one the API gives a chat request that has none",
+                                 commands=("serve", "ui"))
     verbose: bool = setting(False, "show llama.cpp's log and debug messages", commands=(TOP,))
 
 

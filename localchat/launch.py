@@ -28,7 +28,7 @@ def serve_api(options: ServeOptions, settings: Callable[[], Settings], progress:
     chosen = settings()
     with ProgressLine(enabled=progress) as line, open_engine(chosen, status=line.set) as engine:
         line.clear()  # the banner comes next
-        return serve(options, engine, served_name(chosen.model))
+        return serve(options, engine, served_name(chosen.model), system_prompt=chosen.system_prompt)
 
 
 def open_window(options: ServeOptions, settings_for: Callable[[str | None], Settings], browser: bool,

@@ -66,7 +66,8 @@ def client(servers: dict[str, str]) -> openai.OpenAI:
 
 def ask(client: openai.OpenAI, **extra):
     extra.setdefault("max_tokens", 24)
-    return client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, **extra)
+    extra.setdefault("messages", QUESTION)
+    return client.chat.completions.create(model=MODEL, temperature=0, **extra)
 
 
 def wait_idle(engine: Engine, seconds: float = 3.0) -> bool:
@@ -258,3 +259,23 @@ def test_serve_command_prints_its_url_and_serves(servers: dict[str, str]):
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_the_default_system_prompt_goes_to_chat_requests_that_bring_none(engine, servers):
+    prompt = "You are a ship's cook. Mention soup in every answer."
+    url, server, thread = start(LocalService(engine, MODEL, system_prompt=prompt))
+    try:
+        given, plain = client_for(url), client_for(servers["open"])
+        mine = [{"role": "system", "content": prompt}, *QUESTION]
+        with_default = ask(given)
+        same = ask(plain, messages=mine)
+        assert with_default.usage.prompt_tokens == same.usage.prompt_tokens
+        assert with_default.choices[0].message.content == same.choices[0].message.content
+        # A request's own system turn (or developer turn) is kept, not joined by the default one.
+        own = [{"role": "developer", "content": "Answer in one word."}, *QUESTION]
+        assert ask(given, messages=own).usage.prompt_tokens == ask(plain, messages=own).usage.prompt_tokens
+        # Without it the template's own default system turn (SmolLM2 has one) would be there instead.
+        assert ask(plain).usage.prompt_tokens != with_default.usage.prompt_tokens
+    finally:
+        server.should_exit = True
+        thread.join(10)

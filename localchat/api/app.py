@@ -140,8 +140,9 @@ def create_app(service: Service, api_key: str | None = None, policy: OriginPolic
     return app
 
 
-def serve(options: ServeOptions, engine: Any = None, model_name: str = "") -> int:
-    """Run the API until interrupted; prints the URL once the socket is bound."""
+def serve(options: ServeOptions, engine: Any = None, model_name: str = "", system_prompt: str = "") -> int:
+    """Run the API until interrupted; prints the URL once the socket is bound. `system_prompt`: the
+    system turn a local model's chat request gets when it brings none (--system-prompt)."""
     import uvicorn
 
     from .local import LocalService
@@ -152,7 +153,7 @@ def serve(options: ServeOptions, engine: Any = None, model_name: str = "") -> in
         service: Service = ProxyService(options.backend, options.backend_key, forward_client_auth=not options.api_key)
         what = f"forwarding to {service.base}"
     else:
-        service = LocalService(engine, model_name, options.sampling)
+        service = LocalService(engine, model_name, options.sampling, system_prompt)
         what = f"model {model_name} ({getattr(engine, 'placement', 'one worker')})"
     sock = bind_socket(host, options.port)
     url = url_of(sock)

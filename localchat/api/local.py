@@ -51,10 +51,12 @@ def names_of(model_name: str, path: Path | None) -> set[str]:
 class LocalService:
     """Answers /v1 requests with a local Engine."""
 
-    def __init__(self, engine: Engine, model_name: str, defaults: SamplingParams | None = None) -> None:
+    def __init__(self, engine: Engine, model_name: str, defaults: SamplingParams | None = None,
+                 system_prompt: str = "") -> None:
         self.engine = engine
         self.model_name = model_name
         self.defaults = defaults or SamplingParams()  # what a request leaves out
+        self.system_prompt = system_prompt  # the system turn of a chat request that has none
         self.created = int(time.time())
         self._budgets: set[Budget] = set()  # requests being rendered and tokenized right now
         self.aliases = names_of(model_name, getattr(engine.worker, "model_path", None))
@@ -96,6 +98,9 @@ class LocalService:
         sampling, output = engine_request.sampling, ChoiceOutput(kind == "chat")
         sampling.logprobs = body.top()
         if isinstance(body, ChatBody):
+            if self.system_prompt and not any(m["role"] == "system" for m in engine_request.messages or []):
+                engine_request.messages = [{"role": "system", "content": self.system_prompt},
+                                           *(engine_request.messages or [])]
             texts = [m["content"] for m in engine_request.messages or []]
             check_prompt_size(texts, self.engine.n_ctx)  # before any work on the messages
             plan = constrain(engine_request.messages or [], self.engine.template.source, body.tools,
