@@ -200,6 +200,9 @@ def test_the_model_files_found_here_are_listed_with_where_they_were_found(page, 
         expect(page.get_by_role("option", name=name)).to_be_visible()
     page.keyboard.press("Escape")
     shot(page, "3-local-files")
+    page.locator("#theme-toggle").click()  # the tables take the theme's colours: readable in dark mode too
+    expect(page.locator("body")).to_have_class(re.compile(r"\bdark\b"))
+    shot(page, "3b-local-files-dark")
 
 
 def test_a_download_shows_progress_pauses_resumes_and_then_answers_when_switched_to(page, ui, place, model_path):

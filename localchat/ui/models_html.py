@@ -12,7 +12,7 @@ from .model_browser import FOUND_IN, CatalogRow, Download, percent, size_text
 STYLE = """<style>
 .lc-table-wrap { max-height: 26rem; overflow: auto; border: 1px solid var(--border-color-primary);
   border-radius: var(--radius-md); }
-.lc-table { width: 100%; border-collapse: collapse; font-size: var(--text-sm); }
+.lc-table { width: 100%; border-collapse: collapse; border: none !important; font-size: var(--text-sm); }
 .lc-table th { position: sticky; top: 0; background: var(--background-fill-secondary); text-align: left;
   font-weight: 600; }
 .lc-table th, .lc-table td { padding: 0.3rem 0.55rem; border: none !important;
