@@ -151,6 +151,18 @@ def test_cancel_mid_prefill_frees_kv_and_keeps_serving(model_path: Path):
         assert after.finish_reason in ("stop", "length") and after.text
 
 
+def test_an_engine_closed_when_done_finishes_the_answers_in_flight(model_path: Path):
+    # A model switch: the old engine closes only once what it was answering has ended.
+    eng = make_engine(model_path)
+    streams = [eng.submit(Request(messages=chat(q), sampling=greedy(48, ignore_eos=True))) for q in QUESTIONS[:2]]
+    first = next(e for e in streams[0] if isinstance(e, TextDelta))  # answering has begun
+    closer = eng.close_when_done()
+    results = [s.result() for s in streams]
+    assert first.text and all(r.finish_reason == "length" and len(r.token_ids) == 48 for r in results)
+    closer.join()
+    assert eng.worker.ctx is None  # closed, llama.cpp freed
+
+
 def test_cancel_mid_decode(engine: Engine):
     stream = engine.submit(Request(messages=chat("Count from one to one hundred in words."), sampling=greedy(200)))
     seen = 0

@@ -92,6 +92,8 @@ class Engine:
             self.placement = "prefill and decode workers"
         self._thread = threading.Thread(target=self._run, name="localchat-engine", daemon=True)
         self._closed = False
+        self._draining = False
+        self._drained = threading.Event()
         self._thread.start()
 
     @classmethod
@@ -177,6 +179,15 @@ class Engine:
         if self.speculator is not None:
             self.speculator.drafter.close()
 
+    def close_when_done(self) -> threading.Thread:
+        """Close once every request submitted so far has ended, from a thread of its own (returned):
+        a model switch sends new requests elsewhere and lets the answers in flight here finish."""
+        self._inbox.put(("drain", None))
+        closer = threading.Thread(target=lambda: (self._drained.wait(), self.close()), name="localchat-retire",
+                                  daemon=True)
+        closer.start()
+        return closer
+
     @property
     def steps(self) -> int:
         """Steps run so far (tests and benchmarks read it)."""
@@ -209,6 +220,8 @@ class Engine:
         if self.speculator is not None:
             self.speculator.calibrate(self.worker)
         while True:
+            if self._draining and not self._by_id:
+                self._drained.set()
             block = not self.scheduler.has_work()
             try:
                 while True:
@@ -243,6 +256,8 @@ class Engine:
                 self.runner.end(seq, "cancelled", keep_kv=False)
         elif kind == "handover":
             self._receive(*item)
+        elif kind == "drain":
+            self._draining = True
 
     def _handed_over(self, request_id: str, handover: KVHandover | None, error: LocalchatError | None) -> None:
         """Called on the prefill thread: the rest happens on this engine's thread."""

@@ -24,7 +24,7 @@ class Runtime:
 
     def switch(self, model: str, n_ctx: int | None = None) -> None:
         """Load `model` (with `n_ctx` tokens of context, or its settings' own) and make it the one every
-        chat and the API use; the old one is closed."""
+        chat and the API use; the old one is closed once the answers it is giving have ended."""
         if self.load is None:
             raise LocalchatError("this window cannot load models; restart localchat with --model or --n-ctx.")
         with self.lock:
@@ -36,7 +36,7 @@ class Runtime:
                 from ..api.local import served_name
 
                 self.service.engine, self.service.model_name = engine, served_name(model)
-        old.close()
+        old.close_when_done()
 
 
 WINDOW_MAX_TOKENS = 512  # a new chat's answer limit unless the server was given --max-tokens

@@ -103,7 +103,7 @@ def context_note(core: ChatCore) -> str:
     engine = core.runtime.engine
     trained = engine.worker.n_ctx_train
     return (f"Context: {engine.n_ctx:,} tokens" + (f" (the model was trained for {trained:,})" if trained else "")
-            + ". A reload keeps every chat; it ends an answer in progress.")
+            + ". A reload keeps every chat; an answer in progress finishes on the current load.")
 
 
 def follow_load(core: ChatCore, shown: int | None) -> tuple:
