@@ -45,8 +45,10 @@ def worker_config(settings: Settings) -> WorkerConfig:
     return WorkerConfig(**{name: getattr(settings, name) for name in sorted(shared)})
 
 
-def open_engine(settings: Settings, status: Callable[[str], None] | None = None):
-    """Resolve (fetching when needed) and load the configured model; `status` hears when loading starts."""
+def open_engine(settings: Settings, status: Callable[[str], None] | None = None,
+                progress: Callable[[float], None] | None = None):
+    """Resolve (fetching when needed) and load the configured model; `status` hears when loading starts,
+    `progress` how much of the model file is loaded (0 to 1)."""
     from .models.resolve import catalog_draft
     from .runtime.engine import Engine, EngineConfig
 
@@ -61,7 +63,7 @@ def open_engine(settings: Settings, status: Callable[[str], None] | None = None)
     log.info("placement: %s", layout.description)
     config = EngineConfig(worker=layout.worker, step_budget=settings.step_budget, draft_path=draft,
                           lookup=settings.speculation and draft is None, prefill=layout.prefill,
-                          draft_worker=layout.draft, step_costs=layout.step_costs)
+                          draft_worker=layout.draft, step_costs=layout.step_costs, on_load_progress=progress)
     engine = Engine.load(path, config)
     engine.placement = layout.description
     return engine

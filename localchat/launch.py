@@ -55,10 +55,10 @@ def open_window(options: ServeOptions, settings_for: Callable[[str | None], Sett
     settings = settings_for(None)
     options.port, url = instance.reserve_url(host, options.port, DEFAULT_UI_PORT)
 
-    def load(model: str, n_ctx: int | None = None):
+    def load(model: str, n_ctx: int | None = None, progress: Callable[[float], None] | None = None):
         chosen = settings if model == settings.model else settings_for(model)
         # A context length the window asks for replaces the settings' (and the tuned profile's) for this load.
-        return open_engine(chosen if n_ctx is None else dataclasses.replace(chosen, n_ctx=n_ctx))
+        return open_engine(chosen if n_ctx is None else dataclasses.replace(chosen, n_ctx=n_ctx), progress=progress)
 
     try:
         with instance.recorded(url) if plain else contextlib.nullcontext():

@@ -189,3 +189,36 @@ def test_a_new_chat_starts_with_the_configured_system_prompt(model_path: Path, t
         config = httpx.get(running.url + "/config", timeout=10).json()
         system = next(c for c in config["components"] if c.get("props", {}).get("elem_id") == "system")
         assert system["props"]["value"] == "Answer in one sentence."
+
+
+def test_a_switch_keeps_the_current_model_answering_and_reports_the_load(model_path: Path):
+    from localchat.runtime.engine import Engine, EngineConfig, Request
+    from localchat.runtime.events import TextDelta
+    from localchat.runtime.sampling import SamplingParams
+    from localchat.runtime.worker import WorkerConfig
+    from localchat.ui.session import Runtime
+
+    shares: list[float] = []
+
+    def load(path: str, n_ctx: int | None = None, progress=None) -> Engine:
+        def report(share: float) -> None:
+            shares.append(share)
+            if progress is not None:
+                progress(share)
+        worker = WorkerConfig(n_ctx=n_ctx or 1024, n_threads=1, n_seq_max=2)
+        return Engine.load(path, EngineConfig(worker=worker, on_load_progress=report))
+
+    runtime = Runtime(load(str(model_path)), "the first load", load)
+    old = runtime.engine
+    stream = old.submit(Request(messages=[{"role": "user", "content": "Count to fifty."}],
+                                sampling=SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)))
+    next(event for event in stream if isinstance(event, TextDelta))  # the answer is streaming
+    shares.clear()
+    runtime.switch(str(model_path))
+    try:
+        assert runtime.engine is not old and runtime.loading is None
+        assert shares and shares == sorted(shares) and shares[-1] == 1.0
+        answer = stream.result()  # finished on the old engine, not cut by the switch
+        assert answer.finish_reason == "length" and len(answer.token_ids) == 64
+    finally:
+        runtime.engine.close()

@@ -46,8 +46,9 @@ def start_ui(model_path: Path, store_path: Path, api_key: str | None = None,
     """Yield a running app (window + API) and stop it afterwards."""
     from localchat.ui.web import create_ui_app
 
-    def load(path: str, n_ctx: int = 4096) -> Engine:
-        return Engine.load(path, EngineConfig(worker=WorkerConfig(n_ctx=n_ctx, n_threads=1, n_seq_max=4)))
+    def load(path: str, n_ctx: int | None = None, progress=None) -> Engine:
+        return Engine.load(path, EngineConfig(worker=WorkerConfig(n_ctx=n_ctx or 4096, n_threads=1, n_seq_max=4),
+                                              on_load_progress=progress))
 
     runtime = Runtime(load(str(model_path)), str(model_path), load)
     store = Store(store_path)

@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import gptq
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
@@ -54,6 +54,7 @@ class EngineConfig:
     prefill: WorkerConfig | None = None
     handover_min_tokens: int = 128
     draft_worker: WorkerConfig | None = None  # where the draft model runs; None: like the target
+    on_load_progress: Callable[[float], None] | None = None  # the target file's load, 0 to 1 (a switch shows it)
     adapt_threads: bool = True  # follow other programs taking cores (threads.py); False: fixed count
     # Target step cost by width (tokens -> ms) measured earlier on this machine (the wizard's table):
     # the speculator starts from it instead of timing steps at every start. None: measure.
@@ -103,7 +104,8 @@ class Engine:
         loaded: list[Worker] = []
         try:
             # A GPTQ checkpoint folder runs on the torch worker (the optional gptq extra).
-            worker = (gptq.open_worker if gptq.is_gptq_folder(model_path) else Worker)(model_path, config.worker)
+            worker = gptq.open_worker(model_path, config.worker) if gptq.is_gptq_folder(model_path) \
+                else Worker(model_path, config.worker, config.on_load_progress)
             loaded.append(worker)
             drafter: Drafter | None = PromptLookup() if config.lookup else None
             if config.draft_path is not None:

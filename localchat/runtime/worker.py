@@ -8,6 +8,7 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 import llama_cpp
@@ -82,7 +83,9 @@ def check_gguf_file(path: Path) -> None:
 class Worker:
     """One model + one context with room for `n_seq_max` sequences sharing a unified KV cache."""
 
-    def __init__(self, model_path: str | Path, config: WorkerConfig | None = None) -> None:
+    def __init__(self, model_path: str | Path, config: WorkerConfig | None = None,
+                 on_progress: Callable[[float], None] | None = None) -> None:
+        """Load the model; `on_progress` hears the share of the file loaded so far (0 to 1)."""
         self.config = config or WorkerConfig()
         self.model_path = Path(model_path)
         llama_log.install()
@@ -103,6 +106,10 @@ class Worker:
         # Repacked weights (the CPU's fast layouts) use one kernel for a single row and another
         # for several: only the deterministic mode does without them.
         mparams.use_extra_bufts = not self.config.deterministic
+        if on_progress is not None:
+            # llama.cpp keeps the pointer while it loads: the callback object must outlive the call.
+            report = llama_cpp.llama_progress_callback(lambda share, _: on_progress(share) or True)
+            mparams.progress_callback = report
         llama_log.recent_problems.clear()
         model = llama_cpp.llama_model_load_from_file(str(self.model_path).encode(), mparams)
         if not model:

@@ -153,7 +153,9 @@ class ModelsPanel:
         started = time.monotonic()
         loader.start()
         while loader.is_alive():
-            yield gr.skip(), (f"Loading **{shown}**{f' ({size_text(size)})' if size else ''}… "
+            share = core.runtime.loading
+            read = f"{share:.0%} read, " if share else ""
+            yield gr.skip(), (f"Loading **{shown}**{f' ({size_text(size)})' if size else ''}… {read}"
                               f"{time.monotonic() - started:.0f} s so far; the current model answers meanwhile.")
             loader.join(POLL_S)
         if failure:

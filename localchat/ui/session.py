@@ -18,9 +18,11 @@ class Runtime:
 
     engine: Engine
     model: str
-    load: Callable[..., Engine] | None = None  # (model name, n_ctx=None: its settings' own) -> a loaded engine
+    # (model name, n_ctx=None: its settings' own, progress=a callback of the share loaded) -> a loaded engine
+    load: Callable[..., Engine] | None = None
     service: Any = None  # the API's LocalService, which serves the same engine
     lock: threading.Lock = field(default_factory=threading.Lock)
+    loading: float | None = None  # while a switch loads: the share of the new model's file read so far
 
     def switch(self, model: str, n_ctx: int | None = None) -> None:
         """Load `model` (with `n_ctx` tokens of context, or its settings' own) and make it the one every
@@ -30,7 +32,11 @@ class Runtime:
         with self.lock:
             if model == self.model and n_ctx in (None, self.engine.n_ctx):
                 return
-            engine = self.load(model) if n_ctx is None else self.load(model, n_ctx=n_ctx)
+            self.loading = 0.0
+            try:
+                engine = self.load(model, n_ctx=n_ctx, progress=lambda share: setattr(self, "loading", share))
+            finally:
+                self.loading = None
             old, self.engine, self.model = self.engine, engine, model
             if self.service is not None:
                 from ..api.local import served_name
