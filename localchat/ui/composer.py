@@ -11,7 +11,7 @@ import gradio as gr
 
 from ..errors import LocalchatError
 from .chat import ChatCore
-from .uploads import ACCEPTED, store_upload
+from .uploads import ACCEPTED, discard_received, store_upload
 
 
 @dataclass(slots=True)
@@ -66,4 +66,6 @@ def attach(core: ChatCore, uploaded: list[str] | None, docs: list[str], max_toke
             docs.append(str(stored))
         except LocalchatError as exc:
             gr.Warning(str(exc))
+        finally:
+            discard_received(path)
     return docs, shown(core, docs, max_tokens, conv_id), None

@@ -58,6 +58,14 @@ def store_upload(source: str | Path, original_name: str | None = None, root: Pat
     return target
 
 
+def discard_received(path: str | Path) -> None:
+    """Delete what the browser sent once it was attached (copied) or refused: a refused 50 MB+ upload
+    must not stay on disk. Only a file in the received folder is touched."""
+    path = Path(path)
+    if path.resolve().is_relative_to(received_dir().resolve()):
+        path.unlink(missing_ok=True)
+
+
 def is_stored_upload(path: str | Path, root: Path | None = None) -> bool:
     """Whether `path` lies inside the uploads dir (a document path from the browser is never trusted)."""
     base = (root or uploads_dir()).resolve()

@@ -49,6 +49,26 @@ def test_a_file_uploaded_through_the_window_still_attaches(window, tmp_path: Pat
     assert "note.txt" in json.dumps(result(messages)["data"])
 
 
+def test_what_the_browser_sent_is_deleted_once_attached_or_refused(window, tmp_path: Path):
+    from localchat.ui.uploads import MAX_UPLOAD_BYTES, received_dir
+
+    big = tmp_path / "big.txt"
+    with big.open("wb") as f:  # over the document limit, under the window's (imports may be large)
+        f.truncate(MAX_UPLOAD_BYTES + 1)
+    sent = []
+    for path in (big, secret_file(tmp_path)):
+        with path.open("rb") as f:
+            answer = httpx.post(window.url + "/gradio_api/upload", files={"files": (path.name, f, "text/plain")},
+                                headers={"Origin": window.url}, timeout=120)
+        assert answer.status_code == 200, answer.text[:200]
+        sent.append(Path(answer.json()[0]))
+    assert all(p.is_file() and p.resolve().is_relative_to(received_dir().resolve()) for p in sent)
+    attach = handler(window.url, "attach", "upload")
+    messages, _ = call(window.url, attach, [[file_data(str(p)) for p in sent], None, 48, None])
+    assert "secret.txt" in json.dumps(result(messages)["data"]) and "big.txt" not in json.dumps(result(messages)["data"])
+    assert not any(p.exists() for p in sent)  # the refused one too: it was never copied anywhere
+
+
 def test_the_file_route_serves_no_other_file(window, tmp_path: Path):
     secret = secret_file(tmp_path)
     for path in (f"/gradio_api/file={secret}", f"/file={secret}"):
