@@ -222,3 +222,12 @@ def test_a_switch_keeps_the_current_model_answering_and_reports_the_load(model_p
         assert answer.finish_reason == "length" and len(answer.token_ids) == 64
     finally:
         runtime.engine.close()
+
+
+def test_an_edit_box_gives_back_the_message_as_typed():
+    # The edit box starts with what the chat shows (escaped); saving it unchanged must not store "&lt;".
+    from localchat.ui.render import from_inert
+
+    for typed in ["is 3 < 4 && 5 > 2?", "see ![a](http://x/a.png)", "`a &lt; b` and <b>bold</b>",
+                  "```\n<html>&amp;\n```\nthen & <", "&lt; typed as such"]:
+        assert inert(typed) != typed and from_inert(inert(typed)) == typed

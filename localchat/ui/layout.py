@@ -13,6 +13,7 @@ import gradio as gr
 
 from ..errors import LocalchatError
 from . import composer as composing
+from . import render
 from . import versions
 from .chat import ChatCore
 from .session import SHOWN_SETTINGS, Sampling
@@ -171,7 +172,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                 yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
                 return
             note = core.turn_note(index, conv.messages[index])  # the edit box starts with what the chat shows
-            text = text[: -len(note)] if note and text.endswith(note) else text
+            text = render.from_inert(text[: -len(note)] if note and text.endswith(note) else text)
             if not text.strip():  # emptied: nothing to ask, the chat stays as it was
                 yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
                 return

@@ -31,6 +31,14 @@ def _defuse(text: str) -> str:
     return html.escape(text, quote=False).replace("![", "\\![")
 
 
+def from_inert(shown: str) -> str:
+    """The text `inert` was given, from what it made (an edit box starts with what the chat shows):
+    only what it escaped is undone, so "&lt;" typed in code stays as typed."""
+    def restore(part: str) -> str:
+        return part.replace("\\![", "![").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return "".join(part if code else restore(part) for code, part in code_parts(shown))
+
+
 def code_parts(text: str) -> Iterator[tuple[bool, str]]:
     """(is_code, text) pieces of Markdown, in order; joined they give `text` back."""
     lines = text.split("\n")
