@@ -394,6 +394,7 @@ def test_the_settings_drawer_offers_every_sampling_setting_beside_the_chat(page,
     expect(page.locator("#message textarea")).to_be_in_viewport()
     drawer = page.locator("#settings-panel").bounding_box()
     assert drawer["x"] >= page.locator("#message textarea").bounding_box()["x"] + 300  # at the chat's right
+    expect(page.locator("#settings-panel")).to_be_in_viewport(ratio=1)  # slid in whole, nothing cut at the edge
     shot(page, "21-settings-1400")
     for elem_id, value in (("top-k", "1"), ("min-p", "0.1"), ("presence-penalty", "0.5"), ("frequency-penalty", "0.3")):
         number = page.locator(f"#{elem_id} input[type=number]")
