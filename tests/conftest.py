@@ -25,3 +25,11 @@ def q8_model_path(model_path: Path) -> Path:
     from localchat.models.derive import requantize
 
     return requantize(model_path, "Q8_0")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless system Chromium per browser test module (tests/browser_kit.py)."""
+    from browser_kit import launched
+
+    yield from launched()

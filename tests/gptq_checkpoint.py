@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_server import FakeHub
+from hub_server import FakeHub, serve_to_hub_client
 
 DATA = Path(__file__).parent / "data"
 FOLDER = "SmolLM2-135M-Instruct-GPTQ-4bit-g128"
@@ -53,12 +53,4 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint: dict[str, b
     fake.add(REPO, "pytorch_model.bin", b"pickled weights: loading them can run code")
     fake.add("org/no-tokenizer-GPTQ", "config.json", checkpoint["config.json"])
     fake.add("org/no-tokenizer-GPTQ", WEIGHTS, checkpoint[WEIGHTS])
-    env = {"HF_HOME": tmp_path / "hf", "HF_HUB_CACHE": tmp_path / "hf" / "hub", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_XET": "1"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, str(value))
-    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE"):
-        monkeypatch.delenv(key, raising=False)
-    with fake:
-        monkeypatch.setenv("HF_ENDPOINT", fake.url)
-        yield fake
+    yield from serve_to_hub_client(fake, tmp_path, monkeypatch)

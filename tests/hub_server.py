@@ -13,6 +13,8 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
@@ -226,3 +228,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if body and self.command != "HEAD":
             self.wfile.write(body)
+
+
+def serve_to_hub_client(fake: FakeHub, home: Path, monkeypatch: Any) -> Iterator[FakeHub]:
+    """Run `fake` and point huggingface_hub at it for one test: its cache under `home`, no token
+    from the environment, no telemetry (a fixture body: `yield from serve_to_hub_client(...)`)."""
+    env = {"HF_HOME": home / "hf", "HF_HUB_CACHE": home / "hf" / "hub", "HF_HUB_DISABLE_TELEMETRY": "1",
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_XET": "1"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, str(value))
+    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(key, raising=False)
+    with fake:
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        yield fake

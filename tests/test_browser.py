@@ -13,36 +13,18 @@ from typing import Iterator
 
 import pytest
 
+from browser_kit import ARTIFACTS, LONG, WIDE, expect, needs_chromium, open_window
 from ui_server import RunningUI, start_ui
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run"]
 FILLER = ("The quarterly report covers deliveries, staffing and the state of the warehouse. "
           "Shipments arrived on schedule and the team handled the seasonal peak without overtime. ")
-LONG = 180_000  # ms: an answer of a few hundred tokens with one core busy elsewhere
-WIDE = {"width": 1280, "height": 900}
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
-                                "(apt-get install -y chromium)")
-sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
-expect = sync_api.expect
-expect.set_options(timeout=60_000)  # waits on the page, never a short fixed time: the machine may be busy
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
 def ui(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
     yield from start_ui(model_path, tmp_path_factory.mktemp("browser") / "conversations.sqlite3")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS, headless=True)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture()
@@ -53,12 +35,6 @@ def page(ui: RunningUI, browser):
     open_window(page, ui)
     yield page
     context.close()
-
-
-def open_window(page, ui: RunningUI) -> None:
-    page.goto(ui.url + "/")
-    page.locator("#message textarea").wait_for()
-    expect(page.locator("#status")).to_contain_text("Context")  # the page's load event has run
 
 
 def shot(page, name: str, full_page: bool = False) -> None:

@@ -17,22 +17,13 @@ from typing import Iterator
 import pytest
 
 from hub_server import FakeHub
+from browser_kit import ARTIFACTS, LONG, WIDE, expect, needs_chromium, open_window
 from ui_server import RunningUI, start_ui
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run"]
-WIDE = {"width": 1280, "height": 900}
-LONG = 180_000  # ms: an answer or a download with one core busy elsewhere
 HUB_RATE = 12 * 2**20  # bytes/s the local hub sends: a 98 MB file takes seconds, so a pause lands mid-file
 SEEDED_REPO, SEEDED_FILE = "other-tool/Seeded-GGUF", "seeded.Q8_0.gguf"  # in the hub cache before the window opens
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
-                                "(apt-get install -y chromium)")
-sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
-expect = sync_api.expect
-expect.set_options(timeout=60_000)  # waits on the page, never a short fixed time: the machine may be busy
+pytestmark = needs_chromium
 
 
 def hub_only_files(count: int) -> list[tuple[str, str, object]]:
@@ -97,15 +88,6 @@ def ui(place: dict, model_path: Path) -> Iterator[RunningUI]:
     yield from start_ui(model_path, place["root"] / "conversations.sqlite3")
 
 
-@pytest.fixture(scope="module")
-def browser():
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS, headless=True)
-        yield browser
-        browser.close()
-
-
 @pytest.fixture()
 def page(ui: RunningUI, browser):
     context = browser.new_context(viewport=WIDE)
@@ -117,9 +99,7 @@ def page(ui: RunningUI, browser):
 
 
 def open_models(page, ui: RunningUI) -> None:
-    page.goto(ui.url + "/")
-    page.locator("#message textarea").wait_for()
-    expect(page.locator("#status")).to_contain_text("Context")  # the page's load event has run
+    open_window(page, ui)
     page.get_by_text("Models: catalog, downloads, import").click()
     expect(page.locator("#catalog")).to_contain_text("SmolLM2-135M-Instruct")  # the panel's load has run
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_server import COMMIT, FakeHub
+from hub_server import COMMIT, FakeHub, serve_to_hub_client
 from localchat.errors import DownloadError
 from localchat.models import hub as hub_module
 from localchat.models.catalog import load_catalog
@@ -44,15 +44,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_bytes: bytes, big_
     fake.add(BIG_REPO, BIG_FILE, big_bytes)
     fake.add("org/gated-GGUF", FILE, tiny_bytes)
     fake.gated.add("org/gated-GGUF")
-    env = {"HF_HOME": tmp_path / "hf", "HF_HUB_CACHE": tmp_path / "hf" / "hub", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_XET": "1"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, str(value))
-    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE"):
-        monkeypatch.delenv(key, raising=False)
-    with fake:
-        monkeypatch.setenv("HF_ENDPOINT", fake.url)
-        yield fake
+    yield from serve_to_hub_client(fake, tmp_path, monkeypatch)
 
 
 def sha(data: bytes) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_server import FakeHub
+from hub_server import FakeHub, serve_to_hub_client
 from localchat.errors import ModelLoadError
 from localchat.hardware import HardwareInfo
 from localchat.models.catalog import ModelFile, load_catalog
@@ -29,14 +29,7 @@ LAPTOP = HardwareInfo(os="Linux", machine="x86_64", cpu_model="test CPU", physic
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: Path):
     fake = FakeHub(bytes_per_s=16 * 2**20)  # ~6 s for the file: a pause lands mid-file
     fake.add(REPO, FILE, model_path.read_bytes())
-    for key, value in {"HF_HOME": tmp_path / "hf", "HF_HUB_CACHE": tmp_path / "hf" / "hub",
-                       "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"}.items():
-        monkeypatch.setenv(key, str(value))
-    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE"):
-        monkeypatch.delenv(key, raising=False)
-    with fake:
-        monkeypatch.setenv("HF_ENDPOINT", fake.url)
-        yield fake
+    yield from serve_to_hub_client(fake, tmp_path, monkeypatch)
 
 
 def hub_file(model_path: Path) -> ModelFile:
