@@ -9,7 +9,6 @@ The GPTQ checkpoint is made here as the tests make it (localchat/gptq/derive.py)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -20,7 +19,6 @@ import psutil
 import torch
 
 from localchat.gptq import derive
-from localchat.gptq.tokenizer import CheckpointTokenizer
 from localchat.models.derive import requantize
 from localchat.models.resolve import resolve_model
 from localchat.paths import models_dir
@@ -28,16 +26,15 @@ from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.worker import WorkerConfig
 from localchat.workloads import document, greedy
 
-CALIBRATION = Path(__file__).parent.parent / "tests" / "data" / "gptq-calibration.txt"
+DATA = Path(__file__).parent.parent / "tests" / "data"
+CALIBRATION = ("gptq-calibration.txt", "gptq-calibration-sampled.txt")  # as tests/test_gptq.py reads them
 
 
 def gptq_checkpoint(gguf: Path, bits: int = 4) -> Path:
     dense = derive.hf_from_gguf(requantize(gguf, "F16"), models_dir() / "SmolLM2-135M-Instruct-hf")
-    tok = CheckpointTokenizer(dense, json.loads((dense / "config.json").read_text()))
-    ids = tok.encode(CALIBRATION.read_text(), False, False)
-    calibration = [ids[i:i + 256] for i in range(0, len(ids), 256)]
+    calibration = derive.calibration_chunks(dense, "\n\n".join((DATA / name).read_text() for name in CALIBRATION))
     name = f"SmolLM2-135M-Instruct-GPTQ-{bits}bit-g128"
-    return derive.quantize_folder(dense, models_dir() / name, calibration, bits=bits, group=128, sym=True)
+    return derive.quantize_folder(dense, models_dir() / name, calibration, bits=bits, group=128)
 
 
 def measure(path: Path, args: argparse.Namespace) -> dict[str, float]:

@@ -6,6 +6,7 @@ embedded SmolLM2 (its F16 file, derived by llama.cpp's quantizer).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -110,10 +111,31 @@ def _tokenizer(reader: gguf.GGUFReader, tokens: list[str]) -> Tokenizer:
     return tok
 
 
+def calibration_chunks(folder: Path, text: str, size: int = 512) -> list[list[int]]:
+    """`text` in the folder's tokens, cut into sequences of `size` tokens (each starts a new context)."""
+    from .tokenizer import CheckpointTokenizer
+
+    tok = CheckpointTokenizer(folder, json.loads((folder / "config.json").read_text(encoding="utf-8")))
+    ids = tok.encode(text, False, False)
+    return [ids[i:i + size] for i in range(0, len(ids), size)]
+
+
 def quantize_folder(source: Path, target: Path, calibration: list[list[int]], *, bits: int = 4, group: int = 128,
-                    sym: bool = True, desc_act: bool = False, rtn: bool = False) -> Path:
-    """`source` (an unquantized HF folder) quantized with GPTQ, or round-to-nearest when `rtn`."""
-    if _fresh(target, source / "config.json"):
+                    sym: bool = False, desc_act: bool = True, rtn: bool = False, damp: float = 0.1) -> Path:
+    """`source` (an unquantized HF folder) quantized with GPTQ, or round-to-nearest when `rtn`.
+
+    The defaults are what measured best on SmolLM2-135M (docs/benchmarks.md, GPTQ): with GPTQ's usual
+    1% dampening the error compensation fits the calibration text's activations so closely that the
+    model gets worse than plain rounding on other text; 10% keeps it general. desc_act (the columns
+    with the largest inputs first) and asymmetric groups (a zero point per group) help a little more."""
+    # The recipe goes into the file, so a cached folder made from other text or settings is made again.
+    recipe = {"quantizer": "localchat", "method": "rtn" if rtn else "gptq",
+              "calibration_sha256": hashlib.sha256(json.dumps(calibration).encode()).hexdigest()[:16],
+              "calibration_tokens": sum(map(len, calibration))}
+    quant = {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": desc_act, "sym": sym,
+             "checkpoint_format": "gptq", "pack_dtype": "int32", "damp_percent": damp,
+             "true_sequential": False, "meta": recipe}
+    if _fresh(target, source / "config.json") and _quant_of(target) == quant:
         return target
     config = json.loads((source / "config.json").read_text(encoding="utf-8"))
     dense = load_file(source / "model.safetensors")
@@ -124,7 +146,12 @@ def quantize_folder(source: Path, target: Path, calibration: list[list[int]], *,
         for names in SHARED_INPUTS:
             keys = [f"model.layers.{index}.{name}" for name in names]
             weights = [dense[f"{key}.weight"] for key in keys]
-            result = gptq(torch.cat(weights), None if rtn else inputs[names[0]], bits, group, sym, desc_act)
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # the column loop is thousands of small products: threads only add waiting
+            try:
+                result = gptq(torch.cat(weights), None if rtn else inputs[names[0]], bits, group, sym, desc_act, damp)
+            finally:
+                torch.set_num_threads(threads)
             first = 0
             for name, key, weight in zip(names, keys, weights):
                 cols = slice(first, first + weight.shape[0])
@@ -136,20 +163,16 @@ def quantize_folder(source: Path, target: Path, calibration: list[list[int]], *,
                 new[name] = dequantize(*(out[f"{key}.{part}"] for part in PARTS), bits)  # what a loader reads
         return new
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the column loop is thousands of small products: threads only add waiting
-    try:
-        hessians(config, dense, calibration, quantize_layer)
-    finally:
-        torch.set_num_threads(threads)
+    hessians(config, dense, calibration, quantize_layer)
     target.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in out.items()}, target / "model.safetensors")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (target / name).write_bytes((source / name).read_bytes())
-    quant = {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": desc_act, "sym": sym,
-             "checkpoint_format": "gptq", "pack_dtype": "int32", "damp_percent": 0.01,
-             "true_sequential": False, "method": "rtn" if rtn else "gptq"}
     (target / "quantize_config.json").write_text(json.dumps(quant, indent=1), encoding="utf-8")
     config = {**config, "quantization_config": quant, "torch_dtype": "float16"}
     (target / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     return target
+
+
+def _quant_of(folder: Path) -> dict | None:
+    return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("quantization_config")

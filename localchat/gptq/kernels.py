@@ -6,6 +6,13 @@ with groups of 32, 64, 128 or 256 consecutive rows. A GPTQ group maps onto that 
 offset = (8 - zero) * scale; a GPTQ group size the op does not take (128 over 576 rows, per-channel)
 is expressed in smaller groups that repeat its scales; desc_act's scattered groups become consecutive
 once the input rows are sorted by group, at the cost of gathering the activations in that order.
+
+Precision: torch's CPU int4 op is fast only with bfloat16 activations (one 1536x576 layer, one token:
+~0.1 ms against ~11 ms with float32, docs/benchmarks.md), so every linear of a quantized checkpoint
+takes its input rounded to bfloat16 and bfloat16 weights (the int4 op's scales and offsets, the
+dequantized layers, the output head), accumulates in float32 and rounds its output to bfloat16;
+norms, rotary positions, attention and the residual stream stay float32. Unquantized checkpoints
+(the calibration, the perplexity baseline) run float32 throughout.
 """
 
 from __future__ import annotations
@@ -17,23 +24,33 @@ import torch.nn.functional as F
 from .format import dequantize, unpack_rows, zero_points
 
 INT4_GROUPS = (256, 128, 64, 32)
+# torch 2.13's CPU int4 op slows down ~5x per row past about 24 rows in one call (1536x576, bfloat16:
+# 16 rows ~0.5 ms, 32 rows ~4-8 ms), so a prompt goes through it 16 rows at a time.
+INT4_ROWS_PER_CALL = 16
+
+
+ACTIVATIONS = torch.bfloat16  # what the linears of a quantized checkpoint compute in (see above)
 
 
 class DenseLinear:
-    """x @ W.T + b with float32 weights (dequantized GPTQ, or unquantized layers)."""
+    """x @ W.T + b with the weights in `dtype` (dequantized GPTQ, unquantized layers, the output head);
+    float32 in and out."""
 
     kind = "dense"
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        self.weight = weight.float().contiguous()
-        self.bias = bias.float() if bias is not None else None
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 dtype: torch.dtype = torch.float32) -> None:
+        self.dtype = dtype
+        self.weight = weight.to(dtype).contiguous()
+        self.bias = bias.float() if bias is not None else None  # added in float32, as Int4Linear does
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        y = F.linear(x.to(self.dtype), self.weight).float()
+        return y + self.bias if self.bias is not None else y
 
     @property
     def nbytes(self) -> int:
-        return self.weight.numel() * 4
+        return self.weight.numel() * self.weight.element_size()
 
 
 class Int4Linear:
@@ -52,7 +69,7 @@ class Int4Linear:
         first_rows = torch.arange(0, rows.shape[0], group)
         small_scales = scales.float()[g[first_rows]]  # [in / group, out]
         small_zeros = zeros[g[first_rows]].float()
-        self.scales_and_zeros = torch.stack([small_scales, (8 - small_zeros) * small_scales], dim=-1).contiguous()
+        self.scales_and_zeros = torch.stack([small_scales, (8 - small_zeros) * small_scales], dim=-1).to(ACTIVATIONS)
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(rows.T.contiguous().to(torch.int32), 1)
         self.bias = bias.float() if bias is not None else None
         self.out_features = q.shape[1]
@@ -60,12 +77,16 @@ class Int4Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.order is not None:
             x = x[:, self.order]
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group, self.scales_and_zeros)
+        x = x.to(ACTIVATIONS)
+        parts = [torch.ops.aten._weight_int4pack_mm_for_cpu(x[i:i + INT4_ROWS_PER_CALL].contiguous(), self.packed,
+                                                            self.group, self.scales_and_zeros)
+                 for i in range(0, x.shape[0], INT4_ROWS_PER_CALL)]
+        y = (parts[0] if len(parts) == 1 else torch.cat(parts)).float()
         return y + self.bias if self.bias is not None else y
 
     @property
     def nbytes(self) -> int:
-        return self.packed.numel() + self.scales_and_zeros.numel() * 4
+        return self.packed.numel() + self.scales_and_zeros.numel() * 2
 
 
 def int4_group(g_idx: torch.Tensor, in_features: int) -> int | None:
@@ -87,4 +108,4 @@ def gptq_linear(tensors: dict[str, torch.Tensor], bits: int, v1: bool, device: s
         group = int4_group(g_idx, q.shape[0])
         if group is not None and q.shape[1] % 16 == 0:
             return Int4Linear(q, zeros, scales, g_idx, bias, group)
-    return DenseLinear(dequantize(tensors["qweight"], tensors["qzeros"], scales, g_idx, bits, v1), bias)
+    return DenseLinear(dequantize(tensors["qweight"], tensors["qzeros"], scales, g_idx, bits, v1), bias, ACTIVATIONS)

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from ..errors import ModelLoadError
 from .checkpoint import Checkpoint, read_checkpoint
 from .format import PARTS
-from .kernels import DenseLinear, gptq_linear
+from .kernels import ACTIVATIONS, DenseLinear, gptq_linear
 from .model import Decoder, Layer, Linear, ModelConfig
 
 log = logging.getLogger(__name__)
@@ -23,20 +23,21 @@ ROLES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_pro
 
 
 def build_decoder(config: ModelConfig, tensors: dict[str, torch.Tensor],
-                  make_linear: Callable[[str], Linear]) -> Decoder:
-    """A Decoder from HF-named tensors; make_linear(prefix) builds the linear stored under prefix."""
+                  make_linear: Callable[[str], Linear], head_dtype: torch.dtype = torch.float32) -> Decoder:
+    """A Decoder from HF-named tensors; make_linear(prefix) builds the linear stored under prefix,
+    the output head computes in head_dtype."""
     layers = []
     for i in range(config.n_layer):
         prefix = f"model.layers.{i}"
         linears = {role: make_linear(f"{prefix}.{name}") for role, name in ROLES.items()}
         layers.append(Layer(input_norm=tensors[f"{prefix}.input_layernorm.weight"].float(),
                             post_norm=tensors[f"{prefix}.post_attention_layernorm.weight"].float(), **linears))
-    embed = tensors["model.embed_tokens.weight"].float()
+    embed = tensors["model.embed_tokens.weight"]  # its file's dtype: the rows looked up become float32
     head = tensors.get("lm_head.weight")
     if head is None and not config.tie_embeddings:
         raise ModelLoadError("the checkpoint has no lm_head.weight and does not tie it to the embeddings; "
                              "download it again.")
-    lm_head = DenseLinear(embed if head is None else head)
+    lm_head = DenseLinear(embed if head is None else head, dtype=head_dtype)
     return Decoder(config, embed, layers, tensors["model.norm.weight"].float(), lm_head)
 
 
@@ -71,7 +72,7 @@ def load_decoder(folder: str | Path, need_quantization: bool = True) -> tuple[Ch
         return linear
 
     try:
-        decoder = build_decoder(checkpoint.model, tensors, make_linear)
+        decoder = build_decoder(checkpoint.model, tensors, make_linear, torch.float32 if quant is None else ACTIVATIONS)
     except KeyError as exc:
         raise ModelLoadError(f"the checkpoint lacks the tensor {exc}; download it again.") from None
     except RuntimeError as exc:  # shapes that do not agree with config.json

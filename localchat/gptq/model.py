@@ -153,7 +153,13 @@ class Decoder:
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int, group: int) -> torch.Tensor:
     """Causal attention of queries at positions start.. over keys/values [n_head_kv, length, dim]."""
     n, length = q.shape[0], keys.shape[1]
-    mask = torch.arange(length)[None, :] <= torch.arange(start, start + n)[:, None]
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), keys.repeat_interleave(group, 0),
-                                         values.repeat_interleave(group, 0), attn_mask=mask)
+    if n == 1:  # one new token (decode) sees every key: no mask to build
+        mask, causal = None, False
+    elif start == 0:  # a whole prompt at once: plain causal
+        mask, causal = None, True
+    else:  # a chunk after earlier positions
+        mask, causal = torch.arange(length)[None, :] <= torch.arange(start, start + n)[:, None], False
+    # enable_gqa: each key/value head serves `group` query heads without copying it `group` times.
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask, is_causal=causal,
+                                         enable_gqa=group > 1)
     return out.transpose(0, 1)
