@@ -163,7 +163,11 @@ def quantize_folder(source: Path, target: Path, calibration: list[list[int]], *,
                 new[name] = dequantize(*(out[f"{key}.{part}"] for part in PARTS), bits)  # what a loader reads
         return new
 
-    hessians(config, dense, calibration, quantize_layer)
+    if rtn:  # rounding needs no activations: skip the calibration forward
+        for index in range(config["num_hidden_layers"]):
+            quantize_layer(index, {})
+    else:
+        hessians(config, dense, calibration, quantize_layer)
     target.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in out.items()}, target / "model.safetensors")
     for name in ("tokenizer.json", "tokenizer_config.json"):
