@@ -15,6 +15,7 @@ pytest.importorskip("tokenizers")
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 
+from gptq_checkpoint import RECIPE, calibration_of, dense_smollm2, smollm2_gptq4  # noqa: E402
 from localchat.errors import ModelLoadError  # noqa: E402
 from localchat.gptq import derive  # noqa: E402
 from localchat.gptq.format import PARTS, dequantize  # noqa: E402
@@ -40,29 +41,17 @@ def chat(text: str) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="session")
 def dense_folder(model_path: Path) -> Path:
-    from localchat.models.derive import requantize
-
-    return derive.hf_from_gguf(requantize(model_path, "F16"), models_dir() / "SmolLM2-135M-Instruct-hf")
+    return dense_smollm2(model_path)
 
 
 @pytest.fixture(scope="session")
 def calibration(dense_folder: Path) -> list[list[int]]:
-    # Text written for this test, then text the F16 model itself sampled at temperature 1 from varied
-    # chat prompts: enough tokens that the Hessians of the 1536-wide inputs are not rank-deficient.
-    text = "\n\n".join((DATA / name).read_text() for name in ("gptq-calibration.txt", "gptq-calibration-sampled.txt"))
-    return derive.calibration_chunks(dense_folder, text)
-
-
-# Why group 128 and not 32: the F16 weights were dequantized from a Q4_1 file (groups of 32, asymmetric),
-# so 4-bit g32 asymmetric would land on those very values again; g128 is the honest test (and the
-# issue's).
-RECIPE = dict(bits=4, group=128)  # and derive.quantize_folder's measured defaults (asymmetric, desc_act, 10% damping)
+    return calibration_of(dense_folder)
 
 
 @pytest.fixture(scope="session")
-def gptq4(dense_folder: Path, calibration) -> Path:
-    return derive.quantize_folder(dense_folder, models_dir() / "SmolLM2-135M-Instruct-GPTQ-4bit-g128",
-                                  calibration, **RECIPE)
+def gptq4(model_path: Path) -> Path:
+    return smollm2_gptq4(model_path)
 
 
 @pytest.fixture(scope="session")
