@@ -14,6 +14,8 @@ from typing import Any
 from ..errors import ModelLoadError
 
 EXTRA_MODULES = ("torch", "safetensors", "tokenizers")
+# The files of a checkpoint folder the loader reads besides its safetensors weights (a download fetches them).
+REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 NEEDS_EXTRA = "needs the gptq extra"
 INSTALL_HINT = "install it with `scripts/setup.sh --gptq` (or `pip install localchat[gptq]`)"
 

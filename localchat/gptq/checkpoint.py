@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelLoadError
+from . import REQUIRED_FILES
 from .format import SUPPORTED_BITS
 from .model import ARCHITECTURES, ModelConfig
 
 GROUP_SIZES = (-1, 32, 64, 128)  # -1: one group per output column (per-channel)
 CHECKPOINT_FORMATS = {"gptq": True, "gptq_v2": False}  # -> are zeros stored minus one (v1)?
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 @dataclass(slots=True)
@@ -40,7 +40,7 @@ def read_checkpoint(folder: str | Path, need_quantization: bool = True) -> Check
     folder = Path(folder)
     if not folder.is_dir():
         raise ModelLoadError(f"no checkpoint folder at {folder}; check the path.")
-    missing = [name for name in ("config.json", *TOKENIZER_FILES) if not (folder / name).is_file()]
+    missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     weights = sorted(folder.glob("*.safetensors"))
     if not weights:
         missing.append("*.safetensors (the weights)")

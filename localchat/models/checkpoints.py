@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DownloadError
-from ..gptq import is_gptq_folder
+from ..gptq import REQUIRED_FILES, is_gptq_folder
 from ..paths import models_dir
 from .catalog import ModelFile
 from .hub import Progress, cached_hub_file, check_disk_space, download_hub_file, hub_cache_dir, hub_endpoint
@@ -23,8 +23,6 @@ from .hub_errors import explain_hub_error
 
 log = logging.getLogger(__name__)
 
-# What the GPTQ loader reads (localchat/gptq/checkpoint.py checks the same names when it loads).
-REQUIRED = ("config.json", "tokenizer.json", "tokenizer_config.json")
 INDEX = "model.safetensors.index.json"
 # Small files beside them that tokenizers and generation settings read; fetched when the repo has them.
 OPTIONAL = ("generation_config.json", "quantize_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -35,12 +33,12 @@ def checkpoint_files(listing: dict[str, int]) -> dict[str, int]:
     """The files of a repo listing ({name: bytes}) that make the checkpoint: top-level config, tokenizer
     and safetensors files."""
     return {name: size for name, size in listing.items()
-            if "/" not in name and (name in REQUIRED or name in OPTIONAL or name.endswith(".safetensors"))}
+            if "/" not in name and (name in REQUIRED_FILES or name in OPTIONAL or name.endswith(".safetensors"))}
 
 
 def missing_parts(names: set[str], index: dict[str, Any] | None = None) -> list[str]:
     """What a checkpoint with these file names lacks (with its shard index, the shards it names)."""
-    missing = [name for name in REQUIRED if name not in names]
+    missing = [name for name in REQUIRED_FILES if name not in names]
     shards = set((index or {}).get("weight_map", {}).values())
     missing += sorted(shards - names)
     if not any(name.endswith(".safetensors") for name in names):

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ..paths import cache_dir
 from .catalog import ModelFacts, ModelFile
-from .checkpoints import REQUIRED, checkpoint_files
+from ..gptq import REQUIRED_FILES
+from .checkpoints import checkpoint_files
 from .hub import hub_endpoint
 from .hub_errors import network_errors
 
@@ -30,7 +31,7 @@ TIMEOUT = 5.0            # per request: the plan must not wait long for an unrea
 DEADLINE = 15.0          # for all requests together
 WORKERS = 8
 Repo = tuple[str, str]   # (repo, revision)
-CHECKPOINT_MARK = REQUIRED[0]  # config.json: a listing that names it lists a checkpoint
+CHECKPOINT_MARK = REQUIRED_FILES[0]  # config.json: a listing that names it lists a checkpoint
 
 
 @dataclass(slots=True)
