@@ -204,6 +204,43 @@ def test_an_answer_cut_by_max_tokens_says_so(page):
     shot(page, "9-cut-at-max-tokens")
 
 
+def test_stop_while_reading_shows_only_stopped(page):
+    # A long prompt no earlier test left in the cache: reading it takes many steps.
+    notes = " ".join(f"Note {i}: crate {i * 7} left the dock at {i % 24}:00." for i in range(160))
+    ask(page, notes + "\nWhich crate left last?")
+    expect(last_reply(page)).to_contain_text("Reading the prompt", timeout=LONG)
+    page.locator("#stop").click()
+    expect(last_reply(page)).to_contain_text("stopped", timeout=LONG)
+    expect(last_reply(page)).not_to_contain_text(re.compile("TTFT|tokens/s|Reading"))
+    shot(page, "9b-stopped-while-reading")
+
+
+def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(page, ui: RunningUI, tmp_path: Path):
+    # Just under what the old meter compared with (n_ctx - 512): it said "they fit", and the reply
+    # then read the document in chunks, as this message's own answer budget leaves less room.
+    room, lines, text = ui.runtime.engine.n_ctx - 512, [], ""
+    while ui.runtime.engine.count_tokens(text) < room - 60:
+        lines.append(f"Line {len(lines)}: the shipment of week {len(lines) % 52} arrived on time.")
+        text = "\n".join(lines)
+    doc = tmp_path / "shipments.txt"
+    doc.write_text(text)
+    attach_files(page, doc)
+    meter = page.locator("#meter")
+    expect(meter).to_contain_text("context tokens")
+    says_whole = "they fit" in meter.inner_text()
+    ask(page, "Which shipment came last?")
+    expect(last_reply(page)).to_contain_text("Included:", timeout=LONG)
+    read_whole = re.search(r"shipments\.txt whole", last_reply(page).inner_text()) is not None
+    assert says_whole == read_whole, (meter.inner_text(), last_reply(page).inner_text())
+    page.locator("#stop").click()
+    wait_answered(page)
+
+
+def test_the_status_panel_gives_the_models_own_size(page):
+    expect(page.locator("#status")).to_contain_text("135M parameters")
+    expect(page.locator("#status")).not_to_contain_text("256M")
+
+
 def test_the_title_follows_an_edit_of_the_first_message(page, ui: RunningUI):
     ask(page, "Name the capital city of Spain.")
     wait_answered(page)
