@@ -12,8 +12,8 @@ import pytest
 
 from localchat.hardware import HardwareInfo
 from localchat.tune.measure import capture_buffers
-from localchat.tune.profile import fingerprint, load_profile, profile_is_current, profile_path
-from localchat.tune.wizard import current_profile, run_wizard
+from localchat.tune.profile import current_profile, fingerprint, load_profile, profile_is_current, profile_path
+from localchat.tune.wizard import run_wizard
 
 
 def cpu_only(ram_gb: int = 16) -> HardwareInfo:

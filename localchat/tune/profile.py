@@ -152,6 +152,12 @@ def profile_is_current(profile: Profile | None, hardware: HardwareInfo) -> bool:
     return profile is not None and why_not_current(profile, hardware) is None
 
 
+def current_profile(hardware: HardwareInfo) -> Profile | None:
+    """The saved profile when it was tuned on this hardware; None means: run the wizard."""
+    profile = load_profile()
+    return profile if profile_is_current(profile, hardware) else None
+
+
 def profile_settings(profile: Profile) -> dict[str, Any]:
     """The settings a current profile supplies, by Settings field name."""
     try:

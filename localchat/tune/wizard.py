@@ -27,8 +27,7 @@ from .draft import DraftMeasurement, measure_draft
 from .formats import RACE_TOKENS, race
 from .measure import Measurement, measure
 from .placements import tune_placement
-from .profile import (Profile, fingerprint, load_profile, profile_is_current, profile_path,
-                      save_profile)
+from .profile import Profile, fingerprint, profile_path, save_profile
 
 # A prompt chunk beside streaming chats may stretch one step to this: 20 tokens/s still reads smoothly.
 LATENCY_TARGET_MS = 50.0
@@ -227,12 +226,6 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     print("planner corrections: " + ", ".join(f"{k} {v:g}" for k, v in efficiency.items()), file=out)
     print(f"profile: {path}\nchart:   {profile.chart or drawn_by}", file=out)
     return profile
-
-
-def current_profile(hardware: HardwareInfo) -> Profile | None:
-    """The saved profile when it was tuned on this hardware; None means: run the wizard."""
-    profile = load_profile()
-    return profile if profile_is_current(profile, hardware) else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from ..paths import models_dir
 from ..planning.cost import DEFAULT_EFFICIENCY, devices_of
 from ..planning.gptq_options import unavailable
 from ..planning.planner import Plan, Wants, plan
-from ..tune.profile import Profile, load_profile, profile_is_current
+from ..tune.profile import Profile, current_profile
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +48,13 @@ def size_text(n: int, exact: bool = True) -> str:
     return text if exact else "≈" + text
 
 
-def current_profile(hardware: HardwareInfo) -> Profile | None:
+def shown_profile(hardware: HardwareInfo) -> Profile | None:
     """The tuned profile when it holds for this machine (a broken one is no profile here)."""
     try:
-        profile = load_profile()
+        return current_profile(hardware)
     except LocalchatError as exc:
         log.info("the tuned profile is not shown: %s", exc)
         return None
-    return profile if profile_is_current(profile, hardware) else None
 
 
 def measured_speed(profile: Profile | None, key: str, quant: str) -> float | None:
@@ -136,7 +135,7 @@ class CatalogRow:
 def catalog_rows(catalog: dict[str, ModelFacts], hardware: HardwareInfo, downloads: Downloads) -> list[CatalogRow]:
     """One row per catalog file: sizes per quant, the planner's verdict and speed, the measured speed, whether
     it is here."""
-    profile = current_profile(hardware)
+    profile = shown_profile(hardware)
     wants = wants_for(profile)
     best = best_plan(hardware, catalog, wants)
     rows = []
