@@ -78,10 +78,12 @@ class ModelsPanel:
 
     def refreshed(self) -> tuple:
         """The catalog table, the local files and the model picker, as they are now."""
-        catalog = self.catalog()
-        return (catalog_table(catalog_rows(catalog, machine(), self.downloads)), local_table(local_models()),
-                gr.update(choices=model_choices(self.core.runtime.model, self.catalog),
-                          value=self.core.runtime.model))
+        return catalog_table(catalog_rows(self.catalog(), machine(), self.downloads)), *self.local_files()
+
+    def local_files(self) -> tuple:
+        """The local files table and the model picker (the catalog table plans every row: not for these)."""
+        return local_table(local_models()), gr.update(choices=model_choices(self.core.runtime.model, self.catalog),
+                                                      value=self.core.runtime.model)
 
     def job_of(self, choice: str | None) -> str:
         if not choice or choice not in self.files():  # the name comes from the client: only listed files
@@ -126,7 +128,7 @@ class ModelsPanel:
             gr.Warning(str(exc))
             return "", gr.skip(), gr.skip(), None
         gr.Info(f"Imported {target.name}; choose it in the Model list.")
-        _, local, picker = self.refreshed()
+        local, picker = self.local_files()
         return f"Imported **{target.name}** into localchat's models folder.", local, picker, None
 
     def switch(self, name: str) -> Iterator[tuple]:
