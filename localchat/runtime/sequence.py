@@ -40,7 +40,6 @@ class Sequence:
     kv_import: KVHandover | None = None  # a KVHandover whose state becomes this sequence's prompt KV on admission
     transfer_ms: float = 0.0  # time spent moving KV state between workers (PD split)
     transfer_bytes: int = 0
-    prompt_token_seconds: float = 0.0  # cost of one prompt token in its last prefill-only step
     t_submit: float = field(default_factory=time.perf_counter)
     t_start: float = 0.0
     t_first_token: float = 0.0
