@@ -165,7 +165,7 @@ class Engine:
         return stream
 
     def cancel(self, request_id: str) -> None:
-        """Stop a request at the next step boundary; its KV is freed. Unknown ids are ignored."""
+        """Stop a request at the next step boundary; what it read stays for prefix reuse. Unknown ids are ignored."""
         self._inbox.put(("cancel", request_id))
 
     def close(self) -> None:
@@ -255,7 +255,9 @@ class Engine:
             if seq is not None:
                 if self.pd is not None:
                     self.pd.cancel(item)
-                self.runner.end(seq, "cancelled", keep_kv=False)
+                # What was read (and generated) stays resident: the next turn of a stopped answer,
+                # or the same document asked again, starts from it instead of reading it anew.
+                self.runner.end(seq, "cancelled", keep_kv=True)
         elif kind == "handover":
             self._receive(*item)
         elif kind == "drain":
