@@ -8,6 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from . import paths
 from .config import Settings
 
 if TYPE_CHECKING:
@@ -63,7 +64,9 @@ def open_engine(settings: Settings, status: Callable[[str], None] | None = None,
     log.info("placement: %s", layout.description)
     config = EngineConfig(worker=layout.worker, step_budget=settings.step_budget, draft_path=draft,
                           lookup=settings.speculation and draft is None, prefill=layout.prefill,
-                          draft_worker=layout.draft, step_costs=layout.step_costs, on_load_progress=progress)
+                          draft_worker=layout.draft, step_costs=layout.step_costs, on_load_progress=progress,
+                          kv_disk_dir=paths.kv_states_dir() if settings.kv_disk_mb else None,
+                          kv_disk_bytes=settings.kv_disk_mb << 20)
     engine = Engine.load(path, config)
     engine.placement = layout.description
     return engine

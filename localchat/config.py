@@ -95,6 +95,9 @@ class Settings:
     # 0 chooses it from measured step costs, so a streaming chat stays fluid beside a long document.
     step_budget: int = setting(0, "prompt tokens per step beside streaming chats (default: adaptive)",
                                commands=ENGINE_COMMANDS, low=0, zero="adaptive", model_bound=True)
+    kv_disk_mb: int = setting(4096, "disk space for the KV state of long prompts read once (documents, long "
+                                    "system prompts), restored instead of read again; MiB",
+                              commands=ENGINE_COMMANDS, low=0, zero="off")
     deterministic: bool = setting(False, "identical greedy output however prompts are chunked or reused "
                                          "(slower prefill)", commands=ENGINE_COMMANDS)
     draft: str = setting("", "draft model for speculative decoding (catalog name or .gguf path)",

@@ -35,6 +35,9 @@ class KVHandover:
     num_tokens: int
     data: ctypes.Array  # llama.cpp's serialised state, in host memory
     export_ms: float
+    # Tokens the state holds, when more than `num_tokens` (a saved prefix that the prompt shares
+    # only in part): the rest is dropped once it is loaded. 0: the same as num_tokens.
+    num_state_tokens: int = 0
 
 
 Deliver = Callable[[str, "KVHandover | None", "LocalchatError | None"], None]
@@ -218,6 +221,8 @@ def load_handover(worker: Worker, seq: Sequence, make_room: Callable[[], None]) 
     if not loaded:
         make_room()
         loaded = worker.import_seq(seq.slot, handover.data)
+    if loaded and handover.num_state_tokens > handover.num_tokens:
+        worker.seq_remove(seq.slot, handover.num_tokens, -1)
     seq.transfer_ms += (time.perf_counter() - t0) * 1000
     if not loaded:
         log.warning("no free run of %d KV cells for %s; its prompt is prefilled on the decode worker",
