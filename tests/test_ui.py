@@ -120,6 +120,54 @@ def test_stop_cancels_and_keeps_the_partial_answer(ui: RunningUI):
     assert reply.stats["completion_tokens"] < 200
 
 
+def test_a_message_after_stop_reuses_the_chat_read_so_far(ui: RunningUI):
+    from localchat.ui.chat import ChatCore, Sampling
+
+    core = ChatCore(ui.runtime, ui.store)
+    sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=300)
+    notes = " ".join(f"Note {i}: barge {i * 3} moored at pier {i % 11}." for i in range(90))  # no earlier test's
+    conv = core.add_user_turn(None, notes + "\nList every barge, one per line.", [], "", sampling)
+    for i, _ in enumerate(core.answer(conv, sampling)):
+        if i == 8:  # well into the answer
+            core.stop(conv)
+    stopped = ui.store.get(conv).messages[-1]
+    assert stopped.stats["finish_reason"] == "cancelled" and stopped.stats["completion_tokens"] > 2
+    prior = stopped.stats["prompt_tokens"] + stopped.stats["completion_tokens"]
+    core.add_user_turn(conv, "Which pier is barge 9 at?", [], "", Sampling(temperature=0.0, top_p=1.0, max_tokens=8))
+    list(core.answer(conv, sampling))
+    # The stopped answer's prompt and the tokens it generated are reused, not read again.
+    assert ui.store.get(conv).messages[-1].stats["cached_tokens"] >= prior - 4
+
+
+def test_an_attached_document_is_read_before_the_question_and_a_detach_ends_the_read(ui: RunningUI, tmp_path: Path,
+                                                                                    monkeypatch):
+    from localchat.ui.chat import ChatCore, Sampling
+    from localchat.ui.pre_read import PreReader
+
+    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    core = ChatCore(ui.runtime, ui.store)
+    reader = PreReader(core)
+    sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=16)
+    doc = tmp_path / "ledger.txt"
+    doc.write_text("\n".join(f"Ledger line {i}: account {i * 19 % 1000} paid {i * 7 % 300} crowns." for i in range(70))
+                   + "\nThe auditor is called Mirela.")
+    stored = [str(store_upload(doc))]
+    # Attached, then detached mid-read: the read ends (and what it read stays resident).
+    lines = []
+    for line in reader.follow("tab", reader.start("tab", None, stored, "", sampling.max_tokens)):
+        lines.append(line)
+        if line.startswith("reading the document"):
+            reader.start("tab", None, [], "", sampling.max_tokens)  # the chip's ×
+    assert lines[-1] == "" and any(x.startswith("reading the document… ") for x in lines)
+    # Attached again and read whole before the question: the question costs only its own tokens.
+    lines = list(reader.follow("tab", reader.start("tab", None, stored, "", sampling.max_tokens)))
+    assert lines[-1] == ""
+    conv = core.add_user_turn(None, "Who is the auditor?", stored, "", sampling)
+    list(core.answer(conv, sampling))
+    stats = ui.store.get(conv).messages[-1].stats
+    assert stats["cached_tokens"] >= stats["prompt_tokens"] - 24, stats
+
+
 def test_expected_user_errors_are_toasts_without_a_traceback_in_the_log():
     from localchat.ui.layout import user_error
 

@@ -18,6 +18,7 @@ from . import versions
 from .chat import ChatCore
 from .session import SHOWN_SETTINGS, Sampling
 from .models_panel import ModelsPanel, model_choices
+from .pre_read import PreReader
 from .settings_panel import build_settings_panel, follow_load, resize, sampling_of
 from .tuning import TuneJob, tuned_summary
 
@@ -48,6 +49,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
     """The Blocks app; `defaults` and `system_prompt` are the settings of a new conversation."""
     defaults = defaults or Sampling()
     store = core.store
+    pre_reader = PreReader(core)
 
     def conversations(selected: str | None = None, query: str = "") -> dict[str, Any]:
         found = store.search(query.strip()) if query and query.strip() else store.list()
@@ -113,7 +115,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         # An expected error is a warning toast and the outputs stay as they were: a raised error
         # would also paint every output of the event with a red "Error" badge.
 
-        def respond(text: str, cid: str | None, docs: list[str], sys_prompt: str, *values: float) -> Iterator[tuple]:
+        def respond(text: str, cid: str | None, docs: list[str], sys_prompt: str, *values: float,
+                    request: gr.Request) -> Iterator[tuple]:
             text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
             if not text.strip():
                 yield (gr.skip(),) * 8
@@ -125,6 +128,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                 gr.Warning(str(exc))
                 yield (gr.skip(),) * 8
                 return
+            # The question takes over what the read-ahead has read so far, and reads the rest itself.
+            pre_reader.stop(request.session_hash)
             if core.busy(cid):
                 gr.Info("Sent once the answer in progress ends.")
             # The box is cleared once, now; the updates that stream the answer leave it alone.
@@ -138,6 +143,15 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                            gr.skip(), gr.skip())
                     return
                 yield from stream_reply(cid, sampling)
+
+        def read_ahead(docs: list[str], cid: str | None, sys_prompt: str, tokens: float,
+                       request: gr.Request) -> Iterator[str]:
+            """Read the attached documents before the question (pre_read.py); a newer change ends it."""
+            stream = pre_reader.start(request.session_hash, cid, docs or [], sys_prompt or "", int(tokens))
+            if stream is None:
+                yield ""
+                return
+            yield from pre_reader.follow(request.session_hash, stream)
 
         def stream_reply(cid: str, sampling: Sampling, earlier: list | None = None) -> Iterator[tuple]:
             """Called with the conversation's turn held; `earlier`: the answers a regenerate keeps."""
@@ -302,6 +316,9 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         edit_btn.click(edit_last, [conv_id, max_tokens], [*chat_outputs, message, pending, meter], api_name=False)
         compose.attach.upload(functools.partial(composing.attach, core), [compose.attach, pending, max_tokens, conv_id],
                               [pending, meter, compose.attach], api_name=False)
+        # "multiple": a detach or a chat switch runs at once and ends the read-ahead in flight.
+        pending.change(read_ahead, [pending, conv_id, system, max_tokens], [compose.reading], api_name=False,
+                       trigger_mode="multiple", concurrency_limit=8, show_progress="hidden")
         action_go.click(act, [action, conv_id, pending, max_tokens], [*chat_outputs, pending, meter, convs], api_name=False,
                         js="(request, ...rest) => [window.localchatAction || '', ...rest]")
         settings_btn.click(None, None, None, js="() => localchatToggleSettings()", api_name=False)
