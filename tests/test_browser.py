@@ -236,6 +236,32 @@ def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(p
     wait_answered(page)
 
 
+def test_an_attached_document_is_read_before_the_question_and_a_detach_ends_the_read(page, ui: RunningUI,
+                                                                                    tmp_path: Path):
+    reading = page.locator("#reading")
+    long_doc = tmp_path / "long-ledger.txt"
+    long_doc.write_text("\n".join(f"Ledger {i}: vessel {i * 13 % 500} paid {i * 7 % 90} marks at gate {i % 6}."
+                                  for i in range(100)))  # fits whole: read ahead
+    attach_files(page, long_doc)
+    expect(reading).to_contain_text("reading the document", timeout=LONG)
+    shot(page, "9c-reading-ahead")
+    page.get_by_role("button", name="Remove long-ledger.txt").click()
+    expect(reading).not_to_contain_text("reading", timeout=LONG)  # the detach ended the read
+    wait_until(lambda: not ui.runtime.engine.scheduler.running, "the read-ahead to end")
+
+    doc = tmp_path / "auditors.txt"
+    doc.write_text(FILLER * 8 + "\nThe auditor of the northern depot is called Mirela.\n" + FILLER * 4)
+    attach_files(page, doc)
+    expect(reading).to_contain_text("reading the document", timeout=LONG)
+    expect(reading).not_to_contain_text("reading", timeout=LONG)  # read whole before any question
+    ask(page, "Who is the auditor of the northern depot?")
+    wait_answered(page)
+    stats = re.search(r"([\d,]+) prompt tokens reused", last_reply(page).inner_text())
+    n_doc = ui.runtime.engine.count_tokens(doc.read_text())
+    assert stats is not None and int(stats.group(1).replace(",", "")) >= n_doc, last_reply(page).inner_text()
+    shot(page, "9d-asked-after-reading")
+
+
 def test_the_status_panel_gives_the_models_own_size(page):
     expect(page.locator("#status")).to_contain_text("135M parameters")
     expect(page.locator("#status")).not_to_contain_text("256M")

@@ -115,8 +115,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         # An expected error is a warning toast and the outputs stay as they were: a raised error
         # would also paint every output of the event with a red "Error" badge.
 
-        def respond(text: str, cid: str | None, docs: list[str], sys_prompt: str, *values: float,
-                    request: gr.Request) -> Iterator[tuple]:
+        def respond(request: gr.Request, text: str, cid: str | None, docs: list[str], sys_prompt: str,
+                    *values: float) -> Iterator[tuple]:
             text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
             if not text.strip():
                 yield (gr.skip(),) * 8
