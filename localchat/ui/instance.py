@@ -98,8 +98,10 @@ def running_instance() -> Instance | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     # The record is a file anyone with access to the data dir could write: trust it only when it
-    # names a live localchat process of this user and a loopback address on the recorded port.
-    if found.pid == os.getpid() or not _ours(found) or not _loopback_url(found) or not _answers(found.url):
+    # names a live localchat process of this user, a loopback address on the recorded port, and that
+    # very process listens on that port.
+    if (found.pid == os.getpid() or not _ours(found) or not _loopback_url(found) or not _listens(found)
+            or not _answers(found.url)):
         return None
     return found
 
@@ -112,6 +114,24 @@ def _ours(found: Instance) -> bool:
         same_user = os.name != "posix" or process.uids().real == os.getuid()
         # A recycled pid belongs to a process started after the record was written.
         return same_user and process.create_time() <= found.started + 1 and "localchat" in " ".join(process.cmdline())
+    except (psutil.Error, OSError):
+        return False
+
+
+def _listens(found: Instance) -> bool:
+    """Whether the recorded process itself listens on the recorded port.
+
+    The operating system says which process owns a listening socket; a server's answer could not
+    (any program can answer like localchat, and a forged record may name a real window's pid
+    beside the port of such a program)."""
+    import psutil
+
+    try:
+        process = psutil.Process(found.pid)
+        # psutil 6 renamed connections() to net_connections().
+        sockets = getattr(process, "net_connections", None) or process.connections
+        return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == found.port
+                   for s in sockets(kind="inet"))
     except (psutil.Error, OSError):
         return False
 
