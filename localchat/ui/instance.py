@@ -21,6 +21,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 from .. import __version__
+from ..config import key_flag
 from ..paths import data_dir, log_dir, private_file
 from ..api.app import bind_socket, url_of
 from ..api.origins import LOOPBACK_NAMES
@@ -65,15 +66,6 @@ def log_to_file(verbose: bool = False) -> Path:
     return path
 
 
-SECRET_FLAGS = ("--api-key", "--backend-key")
-OTHER_FLAGS = ("--backend",)  # options whose names begin a secret one's
-
-
-def _secret(flag: str) -> bool:
-    # argparse takes any unambiguous prefix (`--api KEY`), so a prefix hides its value too.
-    return len(flag) > 4 and flag not in OTHER_FLAGS and any(s.startswith(flag) for s in SECRET_FLAGS)
-
-
 def redacted(argv: list[str]) -> list[str]:
     """A command line fit for a log: the values of key options replaced by ***."""
     shown, hide_next = [], False
@@ -81,11 +73,11 @@ def redacted(argv: list[str]) -> list[str]:
         flag = arg.split("=", 1)[0]
         if hide_next:
             shown.append("***")
-        elif _secret(flag) and "=" in arg:
+        elif key_flag(flag) and "=" in arg:
             shown.append(flag + "=***")
         else:
             shown.append(arg)
-        hide_next = not hide_next and _secret(arg)
+        hide_next = not hide_next and key_flag(arg) is not None
     return shown
 
 

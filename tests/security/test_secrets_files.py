@@ -160,3 +160,29 @@ def test_a_record_naming_a_live_window_and_another_port_is_not_trusted(home: Pat
     record(pid, f"http://127.0.0.1:{impostor}", impostor)
     assert instance.running_instance() is None
 
+
+def test_a_key_on_the_command_line_is_warned_about(monkeypatch, capsys):
+    from localchat.cli import main
+
+    monkeypatch.delenv("LOCALCHAT_API_KEY", raising=False)
+    # A --host without --listen is refused before any model loads; the warning comes first.
+    for key_args in (["--api-key", KEY], ["--api=" + KEY]):
+        assert main(["serve", "--host", "192.0.2.1", *key_args]) == 1
+        err = capsys.readouterr().err
+        assert "warning" in err and "process list" in err and "LOCALCHAT_API_KEY" in err, err
+        assert KEY not in err
+    monkeypatch.setenv("LOCALCHAT_API_KEY", KEY)  # the way the help and the README say
+    assert main(["serve", "--host", "192.0.2.1"]) == 1
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_the_help_and_the_readme_steer_to_the_environment(capsys):
+    from localchat.cli import main
+
+    for command in ("serve", "ui"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert "--api-key KEY" in out and "set LOCALCHAT_API_KEY instead" in out, command
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert "LOCALCHAT_API_KEY=" in readme and "/proc/PID/cmdline" in readme
