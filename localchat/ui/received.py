@@ -43,9 +43,10 @@ def file_limit(name: str) -> int:
 
 def prune(folder: Path, keep: frozenset[str] = frozenset()) -> None:
     """Bound what waits in `folder` (see the module's words); `keep`: the paths the current request received."""
-    now = time.time()
+    now, top = time.time(), os.path.realpath(folder)  # the paths Gradio answers with are compared as real ones
+    keep = frozenset(os.path.realpath(p) for p in keep)
     waiting: list[tuple[float, int, str]] = []
-    for root, dirs, files in os.walk(folder, topdown=False):
+    for root, dirs, files in os.walk(top, topdown=False):
         for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
             path = os.path.join(root, name)
             try:
@@ -54,7 +55,7 @@ def prune(folder: Path, keep: frozenset[str] = frozenset()) -> None:
                 continue
             # At the top: Gradio's file for an upload in progress, one a broken connection left, or the empty
             # file its upload components make (and never delete) for each file they take.
-            if root == str(folder):
+            if root == top:
                 if now - st.st_mtime > PARTIAL_IDLE_S:
                     _remove(path)
             else:  # a finished upload, in the folder Gradio names by its checksum
@@ -64,7 +65,7 @@ def prune(folder: Path, keep: frozenset[str] = frozenset()) -> None:
         count, total = count + 1, total + size
         if path not in keep and (count > WAITING_FILES or total > WAITING_BYTES or now - mtime > ABANDONED_S):
             _remove(path)
-    for root, dirs, _ in os.walk(folder, topdown=False):
+    for root, dirs, _ in os.walk(top, topdown=False):
         for name in dirs:
             try:
                 os.rmdir(os.path.join(root, name))  # only an empty one goes
