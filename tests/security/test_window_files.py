@@ -113,23 +113,24 @@ def test_uploads_no_event_claims_do_not_pile_up(window):
     writing = folder / "tmp-being-written"  # touched just now: an upload still arriving
     writing.write_text("arriving")
     try:
-        # Posts that no attach or import follows: 30 documents of 5 MB each.
+        # Posts that no attach or import follows: more documents than may wait.
         sent = []
-        for i in range(30):
-            answer = upload(window, f"note-{i}.txt", i.to_bytes(4, "big") + bytes(5 * 2**20))
+        for i in range(WAITING_FILES + 4):
+            answer = upload(window, f"note-{i}.txt", i.to_bytes(4, "big") + bytes(2**20))
             assert answer.status_code == 200, answer.text[:200]
             sent.append(Path(answer.json()[0]))
         left = received_files()
         assert len(left) <= WAITING_FILES, len(left)
         assert sent[-1].is_file() and not sent[0].exists()  # the oldest went first
         assert not forgotten.exists() and not broken.exists() and writing.exists()
-        # Bytes are bounded too: seven documents at nearly their limit are more than may wait.
-        for i in range(7):
-            answer = upload(window, f"long-{i}.txt", i.to_bytes(4, "big") + bytes(45 * 2**20))
+        # Bytes are bounded too: documents at nearly their limit, more of them than the bytes that may wait.
+        many = WAITING_BYTES // (48 * 2**20) + 1
+        for i in range(many):
+            answer = upload(window, f"long-{i}.txt", i.to_bytes(4, "big") + bytes(48 * 2**20))
             assert answer.status_code == 200, answer.text[:200]
         left = received_files()
         assert sum(p.stat().st_size for p in left) <= WAITING_BYTES
-        assert any(p.name == "long-6.txt" for p in left)
+        assert any(p.name == f"long-{many - 1}.txt" for p in left) and not any(p.name == "long-0.txt" for p in left)
     finally:
         writing.unlink()
 
