@@ -109,7 +109,8 @@ def test_uploads_no_event_claims_do_not_pile_up(window):
     os.utime(forgotten, (long_ago, long_ago))
     broken = folder / "tmp-broken-connection"  # the partial file of an upload whose connection dropped
     broken.write_text("half a file")
-    os.utime(broken, (long_ago, long_ago))
+    idle = time.time() - PARTIAL_IDLE_S - 5  # untouched for longer than a file being written ever is
+    os.utime(broken, (idle, idle))
     writing = folder / "tmp-being-written"  # touched just now: an upload still arriving
     writing.write_text("arriving")
     try:
