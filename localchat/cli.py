@@ -11,7 +11,7 @@ import textwrap
 from typing import Callable
 
 from .assemble import progress_bar
-from .config import PLACEMENT_HELP, TOP, Settings, add_flags, flag_values, load_settings
+from .config import KEY_FLAGS, PLACEMENT_HELP, TOP, Settings, add_flags, flag_values, key_flag, load_settings
 from .errors import LocalchatError
 from .logging_setup import one_line_user_errors
 
@@ -39,15 +39,32 @@ def _window_args(parser: argparse.ArgumentParser) -> list[argparse.Action]:
         parser.add_argument("--host", help="address to bind (default 127.0.0.1; any other needs --listen)"),
         parser.add_argument("--port", type=int, help="port (default 7860, or the next free one after it)"),
         parser.add_argument("--listen", action="store_true",
-                            help="accept connections from other machines (needs --api-key: the window asks for it "
-                                 "as the password of the user 'localchat', the API as a bearer token)"),
-        parser.add_argument("--api-key", dest="api_key", default=os.environ.get("LOCALCHAT_API_KEY"),
-                            help="require this key on the window and the API (or LOCALCHAT_API_KEY)"),
+                            help="accept connections from other machines (needs a key, best set as LOCALCHAT_API_KEY: "
+                                 "the window asks for it as the password of the user 'localchat', the API as a "
+                                 "bearer token)"),
+        _key_arg(parser, "--api-key", "require this key on the window and the API"),
         parser.add_argument("--no-browser", dest="browser", action="store_false",
                             help="print the window's address instead of opening a browser"),
         parser.add_argument("--cors-origin", dest="cors_origins", action="append", default=[], metavar="ORIGIN",
                             help="let web pages from ORIGIN (e.g. http://localhost:3000) call the API; repeatable"),
     ]
+
+
+def _key_arg(parser: argparse.ArgumentParser, flag: str, about: str) -> argparse.Action:
+    """A key option that steers to its environment variable: a command line is readable by every user."""
+    env = KEY_FLAGS[flag]
+    return parser.add_argument(flag, dest=flag[2:].replace("-", "_"), default=os.environ.get(env), metavar="KEY",
+                               help=f"{about}; set {env} instead: this option's value shows in the process list "
+                                    "(ps) to every user of this machine")
+
+
+def warn_about_key_flags(argv: list[str]) -> None:
+    """A warning on stderr for each key given on the command line (not for one from the environment)."""
+    given = dict.fromkeys(name for arg in argv if (name := key_flag(arg.split("=", 1)[0])))
+    for flag in given:
+        print(f"localchat: warning: the key given with {flag} can be read by every user of this machine in the "
+              f"process list (ps, /proc/PID/cmdline); set {KEY_FLAGS[flag]} in the environment instead.",
+              file=sys.stderr, flush=True)
 
 
 def _flag(action: argparse.Action) -> str:
@@ -121,12 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to bind (default 127.0.0.1; any other needs --listen)")
     serve.add_argument("--port", type=int, help="port (default 8000, or the next free one after it)")
     serve.add_argument("--listen", action="store_true",
-                       help="accept connections from other machines (binds 0.0.0.0 unless --host; needs --api-key)")
-    serve.add_argument("--api-key", dest="api_key", default=os.environ.get("LOCALCHAT_API_KEY"),
-                       help="require 'Authorization: Bearer KEY' on every API request (or LOCALCHAT_API_KEY)")
+                       help="accept connections from other machines (binds 0.0.0.0 unless --host; needs a key, "
+                            "best set as LOCALCHAT_API_KEY)")
+    _key_arg(serve, "--api-key", "require 'Authorization: Bearer KEY' on every API request")
     serve.add_argument("--backend", help="forward to this OpenAI-compatible server (e.g. http://host:8080/v1) "
                                          "instead of running a local model")
-    serve.add_argument("--backend-key", dest="backend_key", help="bearer token to send to the --backend server")
+    _key_arg(serve, "--backend-key", "bearer token to send to the --backend server")
     serve.add_argument("--cors-origin", dest="cors_origins", action="append", default=[], metavar="ORIGIN",
                        help="let web pages from ORIGIN (e.g. http://localhost:3000) call the API; repeatable")
     _sampling_args(serve, "API requests")
@@ -165,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         # No command: the chat window, with any options given (`localchat --no-browser`).
         argv = [*(["--verbose"] if verbose else []), "ui", *rest]
     args = parser.parse_args(argv)
+    warn_about_key_flags(argv)
     if args.verbose:
         logging.getLogger("localchat").setLevel(logging.DEBUG)
     command = args.command

@@ -182,7 +182,7 @@ def test_api_key_is_required_when_set(servers: dict[str, str]):
 
 
 def test_listening_beyond_loopback_needs_a_key(capsys: pytest.CaptureFixture[str]):
-    for args, message in [(["serve", "--listen"], "needs --api-key"),
+    for args, message in [(["serve", "--listen"], "set LOCALCHAT_API_KEY"),
                           (["serve", "--host", "0.0.0.0", "--api-key", KEY], "add --listen"),
                           (["serve", "--host", "192.168.1.5"], "add --listen")]:
         assert main(args) == 1

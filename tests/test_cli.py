@@ -118,7 +118,7 @@ def test_a_broken_document_is_one_clear_line(tmp_path: Path):
 def test_top_level_help_shows_every_way_to_start_the_window():
     done = run("--help")
     assert done.returncode == 0
-    for flag in ("--no-browser", "--port PORT", "--host HOST", "--listen", "--api-key API_KEY", "--model",
+    for flag in ("--no-browser", "--port PORT", "--host HOST", "--listen", "--api-key KEY", "--model",
                  "--placement", "localchat ui --help"):
         assert flag in done.stdout, flag
     assert run("--no-browser", "--help").stdout == run("ui", "--help").stdout  # the same options, either way

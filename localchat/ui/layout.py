@@ -77,8 +77,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                 with gr.Row():
                     delete_yes = gr.Button("Delete", variant="stop", size="sm", elem_id="delete-yes")
                     delete_no = gr.Button("Keep it", size="sm", elem_id="delete-cancel")
-            model = gr.Dropdown(label="Model", choices=model_choices(core.runtime.model), value=core.runtime.model,
-                                allow_custom_value=True, elem_id="model")
+            # Filled on page load: the page's config (GET /config) would list every model file's path here.
+            model = gr.Dropdown(label="Model", choices=[], value=None, allow_custom_value=True, elem_id="model")
             status = gr.Markdown(elem_id="status")
             theme_btn = gr.Button("Dark / light", size="sm", elem_id="theme-toggle")
             # Open where the machine is not tuned (checked again on every page load).

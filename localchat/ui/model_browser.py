@@ -203,8 +203,12 @@ class Download:
             self.state = "done"
         except DownloadInterrupted as stop:
             self.state = "paused" if stop.keep else "cancelled"
-        except LocalchatError as exc:
-            self.state, self.error = ("cancelled", "") if self.state == "cancelling" else ("failed", str(exc))
+        except Exception as exc:  # any failure ends the job with its reason: the window must not show it running
+            reason = str(exc)
+            if not isinstance(exc, LocalchatError):  # unforeseen: its kind says more, its traceback goes to the log
+                log.exception("downloading %s failed", self.choice)
+                reason = f"{type(exc).__name__}: {exc} (the log file has the details)"
+            self.state, self.error = ("cancelled", "") if self.state == "cancelling" else ("failed", reason)
         if self.state == "cancelled":
             self.done = 0
 

@@ -82,3 +82,26 @@ def test_a_cors_origin_must_be_an_origin(origin: str):
 
     with pytest.raises(ConfigError, match="not an origin"):
         ServeOptions(cors_origins=(origin,)).policy(8000)
+
+
+def cors_headers(response: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in response.headers.items() if k.lower().startswith("access-control-")}
+
+
+def test_the_window_answers_no_other_origin_with_cors(window):
+    # Another program's page on this machine: the window's framework would allow any localhost origin,
+    # with credentials, so that page could read the window's config and what its GET routes return.
+    other = {"Origin": "http://localhost:9999"}
+    for path in ("/config", "/", "/gradio_api/info", "/v1/models"):
+        r = httpx.get(window.url + path, headers=other, timeout=30)
+        assert r.status_code == 200 and not cors_headers(r), (path, cors_headers(r))
+    preflight = httpx.options(window.url + "/gradio_api/upload", timeout=30,
+                              headers={**other, "Access-Control-Request-Method": "POST"})
+    assert not cors_headers(preflight), cors_headers(preflight)
+
+
+def test_the_window_config_names_no_model_file(window, model_path):
+    # The model picker is filled when the page loads (same origin only), not in the config any GET returns.
+    for path in ("/config", "/"):
+        text = httpx.get(window.url + path, timeout=30).text
+        assert str(model_path.parent) not in text and model_path.name not in text, path
