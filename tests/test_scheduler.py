@@ -191,10 +191,15 @@ def test_the_budget_beside_decoding_follows_the_measured_cost_of_a_prompt_token(
     budget = StepBudget(n_batch=512, latency_factor=3.0)
     budget.record(1, 1, 0.010)  # a decode-only step: 10 ms
     budget.record(5, 1, 0.014)  # 4 prompt tokens beside it cost 4 ms: 1 ms a token
+    assert budget.current == 8  # at most twice the last budget a step, on the way to the target
+    budget.record(9, 1, 0.018)
+    budget.record(17, 1, 0.026)
     assert budget.current == 20  # (3 - 1) x 10 ms of room at 1 ms a token
     for _ in range(10):  # late in a long document each token costs 4 ms
         budget.record(21, 1, 0.090)
     assert budget.current == 5
+    budget.record(6, 1, 0.0101)  # a step whose prompt tokens seemed free does not open the whole batch
+    assert budget.current <= 10
 
 
 def test_the_tail_of_a_long_document_keeps_to_the_budget_beside_a_streaming_chat():

@@ -73,12 +73,14 @@ class StepBudget:
             return
         if self.fixed or self.decode_seconds is None:
             return
-        # A prompt token's cost grows with the context read so far: the average follows it.
+        # A prompt token's cost grows with the context read so far: the average follows it. A few
+        # tokens' cost hides in the noise of the decode step's, so the budget at most doubles a step:
+        # one step past the target is the most a too-low estimate costs, and it corrects the estimate.
         per_token = max(seconds - self.decode_seconds, 1e-6) / (num_tokens - num_decode_rows)
         prev = self.token_seconds
         self.token_seconds = per_token if prev is None else 0.5 * prev + 0.5 * per_token
         room = (self.latency_factor - 1) * self.decode_seconds
-        self.current = max(self.minimum, min(self.n_batch, int(room / self.token_seconds)))
+        self.current = max(self.minimum, min(self.n_batch, int(room / self.token_seconds), 2 * self.current))
 
 
 class Scheduler:

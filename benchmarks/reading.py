@@ -1,0 +1,66 @@
+"""How fast a document is read, alone and beside a streaming chat: the trade-off between the document's
+pace and the chat's inter-token gaps, for fixed prompt budgets per step and for the adaptive one.
+
+    python benchmarks/reading.py [MODEL.gguf] [--doc-tokens 5000] [--output FILE.md]
+
+Each point runs in a fresh process (two llama.cpp thread pools in one process fight over the cores).
+"alone" is the document read with nothing else running (whole batches); the pace of each point is
+that time over the document's time beside the chat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from localchat.bench import _engine, latency_beside_prefill
+from localchat.bench_report import Report, isolated
+from localchat.workloads import document, greedy
+from localchat.runtime.engine import Request
+
+BUDGETS = (0, 4, 8, 16, 32, 64, 128)  # 0: adaptive
+
+
+def alone(path: Path, doc_tokens: int, n_batch: int) -> float:
+    """Seconds to read the document with nothing else running."""
+    with _engine(path, n_ctx=8192 + 4096, n_batch=n_batch) as engine:
+        engine.submit(Request(prompt="Warm up.", sampling=greedy(1))).result()
+        t0 = time.perf_counter()
+        engine.submit(Request(prompt=document(doc_tokens, seed=7), sampling=greedy(1))).result()
+        return time.perf_counter() - t0
+
+
+def main() -> int:
+    from localchat.models.resolve import resolve_model
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model", nargs="?", type=Path)
+    parser.add_argument("--doc-tokens", type=int, default=5000)
+    parser.add_argument("--output")
+    args = parser.parse_args()
+    path = args.model or resolve_model("smollm2-135m")
+    report = Report()
+    report.emit(f"Reading a ~{args.doc_tokens}-token document: {path.name}")
+    report.emit()
+    report.emit("| n_batch | document alone, s |")
+    report.emit("|---:|---:|")
+    for n_batch in (256, 512, 1024):
+        report.emit(f"| {n_batch} | {isolated(alone, path, args.doc_tokens, n_batch):.2f} |")
+    base = isolated(alone, path, args.doc_tokens, 512)
+    report.emit()
+    report.emit("| prompt tokens per step beside the chat | chat alone p50 ms | beside: p50 | p99 | max | "
+                "document s | pace vs alone |")
+    report.emit("|---|---:|---:|---:|---:|---:|---:|")
+    for budget in BUDGETS:
+        r = isolated(latency_beside_prefill, path, args.doc_tokens, 200, 512, budget)
+        label = "adaptive" if budget == 0 else str(budget)
+        report.emit(f"| {label} | {r['idle_p50']:.1f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['max']:.0f} | "
+                    f"{r['doc_s']:.2f} | {base / r['doc_s']:.2f} |")
+    report.save(args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
