@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 POOLING_NAMES = {llama_cpp.LLAMA_POOLING_TYPE_MEAN: "mean", llama_cpp.LLAMA_POOLING_TYPE_CLS: "cls",
                  llama_cpp.LLAMA_POOLING_TYPE_LAST: "last"}
-MAX_BATCH_TOKENS = 2048  # tokens per llama_decode; a text longer than the model's context is refused
+MAX_INPUT_TOKENS = 2048  # the longest text, where the model's context is longer (a chat model's)
 MAX_SEQS = 32  # texts per batch
 T = TypeVar("T")
 
@@ -65,12 +65,13 @@ class Embedder:
         self.vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_embd = llama_cpp.llama_model_n_embd_out(model) or llama_cpp.llama_model_n_embd(model)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(model)
-        # A text is one sequence, and a non-causal model reads a sequence in one piece: the context
-        # holds the longest text the model was trained on, batches a few of them.
-        self.max_tokens = min(self.n_ctx_train, MAX_BATCH_TOKENS)
+        # A text is one sequence, and a non-causal model reads a sequence in one piece: a batch is as long
+        # as the longest text the model takes. Short texts share one; attention spans the whole batch,
+        # so a longer batch than that costs more than it saves.
+        self.max_tokens = min(self.n_ctx_train, MAX_INPUT_TOKENS)
         cparams = llama_cpp.llama_context_default_params()
         cparams.embeddings = True
-        cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = MAX_BATCH_TOKENS
+        cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = self.max_tokens
         cparams.n_seq_max = MAX_SEQS
         cparams.kv_unified = True
         cparams.n_threads = cparams.n_threads_batch = n_threads
@@ -93,7 +94,7 @@ class Embedder:
         self.memory = llama_cpp.llama_get_memory(ctx)  # None for an encoder-only model: no KV cache
         self.encoder_only = not llama_cpp.llama_model_has_decoder(model)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
-        self._batch = llama_cpp.llama_batch_init(MAX_BATCH_TOKENS, 0, 1)
+        self._batch = llama_cpp.llama_batch_init(self.max_tokens, 0, 1)
         self.identity = self._identity()
 
     def meta(self, key: str) -> str | None:
@@ -171,7 +172,7 @@ class Embedder:
         start = 0
         while start < len(rows):
             end, used = start, 0
-            while end < len(rows) and end - start < MAX_SEQS and used + len(rows[end]) <= MAX_BATCH_TOKENS:
+            while end < len(rows) and end - start < MAX_SEQS and used + len(rows[end]) <= self.max_tokens:
                 used += len(rows[end])
                 end += 1
             out += self._decode(rows[start:end])
