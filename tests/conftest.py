@@ -20,6 +20,15 @@ def model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def embedding_model_path() -> Path:
+    """all-MiniLM-L6-v2, made once per test home by llama.cpp's converter through `localchat pull`'s path."""
+    from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL
+    from localchat.models.resolve import resolve_model
+
+    return resolve_model(DEFAULT_EMBEDDING_MODEL)
+
+
+@pytest.fixture(scope="session")
 def q8_model_path(model_path: Path) -> Path:
     """A Q8_0 sibling made from the Q4_1 file with llama.cpp's own quantizer."""
     from localchat.models.derive import requantize
