@@ -19,6 +19,16 @@ def model_path() -> Path:
     return resolve_model("smollm2-135m")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def close_embedding_models():
+    """Embedding models a module's servers or chats loaded are closed with the module: a model left
+    loaded would keep the process on its CPU kernels, and the deterministic tests need others."""
+    yield
+    from localchat.models.embedding import shared_models
+
+    shared_models().close()
+
+
 @pytest.fixture(scope="session")
 def embedding_model_path() -> Path:
     """all-MiniLM-L6-v2, made once per test home by llama.cpp's converter through `localchat pull`'s path."""
