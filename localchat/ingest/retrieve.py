@@ -109,8 +109,7 @@ def select(question: str, documents: Sequence[Document], budget_tokens: int,
     longest = max((d.name for d in docs), key=len, default="")
     overhead = count_tokens(_instructions(marker(longest, "§ " + "x" * 60), question))
     budget = budget_tokens - overhead
-    whole_blocks = [_whole_block(doc) for doc in docs]
-    costs = [_count(block, count_tokens, budget) + 1 for block in whole_blocks]  # +1: the separator
+    costs = [document_tokens(doc, count_tokens, budget) for doc in docs]
     total = count_tokens(_CONTEXT_HEAD) + sum(costs)
     if total <= budget:
         parts = [DocumentPart(d.name, d.kind, True, c) for d, c in zip(docs, costs)]
@@ -140,6 +139,17 @@ def select(question: str, documents: Sequence[Document], budget_tokens: int,
         parts.append(DocumentPart(doc.name, doc.kind, False, sum(c.num_tokens for c in mine),
                                   len(chunks), mine))
     return Selection("retrieved", parts, docs, spent, budget_tokens, "hybrid" if embedder else "bm25")
+
+
+def document_tokens(doc: Document, count_tokens: CountTokens, budget: int | None = None) -> int:
+    """The tokens a document takes in the prompt when it goes in whole: its text with the source
+    markers before each section and the separator after it. The attachment chip, the meter and the
+    reply's "whole (N tokens)" all count it so. Past `budget`, a count that cannot fit it is enough."""
+    block = _whole_block(doc)
+    # Tokenizing a 50 MB document only to learn that it does not fit is wasted seconds.
+    if budget is not None and len(block) > budget * _MAX_CHARS_PER_TOKEN:
+        return max(budget, 0) + 2
+    return count_tokens(block) + 1  # +1: the separator between documents
 
 
 def build_context(selection: Selection) -> str:
@@ -244,13 +254,6 @@ def _whole_block(doc: Document) -> str:
 
 def _chunk_block(chunk: Chunk) -> str:
     return f"{marker(chunk.document, chunk.label)}\n{chunk.text}"
-
-
-def _count(text: str, count_tokens: CountTokens, budget: int) -> int:
-    # Tokenizing a 50 MB document only to learn that it does not fit is wasted seconds.
-    if len(text) > budget * _MAX_CHARS_PER_TOKEN:
-        return max(budget, 0) + 1
-    return count_tokens(text)
 
 
 def _first_marker(selection: Selection) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import ContextOverflowError, LocalchatError
-from ..ingest import Document, Selection, VectorStore, build_prompt, select
+from ..ingest import Document, Selection, VectorStore, build_prompt, document_tokens, select
 from ..ingest.fit import document_budget
 from ..models.embedding import shared_models
 from ..runtime.chat_template import check_prompt_size
@@ -67,8 +67,9 @@ class ChatCore:
         return docs
 
     def attachment_counts(self, paths: list[str]) -> list[tuple[str, int]]:
-        """Each attached document's name and its length in tokens (the chips above the message box)."""
-        return [(doc.name, self.count_tokens(doc.text)) for doc in self.documents(paths)]
+        """Each attached document's name and its length in tokens as the prompt holds it (the chips above
+        the message box; the meter and the reply's "whole (N tokens)" count the same)."""
+        return [(doc.name, document_tokens(doc, self.count_tokens)) for doc in self.documents(paths)]
 
     def meter(self, paths: list[str], max_tokens: int, conv_id: str | None = None) -> str:
         """The token meter: the attached documents against the context, and whole or retrieved.
