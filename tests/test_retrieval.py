@@ -75,7 +75,7 @@ def test_hybrid_retrieval_finds_paraphrased_answers_that_bm25_misses(embedder: E
 
 def _long_document(name: str) -> Document:
     sections = [Section(f"Entry {i}. The keeper wound the clockwork {i} times and logged {i * 7} gallons of "
-                        f"oil for the lamp in week {i}. " * 6, f"§ Week {i}") for i in range(40)]
+                        f"oil for the lamp in week {i}. " * 3, f"§ Week {i}") for i in range(16)]
     return Document(name, "text", sections)
 
 

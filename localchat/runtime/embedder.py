@@ -8,7 +8,6 @@ an OpenMP team of its own, and a second team spinning beside the engine's slows 
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import logging
 import math
@@ -21,7 +20,7 @@ import llama_cpp
 
 from ..errors import EngineError, ModelLoadError, RequestError
 from . import backends, llama_log
-from .worker import check_gguf_file, default_threads
+from .worker import check_gguf_file, default_threads, model_meta, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +42,9 @@ class Embedder:
         self._closed = False
         self.model = self.ctx = None
         try:
-            self._call(lambda: self._load(n_threads or default_threads()))
+            # Half the cores: it runs beside the chat model's steps, and two OpenMP teams that each want
+            # every core stall each other at every barrier.
+            self._call(lambda: self._load(n_threads or max(1, default_threads() // 2)))
         except BaseException:
             self._closed = True
             self._thread.shutdown()
@@ -76,7 +77,7 @@ class Embedder:
         cparams.kv_unified = True
         cparams.n_threads = cparams.n_threads_batch = n_threads
         cparams.no_perf = True
-        if self.meta(f"{self.meta('general.architecture')}.pooling_type") is None:
+        if model_meta(model, f"{model_meta(model, 'general.architecture')}.pooling_type") is None:
             cparams.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_MEAN
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
@@ -97,12 +98,6 @@ class Embedder:
         self._batch = llama_cpp.llama_batch_init(self.max_tokens, 0, 1)
         self.identity = self._identity()
 
-    def meta(self, key: str) -> str | None:
-        """A GGUF metadata value as a string, or None."""
-        buf = ctypes.create_string_buffer(256)
-        n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
-
     def _identity(self) -> str:
         """What must agree for stored vectors to be this model's: the weights (size, first MiB, parameter
         count) and the pooling."""
@@ -117,15 +112,7 @@ class Embedder:
 
     def tokenize(self, text: str) -> list[int]:
         """The tokens `text` is embedded as (the model's own special tokens around it, none parsed from it)."""
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        buf = (llama_cpp.llama_token * capacity)()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, True, False)
-        if n < 0:
-            capacity = -n
-            buf = (llama_cpp.llama_token * capacity)()
-            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, True, False)
-        return list(buf[:n])
+        return tokenize(self.vocab, text, True, False)
 
     def embed(self, texts: Sequence[str], truncate: bool = True) -> list[list[float]]:
         """One unit-length vector per text; a text past the model's context is cut there (truncate) or refused."""
