@@ -37,11 +37,13 @@ def embedding_names() -> dict[str, Path]:
     return names
 
 
-def embedding_cards(created: int) -> list[dict[str, Any]]:
-    """The /v1/models entries of the downloaded embedding models."""
-    return [{"id": key, "object": "model", "created": created, "owned_by": "localchat",
-             "x_localchat": {"kind": "embedding", "n_embd": facts.n_embd, "n_ctx": facts.n_ctx_train}}
-            for key, facts in load_embedding_catalog().items() if cached_file(facts.file) is not None]
+def embedding_card(name: str, created: int) -> dict[str, Any] | None:
+    """The /v1/models/{name} answer for a downloaded catalog embedding model, or None."""
+    facts = load_embedding_catalog().get(name)
+    if facts is None or cached_file(facts.file) is None:
+        return None
+    return {"id": name, "object": "model", "created": created, "owned_by": "localchat",
+            "x_localchat": {"kind": "embedding", "n_embd": facts.n_embd, "n_ctx": facts.n_ctx_train}}
 
 
 def model_file(name: str | None, served: set[str], served_path: Path | None) -> tuple[str, Path]:

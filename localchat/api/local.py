@@ -19,7 +19,7 @@ from ..runtime.events import Done, Failed, Stats, TextDelta
 from ..runtime.sampling import SamplingParams
 from .bridge import StreamBridge, wait_for_disconnect
 from .chat_output import ChoiceOutput
-from .embeddings import embedding_cards, embeddings_response
+from .embeddings import embedding_card, embeddings_response
 from .constraints import constrain, grammar_of, raw_gbnf, response_gbnf
 from .schemas import ChatBody, CompletionBody, parse
 from .tool_parser import ToolCallParser
@@ -68,10 +68,11 @@ class LocalService:
                                 "aliases": sorted(self.aliases - {self.model_name})}}
 
     async def models(self, request: HTTPRequest) -> Response:
-        return JSONResponse({"object": "list", "data": [self._card(), *embedding_cards(self.created)]})
+        # The chat model only: clients offer every listed model for chat. An embedding model is found by name.
+        return JSONResponse({"object": "list", "data": [self._card()]})
 
     async def model(self, model_id: str, request: HTTPRequest) -> Response:
-        card = next((c for c in embedding_cards(self.created) if c["id"] == model_id), None)
+        card = embedding_card(model_id, self.created)
         if card is not None:
             return JSONResponse(card)
         self._check_model(model_id)
