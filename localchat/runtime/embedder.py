@@ -85,6 +85,7 @@ class Embedder:
             reason = "; ".join(llama_log.recent_problems) or "out of memory?"
             raise ModelLoadError(f"could not make an embedding context for {self.model_path} ({reason}).")
         self.ctx = ctx
+        self._batch = llama_cpp.llama_batch_init(self.max_tokens, 0, 1)
         pooling = llama_cpp.llama_pooling_type(ctx)
         if pooling not in POOLING_NAMES:
             self._free()
@@ -94,8 +95,6 @@ class Embedder:
         self.pooling = POOLING_NAMES[pooling]
         self.memory = llama_cpp.llama_get_memory(ctx)  # None for an encoder-only model: no KV cache
         self.encoder_only = not llama_cpp.llama_model_has_decoder(model)
-        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
-        self._batch = llama_cpp.llama_batch_init(self.max_tokens, 0, 1)
         self.identity = self._identity()
 
     def _identity(self) -> str:
@@ -129,7 +128,7 @@ class Embedder:
                 if not truncate:
                     raise RequestError(f"input {i} is {len(tokens):,} tokens, over this embedding model's "
                                        f"{self.max_tokens:,}; split it into shorter pieces.", "input")
-                tokens = tokens[: self.max_tokens]
+                tokens = [*tokens[: self.max_tokens - 1], tokens[-1]]  # the closing token ([SEP]) stays
             if any(not 0 <= t < n_vocab for t in tokens):
                 raise RequestError(f"input {i} holds a token id outside this model's vocabulary of "
                                    f"{n_vocab:,}.", "input")
