@@ -17,7 +17,7 @@ from localchat.api.proxy import ProxyService
 from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL, shared_models
 from localchat.runtime.engine import Engine, EngineConfig
 from localchat.runtime.worker import WorkerConfig
-from ui_server import serve_in_thread
+from ui_server import serve_in_thread, stop_servers
 
 MODEL = "smollm2-135m"
 KEY = "embed-key-7c1d"
@@ -33,10 +33,7 @@ def servers(model_path: Path, embedding_model_path: Path) -> Iterator[dict[str, 
                    serve_in_thread(create_app(LocalService(engine, MODEL), KEY))]
         running.append(serve_in_thread(create_app(ProxyService(running[0][0]))))
         yield {"open": running[0][0], "keyed": running[1][0], "proxy": running[2][0]}
-        for _, server, _ in running:
-            server.should_exit = True
-        for _, _, thread in running:
-            thread.join(10)
+        stop_servers(running)
 
 
 def client_for(url: str, key: str = "unused") -> openai.OpenAI:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
-MAX_LOADED = 2  # embedding models kept loaded at once, besides none of the chat model's
+MAX_LOADED = 2  # embedding models kept loaded at once: the catalog's and one other (the served model, say)
 
 
 @dataclass(slots=True)
