@@ -50,12 +50,18 @@ def _read_documents(paths: list[str]) -> list:
 def _fit_documents(engine: Engine, messages: list[dict[str, str]], question: str, documents: list,
                    max_tokens: int | None) -> tuple[str, Any]:
     """The user turn with whole documents or their best chunks, and what was included."""
-    from .ingest import build_prompt, select
+    from .ingest import VectorStore, build_prompt, select
     from .ingest.fit import document_budget
+    from .models.embedding import shared_models
 
     history = len(engine.prompt_tokens(Request(messages=messages))) if messages else 0
     budget = document_budget(engine.n_ctx, history, max_tokens)
-    selection = select(question, documents, budget, engine.count_tokens)
+    vectors = VectorStore()  # the window's store: a document asked about before is not embedded again
+    try:
+        selection = select(question, documents, budget, engine.count_tokens, embedder=shared_models().default(),
+                           vectors=vectors)
+    finally:
+        vectors.close()
     return build_prompt(question, selection), selection
 
 

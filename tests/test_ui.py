@@ -214,6 +214,23 @@ def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(u
     assert ("they fit" in meter) == (mode == "whole"), (meter, mode)
 
 
+def test_the_chip_the_meter_and_the_reply_count_a_document_alike(ui: RunningUI, tmp_path: Path, monkeypatch):
+    from localchat.ui.chat import ChatCore, Sampling
+
+    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    core = ChatCore(ui.runtime, ui.store)
+    doc = tmp_path / "notes.md"
+    doc.write_text("\n\n".join(f"## Part {i}\n\nThe crate of part {i} weighs {i * 3} kilograms." for i in range(12)))
+    stored = str(store_upload(doc))
+    (name, chip), = core.attachment_counts([stored])
+    # The prompt form: each section's source marker counts, which the bare text lacks.
+    assert chip > core.count_tokens(core.documents([stored])[0].text)
+    assert f"{chip:,} of" in core.meter([stored], 64)
+    conv = core.add_user_turn(None, "How heavy is the crate of part 7?", [stored], "",
+                              Sampling(temperature=0.0, top_p=1.0, max_tokens=64))
+    assert f"{name} whole ({chip:,} tokens)" == ui.store.get(conv).messages[-1].stats["included"]
+
+
 def test_the_status_panel_gives_the_models_own_size(ui: RunningUI):
     from localchat.ui.chat import ChatCore
 

@@ -5,13 +5,14 @@ from .extract import (DEFAULT_MAX_BYTES, BrokenDocumentError, Document, Document
                       DocumentTooLargeError, EmptyDocumentError, EncryptedDocumentError, Section,
                       UnsupportedDocumentError, detect_kind, extract)
 from .isolate import extract_isolated
-from .retrieve import (DocumentPart, Embedder, Selection, bm25_scores, build_context, build_prompt,
-                       marker, select)
+from .retrieve import (DocumentPart, Selection, bm25_scores, build_context, build_prompt, document_tokens, marker,
+                       select)
+from .vectors import Embedder, VectorStore
 
 __all__ = [
     "DEFAULT_MAX_BYTES", "BrokenDocumentError", "Chunk", "Document", "DocumentError", "DocumentPart",
     "DocumentTooLargeError", "Embedder", "EmptyDocumentError", "EncryptedDocumentError", "Section",
     "Selection", "UnsupportedDocumentError", "bm25_scores", "build_context", "build_prompt",
-    "chunk_document", "describe_anchors", "detect_kind", "estimate_tokens", "extract", "extract_isolated", "marker",
-    "select",
+    "chunk_document", "describe_anchors", "detect_kind", "document_tokens", "estimate_tokens", "extract", "extract_isolated", "marker",
+    "select", "VectorStore",
 ]

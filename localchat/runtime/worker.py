@@ -80,6 +80,31 @@ def check_gguf_file(path: Path) -> None:
         )
 
 
+def tokenize(vocab: llama_cpp.llama_vocab_p, text: str, add_special: bool, parse_special: bool) -> list[int]:
+    """Token ids of `text` in a llama.cpp vocabulary."""
+    data = text.encode("utf-8")
+    capacity = len(data) + 8
+    buf = (llama_cpp.llama_token * capacity)()
+    n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
+    if n < 0:  # buffer too small: llama.cpp says how many it needs
+        capacity = -n
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
+    return list(buf[:n])
+
+
+def model_meta(model: llama_cpp.llama_model_p, key: str) -> str | None:
+    """A GGUF metadata value of a loaded model as a string, or None."""
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    if n < 0:
+        return None
+    if n >= len(buf):
+        buf = ctypes.create_string_buffer(n + 1)
+        llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace")
+
+
 class Worker:
     """One model + one context with room for `n_seq_max` sequences sharing a unified KV cache."""
 
@@ -177,15 +202,7 @@ class Worker:
         return tokens
 
     def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        buf = (llama_cpp.llama_token * capacity)()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
-        if n < 0:  # buffer too small: llama.cpp says how many it needs
-            capacity = -n
-            buf = (llama_cpp.llama_token * capacity)()
-            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
-        return list(buf[:n])
+        return tokenize(self.vocab, text, add_special, parse_special)
 
     def token_bytes(self, token: int, special: bool = False) -> bytes:
         """The raw bytes of one token (may be part of a UTF-8 character)."""
@@ -205,14 +222,7 @@ class Worker:
 
     def meta(self, key: str) -> str | None:
         """A GGUF metadata value as a string, or None."""
-        buf = ctypes.create_string_buffer(1 << 16)
-        n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
-        if n < 0:
-            return None
-        if n >= len(buf):
-            buf = ctypes.create_string_buffer(n + 1)
-            llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace")
+        return model_meta(self.model, key)
 
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self.model, None)
