@@ -168,6 +168,27 @@ def test_an_attached_document_is_read_before_the_question_and_a_detach_ends_the_
     assert stats["cached_tokens"] >= stats["prompt_tokens"] - 24, stats
 
 
+def test_the_live_speed_never_says_zero_while_text_streams(ui: RunningUI):
+    from localchat.ui.chat import ChatCore, Sampling
+
+    core = ChatCore(ui.runtime, ui.store)
+    sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=24)
+    conv = core.add_user_turn(None, "Write one sentence about rivers.", [], "", sampling)
+    shown = list(core.answer(conv, sampling))
+    live = [s for s in shown if "generating" in s]
+    assert live and not any("generating, 0 tokens/s" in s for s in live)
+
+
+def test_the_model_picker_lists_each_file_once(model_path: Path):
+    from localchat.ui.models_panel import model_choices
+
+    # The file in localchat's models folder is also the catalog's smollm2-135m: one entry, not two.
+    for current in (str(model_path), "smollm2-135m"):
+        values = [value for _, value in model_choices(current)]
+        assert values[0] == current
+        assert not {str(model_path), "smollm2-135m"} <= set(values), values
+
+
 def test_expected_user_errors_are_toasts_without_a_traceback_in_the_log():
     from localchat.ui.layout import user_error
 

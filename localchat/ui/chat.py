@@ -230,9 +230,10 @@ class ChatCore:
                     t_first = t_first or now
                     if now - last_draw >= _REDRAW_S:
                         last_draw = now
-                        rate = (num_deltas - 1) / (now - t_first) if now > t_first else 0.0
+                        # A rate needs two tokens: the first alone would read "0 tokens/s" while text shows.
+                        rate = (num_deltas - 1) / (now - t_first) if num_deltas > 1 and now > t_first else 0.0
                         yield render.reply_markdown("".join(parts), {}, included,
-                                                    f"generating, {rate:.0f} tokens/s")
+                                                    f"generating, {rate:.0f} tokens/s" if rate else "generating")
                 elif isinstance(event, PrefillProgress):
                     if first_done < 0:
                         first_done, started = event.done, now
