@@ -304,6 +304,23 @@ def test_delete_asks_first_and_a_reload_reopens_the_last_chat(page, ui: RunningU
     assert conversation_titled(ui, title) is None
 
 
+def test_the_chats_trash_icon_deletes_after_asking(page, ui: RunningUI):
+    ask(page, "Name the capital city of Chile.")
+    wait_answered(page)
+    page.locator("#chat button[aria-label='Clear']").click()
+    expect(page.locator("#delete-confirm")).to_be_visible()
+    expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Chile.")  # shown while it asks
+    shot(page, "11b-trash-asks")
+    page.locator("#delete-cancel").click()
+    expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Chile.")
+    assert conversation_titled(ui, "Name the capital city of Chile.") is not None
+    page.locator("#chat button[aria-label='Clear']").click()
+    page.locator("#delete-yes").click()
+    expect(page.locator("#conversations")).not_to_contain_text("Name the capital city of Chile.")
+    expect(page.locator("#chat .user")).to_have_count(0)
+    assert conversation_titled(ui, "Name the capital city of Chile.") is None
+
+
 def test_chats_show_dates_and_can_be_searched_and_renamed(page, ui: RunningUI):
     conv = ui.store.create("Lighthouse notes")
     ui.store.append(conv, "user", "What did the keeper write about the foghorn?")

@@ -327,8 +327,10 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         chat_state = [*chat_outputs, conv_id, *settings_inputs, pending, meter]
         convs.input(load, [convs], chat_state, api_name=False)
         new_btn.click(new_chat, None, [*chat_state, convs], api_name=False)
-        # The chat's own clear icon starts a new chat; the stored one stays in the list.
-        chatbot.clear(new_chat, None, [*chat_state, convs], api_name=False)
+        # The chat's own trash icon deletes, as the sidebar's Delete does: it asks first, the chat shown
+        # again meanwhile (the icon blanks the view in the page before it asks the server anything).
+        chatbot.clear(lambda cid: (*view(cid), gr.update(visible=cid is not None)), [conv_id],
+                      [*chat_outputs, delete_row], api_name=False)
         theme_btn.click(None, None, None, js="() => localchatToggleTheme()", api_name=False)
         prev_btn.click(lambda cid: show_version(cid, -1), [conv_id], chat_outputs, api_name=False)
         next_btn.click(lambda cid: show_version(cid, +1), [conv_id], chat_outputs, api_name=False)
