@@ -225,20 +225,12 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                 return *view(cid), gr.skip(), gr.skip(), conversations(cid)  # a first turn's branch names the chat
             return (gr.skip(),) * 5
 
-        def edit_last(cid: str | None, mx: float) -> tuple:
+        def edit_last(cid: str | None) -> None:
+            """The page opened the last user message's own edit box (the pencil's: an edit forks the chat
+            and the old branch stays); here only the toast when there is none."""
             conv = store.get(cid) if cid else None
-            users = [i for i, m in enumerate(conv.messages) if m.role == "user"] if conv else []
-            if not users:
+            if conv is None or not any(m.role == "user" for m in conv.messages):
                 gr.Warning("there is no message to edit yet.")
-                return (gr.skip(),) * 5
-            core.stop(cid)
-            with core.turn(conv.id):  # the stopped answer is saved first, then dropped with its question
-                conv = store.get(conv.id)
-                users = [i for i, m in enumerate(conv.messages) if m.role == "user"]
-                last = conv.messages[users[-1]]
-                store.truncate(conv.id, users[-1])
-            docs = list(last.stats.get("documents", []))
-            return *view(conv.id), last.content, docs, composing.shown(core, docs, mx, conv.id)
 
         def load(cid: str | None) -> tuple:
             conv = store.get(cid) if cid else None
@@ -313,7 +305,9 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         stop_btn.click(core.stop, [conv_id], None, queue=False, api_name=False)
         regen_btn.click(regenerate, [conv_id, *sliders], reply_outputs,
                         api_name=False, concurrency_limit=8)
-        edit_btn.click(edit_last, [conv_id, max_tokens], [*chat_outputs, message, pending, meter], api_name=False)
+        edit_btn.click(edit_last, [conv_id], None, api_name=False,
+                       js="(cid) => { const pencils = document.querySelectorAll(\"#chat button[aria-label='Edit']\");"
+                          " if (pencils.length) pencils[pencils.length - 1].click(); return [cid]; }")
         compose.attach.upload(functools.partial(composing.attach, core), [compose.attach, pending, max_tokens, conv_id],
                               [pending, meter, compose.attach], api_name=False)
         # "multiple": a detach or a chat switch runs at once and ends the read-ahead in flight.
