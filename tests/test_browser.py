@@ -326,6 +326,19 @@ def test_the_chats_trash_icon_deletes_after_asking(page, ui: RunningUI):
     assert conversation_titled(ui, "Name the capital city of Chile.") is None
 
 
+def test_an_unsent_draft_stays_with_its_chat(page, ui: RunningUI):
+    ask(page, "Name the capital city of Peru.")
+    wait_answered(page)
+    box = page.locator("#message textarea")
+    box.fill("And of Bolivia?")  # not sent
+    page.locator("#new-chat").click()
+    expect(box).to_have_value("")  # the new chat does not inherit it
+    box.fill("A draft for the new chat")
+    page.locator("#conversations").get_by_text("Name the capital city of Peru.").click()
+    expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Peru.")
+    expect(box).to_have_value("And of Bolivia?")  # back with its own chat
+
+
 def test_chats_show_dates_and_can_be_searched_and_renamed(page, ui: RunningUI):
     conv = ui.store.create("Lighthouse notes")
     ui.store.append(conv, "user", "What did the keeper write about the foghorn?")

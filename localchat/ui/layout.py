@@ -63,6 +63,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
     with gr.Blocks(title="localchat", analytics_enabled=False, fill_height=True) as demo:
         conv_id = gr.State(None)
         pending = gr.State([])  # stored paths of the documents attached to the next message
+        drafts = gr.State({})  # conversation id ("" for a new chat) -> its unsent message
         last_chat = gr.BrowserState(None, storage_key="localchat-last-chat")  # reopened on reload
         width = gr.Number(visible=False)  # the window's width, read by the page-load script
         with gr.Sidebar(open=True) as sidebar:
@@ -240,6 +241,21 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
             return (*view(conv.id), conv.id, conv.system_prompt,
                     *(s.get(name, getattr(defaults, name)) for name in SHOWN_SETTINGS), [], "")
 
+        def switch_draft(drafts: dict[str, str], leaving: str | None, draft: str, opening: str | None) -> tuple:
+            """The message box keeps an unsent draft per chat: the one left is kept, the one opened comes back."""
+            drafts = dict(drafts or {})
+            if draft and draft.strip():
+                drafts[leaving or ""] = draft
+            else:
+                drafts.pop(leaving or "", None)
+            return drafts.pop(opening or "", ""), drafts
+
+        def open_chat(cid: str | None, leaving: str | None, draft: str, drafts: dict[str, str]) -> tuple:
+            return *load(cid), *switch_draft(drafts, leaving, draft, cid)
+
+        def open_new_chat(leaving: str | None, draft: str, drafts: dict[str, str]) -> tuple:
+            return *new_chat(), *switch_draft(drafts, leaving, draft, None)
+
         def new_chat() -> tuple:
             return [], "[]", None, system_prompt, *(getattr(defaults, name) for name in SHOWN_SETTINGS), [], "", \
                 conversations(None)
@@ -319,8 +335,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         panel.reload.click(functools.partial(resize, core), [panel.n_ctx], [panel.n_ctx, panel.note, status],
                            api_name=False, concurrency_limit=1)
         chat_state = [*chat_outputs, conv_id, *settings_inputs, pending, meter]
-        convs.input(load, [convs], chat_state, api_name=False)
-        new_btn.click(new_chat, None, [*chat_state, convs], api_name=False)
+        convs.input(open_chat, [convs, conv_id, message, drafts], [*chat_state, message, drafts], api_name=False)
+        new_btn.click(open_new_chat, [conv_id, message, drafts], [*chat_state, convs, message, drafts], api_name=False)
         # The chat's own trash icon deletes, as the sidebar's Delete does: it asks first, the chat shown
         # again meanwhile (the icon blanks the view in the page before it asks the server anything).
         chatbot.clear(lambda cid: (*view(cid), gr.update(visible=cid is not None)), [conv_id],
