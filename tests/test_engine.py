@@ -12,6 +12,7 @@ from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.events import Done, PrefillProgress, Stats, TextDelta
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.worker import GGML_TYPE_Q8_0, WorkerConfig
+from kv_cells import seq_pos_max
 
 N_CTX = 2048
 QUESTIONS = [
@@ -133,7 +134,7 @@ def test_follow_up_turn_reuses_the_prefix_and_matches_a_fresh_run(engine: Engine
 
 
 def _slot_is_empty(engine: Engine, slot: int) -> bool:
-    return engine.worker.seq_pos_max(slot) == -1
+    return seq_pos_max(engine.worker, slot) == -1
 
 
 def test_cancel_mid_prefill_frees_kv_and_keeps_serving(model_path: Path):
