@@ -10,7 +10,7 @@ from typing import Any, Protocol, Sequence
 
 from .chunking import (DEFAULT_CHUNK_TOKENS, Chunk, CountTokens, chunk_document, describe_anchors,
                        estimate_tokens)
-from .extract import Document
+from .document import Document
 
 _CONTEXT_HEAD = "Documents:\n\n"
 _RETRIEVED_HEAD = "Excerpts from the attached documents (they are too long to show in full):\n\n"
