@@ -248,8 +248,8 @@ def format_plan(result: Plan) -> str:
     gb = lambda n: f"{n / 1e9:.1f} GB"  # noqa: E731
     what = "GPTQ checkpoint folder " if result.format == "gptq" else ""
     lines = [f"model      {result.name} {result.quant}  ({what}{result.file}, {gb(result.size)})",
-             f"layout  {result.layout} (--placement {placement_of(result.layout).name})  n_gpu_layers={result.n_gpu_layers}  n_ctx={result.n_ctx}  "
-             f"type_k/type_v={result.type_k}",
+             f"layout     {result.layout} (--placement {placement_of(result.layout).name})  "
+             f"n_gpu_layers={result.n_gpu_layers}  n_ctx={result.n_ctx}  type_k/type_v={result.type_k}",
              f"draft      {result.draft + ' ' + (result.draft_quant or '') + ' on ' + (result.draft_device or '') if result.draft else 'none'}",
              f"speed      decode {result.predicted_decode_tps} tok/s, prefill {result.predicted_prefill_tps} tok/s (predicted)"]
     lines += [f"memory     {u.device}: {gb(u.total)} of {gb(u.free)} free (weights {gb(u.weights)}, KV {gb(u.kv)}, "
