@@ -163,7 +163,8 @@ def _decode_rate(path: Path, threads: int, adapt: bool, n_decode: int) -> tuple[
     with _engine(path, n_ctx=2048, adapt_threads=adapt, threads=threads) as engine:
         engine.submit(Request(prompt="Warm up.", sampling=greedy(8))).result()
         result = engine.submit(Request(prompt="Story: once upon a time", sampling=greedy(n_decode))).result()
-        return result.stats.tokens_per_s, engine.tuners[1].threads if engine.tuners and 1 in engine.tuners else threads
+        tuners = engine.meter.tuners or {}  # the thread tuner of single-token steps, when threads adapt
+        return result.stats.tokens_per_s, tuners[1].threads if 1 in tuners else threads
 
 
 def _spin() -> None:

@@ -11,8 +11,10 @@ import textwrap
 from typing import Callable
 
 from .assemble import progress_bar
-from .config import KEY_FLAGS, PLACEMENT_HELP, TOP, Settings, add_flags, flag_values, key_flag, load_settings
+from .config import PLACEMENT_HELP, TOP, Settings, add_flags, flag_values, load_settings
+from .key_options import KEY_FLAGS, key_flag
 from .errors import LocalchatError
+from .ingest.kinds import listing as document_kinds
 from .logging_setup import one_line_user_errors
 
 # Subcommands with their own argument parsers: everything after the name is passed through.
@@ -123,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--json-schema", dest="json_schema", metavar="FILE",
                       help="answer with JSON valid under the JSON schema in FILE (enforced while sampling)")
     chat.add_argument("--file", action="append", default=[], dest="files", metavar="PATH",
-                      help="a document to ask about (PDF, DOCX, TXT, MD, HTML, source; repeatable)")
+                      help=f"a document to ask about ({document_kinds()}; repeatable)")
     chat.add_argument("prompt", nargs="?", help="the question; omit it for an interactive chat")
 
     pull = sub.add_parser("pull", help="download a catalog model")

@@ -23,6 +23,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from .errors import ConfigError
+from .key_options import KEY_FLAGS
 from .paths import config_dir
 from .planning.placements import PLACEMENT_HELP, PLACEMENTS  # where the model runs: one vocabulary
 
@@ -33,22 +34,11 @@ DEFAULT_MODEL = "smollm2-135m"
 ENGINE_COMMANDS = ("chat", "serve", "ui")  # the subcommands that load a model
 TOP = "localchat"  # the top-level parser, for flags that go before the command
 ENV_PREFIX = "LOCALCHAT_"
-# The options that carry a key, each with the variable to set instead: a command line is readable by
-# every user of the machine (ps, /proc/PID/cmdline), a process's environment only by its owner.
-KEY_FLAGS = {"--api-key": ENV_PREFIX + "API_KEY", "--backend-key": ENV_PREFIX + "BACKEND_KEY"}
-_BEGIN_KEY_FLAGS = ("--backend",)  # options whose names begin a key option's
 # Variables of the same prefix that are not settings: where files live, the installer's build cache,
 # the test suite's home, the keys (kept out of settings files on purpose), the CPU variant the
 # runtime loads (runtime/backends.py) and the GPU layers of `localchat bench`.
 NOT_SETTINGS = ("HOME", "BUILD_CACHE", "TEST_HOME", *(env[len(ENV_PREFIX):] for env in KEY_FLAGS.values()),
                 "CPU_VARIANT", "BENCH_GPU_LAYERS")
-
-
-def key_flag(flag: str) -> str | None:
-    """The key option `flag` names, else None; argparse takes any unambiguous prefix (`--api KEY`)."""
-    if len(flag) <= 4 or flag in _BEGIN_KEY_FLAGS:
-        return None
-    return next((name for name in KEY_FLAGS if name.startswith(flag)), None)
 
 
 @dataclass(frozen=True, slots=True)

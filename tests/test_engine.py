@@ -12,6 +12,7 @@ from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.events import Done, PrefillProgress, Stats, TextDelta
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.worker import GGML_TYPE_Q8_0, WorkerConfig
+from kv_cells import seq_pos_max
 
 N_CTX = 2048
 QUESTIONS = [
@@ -147,7 +148,7 @@ def test_cancel_mid_prefill_keeps_what_was_read_and_keeps_serving(model_path: Pa
         # The part read stays resident as an idle prefix, and llama.cpp holds exactly those cells.
         kept = [s for s in eng.scheduler.kv.slots if s.tokens]
         assert len(kept) == 1 and len(kept[0].tokens) > 64
-        assert eng.worker.seq_pos_max(kept[0].id) == len(kept[0].tokens) - 1
+        assert seq_pos_max(eng.worker, kept[0].id) == len(kept[0].tokens) - 1
         after = eng.submit(Request(messages=chat(QUESTIONS[0]), sampling=greedy(8))).result()
         assert after.finish_reason in ("stop", "length") and after.text
         again = eng.submit(Request(messages=messages, sampling=greedy(8))).result()

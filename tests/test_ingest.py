@@ -255,6 +255,29 @@ def test_type_sniffing(tmp_path: Path) -> None:
     assert extract(write(tmp_path, "README", "plain words\n")).kind == "text"
 
 
+
+def test_each_kind_is_read_by_its_names_and_the_window_and_the_help_offer_it(tmp_path: Path, capsys) -> None:
+    import docx
+
+    from localchat.cli import build_parser
+    from localchat.ingest import KINDS
+    from localchat.ui.uploads import ACCEPTED
+
+    word = docx.Document()
+    word.add_paragraph("Kind check.")
+    buffer = io.BytesIO()
+    word.save(buffer)
+    samples = {"pdf": make_pdf([["Kind check."]]), "docx": buffer.getvalue()}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["chat", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for kind in KINDS:
+        for name in [f"sample{ext}" for ext in kind.extensions] + list(kind.file_names):
+            doc = extract(write(tmp_path, name, samples.get(kind.name, "Kind check.\n\nmore words\n")))
+            assert (doc.kind, doc.text.split()[:2]) == (kind.name, ["Kind", "check."]), name
+        assert set(kind.extensions) <= set(ACCEPTED), kind.name
+        assert kind.label in help_text, kind.name
+
 def test_markdown_and_source_anchors(tmp_path: Path) -> None:
     md = "Intro line.\n\n# First\nText one.\n```\n# not a heading\n```\nSecond\n------\nText two.\n"
     doc = extract(write(tmp_path, "notes.md", md))

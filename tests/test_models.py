@@ -10,9 +10,18 @@ import pytest
 
 from localchat.errors import DownloadError, ModelNotFoundError
 from localchat.models.catalog import ModelFile, load_catalog
-from localchat.models.download import _extract_members, cached_file, sha256_of
+from localchat.models.download import _extract_members, cached_file
 from localchat.models.resolve import resolve_model
 from localchat.paths import models_dir
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def test_catalog_has_the_embedded_default_with_an_offline_capable_source():

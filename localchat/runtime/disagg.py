@@ -10,34 +10,19 @@ is left for the decode side, so the logits the first answer token is sampled fro
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import EngineError, KVHandoverError, LocalchatError
 from .events import PrefillProgress
 from .kv_slots import KVOp, KVSlots
-from .sequence import Sequence
+from .sequence import KVHandover, Sequence
 from .worker import BatchRow, Worker
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class KVHandover:
-    """The KV state of a prompt's first `num_tokens` tokens, exported from the prefill worker."""
-
-    fingerprint: str
-    num_tokens: int
-    data: ctypes.Array  # llama.cpp's serialised state, in host memory
-    export_ms: float
-    # Tokens the state holds, when more than `num_tokens` (a saved prefix that the prompt shares
-    # only in part): the rest is dropped once it is loaded. 0: the same as num_tokens.
-    num_state_tokens: int = 0
 
 
 Deliver = Callable[[str, "KVHandover | None", "LocalchatError | None"], None]

@@ -14,19 +14,18 @@ from typing import Any, Callable
 from .. import gptq
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
 from .chat_template import ChatTemplate
-from .disagg import KVHandover, PDSplit
+from .disagg import PDSplit
 from .draft_model import DraftModel
 from .events import Failed, PrefillProgress, Stream
 from .kv_disk import Hit, KVDiskCache
 from .prompt_lookup import PromptLookup
 from .sampling import SamplingParams
 from .scheduler import Scheduler
-from .sequence import Sequence
+from .sequence import KVHandover, Sequence
 from .speculative import Drafter, SpecConfig, Speculator, StepCosts
 from .step import StepRunner
 from .step_meter import StepMeter
 from .text_output import TextOutput
-from .threads import ThreadTuner
 from .worker import Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -73,6 +72,17 @@ RESTORE_MIN_GAIN = 256
 _ids = itertools.count(1)
 
 
+def _open_target(model_path: str | Path, config: EngineConfig) -> Worker:
+    """The target model's worker: a GPTQ checkpoint folder runs on the torch worker (the optional gptq
+    extra), a GGUF file on llama.cpp."""
+    if not gptq.is_gptq_folder(model_path):
+        return Worker(model_path, config.worker, config.on_load_progress)
+    gptq.require_extra(model_path)
+    from .torch_worker import TorchWorker  # here: torch is imported only for a checkpoint
+
+    return TorchWorker(model_path, config.worker)
+
+
 class Engine:
     """Continuous batching over one Worker: many sequences, one llama_decode per step."""
 
@@ -113,9 +123,7 @@ class Engine:
         config = config or EngineConfig()
         loaded: list[Worker] = []
         try:
-            # A GPTQ checkpoint folder runs on the torch worker (the optional gptq extra).
-            worker = gptq.open_worker(model_path, config.worker) if gptq.is_gptq_folder(model_path) \
-                else Worker(model_path, config.worker, config.on_load_progress)
+            worker = _open_target(model_path, config)
             loaded.append(worker)
             drafter: Drafter | None = PromptLookup() if config.lookup else None
             if config.draft_path is not None:
@@ -218,10 +226,6 @@ class Engine:
     @step_log.setter
     def step_log(self, log: list[tuple[float, float, int, int]] | None) -> None:
         self.meter.step_log = log
-
-    @property
-    def tuners(self) -> dict[int, ThreadTuner] | None:
-        return self.meter.tuners
 
     def __enter__(self) -> "Engine":
         return self

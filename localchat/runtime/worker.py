@@ -6,10 +6,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
-import os
-from dataclasses import dataclass
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 import llama_cpp
 
@@ -20,51 +18,9 @@ from .kv_slots import Copy, Remove
 from .events import TokenLogprob
 from .logprobs import token_logprob
 from .sampling import Sampler, SamplingParams, logits_at
+from .worker_types import BatchRow, WorkerConfig, default_threads
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class WorkerConfig:
-    """How a worker loads its model: llama.cpp's names for llama.cpp's knobs."""
-
-    n_ctx: int = 8192
-    n_batch: int = 512
-    n_seq_max: int = 8
-    n_threads: int = 0
-    n_gpu_layers: int = 0
-    main_gpu: int = 0
-    split_mode: str = "none"  # none: all offloaded layers on main_gpu | layer: spread by tensor_split
-    tensor_split: tuple[float, ...] = ()  # share of the layers per GPU, for split_mode "layer"
-    flash_attn: bool = True
-    # The same greedy tokens however a prompt is batched, chunked, reused or threaded. The default
-    # mode takes the fastest kernels, whose rounding depends on the batch: llamafile's sgemm and
-    # repacked weights serve several rows with other kernels than one, and ggml's CPU flash
-    # attention on an F16 cache tiles ubatches of 64+ tokens and splits a lone token's attention
-    # over the threads. Deterministic runs the CPU kernels built without llamafile, plain weights
-    # and a Q8_0 (else BF16) KV cache, for which flash attention has one per-row kernel whatever
-    # the batch and the thread count.
-    deterministic: bool = False
-
-
-@dataclass(slots=True)
-class BatchRow:
-    """Tokens of one sequence that go into one llama_decode, starting at position `pos`."""
-
-    seq_id: int
-    tokens: list[int]
-    pos: int
-    want_logits: bool  # logits for the last token of the row
-    all_logits: bool = False  # logits for every token of the row (verifying drafts)
-
-
-def default_threads() -> int:
-    try:
-        import psutil
-
-        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    except ImportError:
-        return os.cpu_count() or 1
 
 
 def check_gguf_file(path: Path) -> None:
@@ -311,8 +267,12 @@ class Worker:
         stay in position order wherever it runs. A whole-cache save and restore packs them."""
         size = llama_cpp.llama_state_seq_get_size(self.ctx, -1)
         buf = (ctypes.c_uint8 * size)()
-        assert llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, -1) == size
-        assert llama_cpp.llama_state_seq_set_data(self.ctx, buf, size, -1) == size
+        saved = llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, -1)
+        if saved != size:
+            raise EngineError(f"llama.cpp saved {saved} of the KV cache's {size} bytes while packing it")
+        restored = llama_cpp.llama_state_seq_set_data(self.ctx, buf, size, -1)
+        if restored != size:
+            raise EngineError(f"llama.cpp restored {restored} of the KV cache's {size} bytes while packing it")
 
     def seq_copy(self, src: int, dst: int, start: int = 0, end: int = -1) -> None:
         """Let `dst` share the cells of `src` over [start, end): no data is copied."""
@@ -341,9 +301,6 @@ class Worker:
                 self.seq_copy(src, seq_id, start, end)
             case _:
                 raise AssertionError(f"a worker cannot run {op!r}")
-
-    def seq_pos_max(self, seq_id: int) -> int:
-        return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)
 
     def close(self) -> None:
         if getattr(self, "ctx", None):

@@ -15,7 +15,7 @@ from ..hardware import HardwareInfo
 from ..hardware.probe import probe
 from ..models.catalog import ModelFacts, load_catalog
 from ..planning.cost import DECODE_FILL, gpu_indices
-from ..planning.placements import placement_of
+from ..planning.placements import layout_for, placement_of
 from ..planning.planner import SPEED_TIE, Wants, plan
 from ..models.resolve import catalog_draft
 from ..models.sizes import apply_to_entries, refresh_sizes
@@ -81,7 +81,7 @@ def _measure_draft(best: Candidate, entries: dict[str, ModelFacts], hardware: Ha
         print(f"  draft {key}: not measured ({exc})", file=out)
         return None
     # The draft chats run at a short context (a prompt and n_tokens): predict at that fill too.
-    predicted = predict(hardware, facts, best.key, best.quant, best.n_ctx, efficiency, best.placement,
+    predicted = predict(hardware, facts, best.key, best.quant, best.n_ctx, efficiency, best.layout,
                         fill=n_tokens, acceptance={best.key: found.acceptance})
     return key, found, predicted.draft_speedup if predicted else 0.0
 
@@ -155,7 +155,7 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     best = _keep_best(measured, wants)
     best.status = "kept"
     m = best.measurement
-    efficiency = corrections(hardware, facts, best.key, best.quant, best.n_ctx, best.placement,
+    efficiency = corrections(hardware, facts, best.key, best.quant, best.n_ctx, best.layout,
                              m.decode_tps, m.prefill_tps, base=wants.efficiency, fill=m.decode_fill)
     p = best.predicted
     runs, format_reason, torch_rate = race(hardware, facts, entries, best.key, best.quant, best.path, m.n_ctx,
@@ -166,25 +166,25 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     checkpoint = next((r for r in runs if r.format == "gptq" and r.status == "kept"), None)
     spec = _measure_draft(best, entries, hardware, facts, efficiency, draft_tokens, out) if not checkpoint else None
     _print_table(measured, best, spec, out)
-    placement, placements, placement_reason = best.placement, [], "not measured"
+    layout, placements, placement_reason = best.layout, [], "not measured"
     if checkpoint:  # the torch worker runs on one device: there is no placement to choose
-        placement = "gpu" if any(not g.unified for g in hardware.gpus) else "cpu"
+        layout = "gpu" if any(not g.unified for g in hardware.gpus) else "cpu"
         placement_reason = "not measured: the GPTQ checkpoint runs on the torch worker, on one device"
     elif placement_doc_tokens:
-        planned = placement_of(best.placement).name
+        planned = placement_of(best.layout).name
         base = WorkerConfig(n_ctx=m.n_ctx, n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0)
         kept, placements, placement_reason = tune_placement(
             best.path, hardware, base, planned, Path(spec[1].draft_path) if spec else None, placement_doc_tokens, out)
         print(f"placement: {placement_reason}", file=out)
-        if kept != planned:  # the planner's layout did not win: the profile names the placement that did
-            placement = kept
+        if kept != planned:  # the planner's layout did not win: the profile keeps the layout the winner runs
+            layout = layout_for(kept, p.n_gpu_layers if p else 0, facts[best.key].n_layer)
     profile = Profile(
         fingerprint=fingerprint(hardware), hardware=f"{hardware.cpu_model}, {hardware.physical_cores} cores",
-        model=best.key, quant=best.quant, path=str(best.path), placement=placement, n_ctx=m.n_ctx,
+        model=best.key, quant=best.quant, path=str(best.path), layout=layout, n_ctx=m.n_ctx,
         n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0,
         step_budget=_step_budget(m),
-        devices=gpu_indices(p.devices) if p and placement == best.placement
-        and placement_of(placement).names_gpus else "",
+        devices=gpu_indices(p.devices) if p and layout == best.layout
+        and placement_of(layout).names_gpus else "",
         placements=placements, placement_reason=placement_reason,
         prefill_tps=m.prefill_tps, decode_tps=m.decode_tps,
         predicted_prefill_tps=round(p.prefill_tps, 1) if p else 0.0,

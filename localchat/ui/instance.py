@@ -21,7 +21,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 from .. import __version__
-from ..config import key_flag
+from ..key_options import key_flag
 from ..paths import data_dir, log_dir, private_file
 from ..api.app import bind_socket, url_of
 from ..api.origins import LOOPBACK_NAMES

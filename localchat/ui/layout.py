@@ -27,11 +27,6 @@ log = logging.getLogger(__name__)
 NARROW_PX = 800  # below this width the sidebar starts closed: it would cover the chat
 
 
-def user_error(message: str) -> gr.Error:
-    """A toast for an expected user error: Gradio would print a traceback for each one otherwise."""
-    return gr.Error(message, print_exception=False)
-
-
 def when(timestamp: float, now: float | None = None) -> str:
     """A chat's date in the list: the time today, the day this year, the date before."""
     moment, today = time.localtime(timestamp), time.localtime(now)

@@ -94,7 +94,7 @@ def verdict(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, qu
                                                                              min_decode_tps=0.0))
     except LocalchatError as exc:
         return Verdict("does not fit", str(exc))
-    return Verdict(f"fits: {result.placement}, {result.n_ctx // 1024}k context", " ".join(result.reasons),
+    return Verdict(f"fits: {result.layout}, {result.n_ctx // 1024}k context", " ".join(result.reasons),
                    result.predicted_decode_tps)
 
 

@@ -9,12 +9,11 @@ import uuid
 from pathlib import Path
 
 from ..ingest import DEFAULT_MAX_BYTES, Document, DocumentError, DocumentTooLargeError, extract_isolated
+from ..ingest.kinds import extensions
 from ..paths import PRIVATE_FILE_MODE, data_dir, private_dir
 
 MAX_UPLOAD_BYTES = DEFAULT_MAX_BYTES  # 50 MB, the same limit the extractor enforces
-# The kinds the extractor reads; the browser's file picker offers these first.
-ACCEPTED = [".pdf", ".docx", ".txt", ".md", ".markdown", ".html", ".htm", ".py", ".js", ".ts", ".json",
-            ".csv", ".c", ".h", ".cpp", ".rs", ".go", ".java", ".rb", ".sh", ".toml", ".yaml", ".yml"]
+ACCEPTED = extensions()  # of every kind the extractor reads (ingest/kinds.py): the file picker offers these
 _UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
 _MAX_NAME = 120
 
