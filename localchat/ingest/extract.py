@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LocalchatError
+from ..units import size_text
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+DEFAULT_MAX_BYTES = 50 * 10**6  # 50 MB
 
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
@@ -114,7 +115,7 @@ def extract(path: str | os.PathLike[str], *, name: str | None = None,
         size = len(data)
     if size > max_bytes:
         raise DocumentTooLargeError(
-            f"{name}: is {_size(size)}, over the {_size(max_bytes)} limit; split it into smaller "
+            f"{name}: is {size_text(size)}, over the {size_text(max_bytes)} limit; split it into smaller "
             "files or attach only the part you need.")
     if size == 0:
         raise EmptyDocumentError(f"{name}: the file is empty; attach the file again or pick another.")
@@ -249,9 +250,3 @@ def _decode_meta_charset(data: bytes) -> str | None:
         return data.decode(match.group(1).decode("ascii"))
     except (LookupError, UnicodeDecodeError):
         return None
-
-
-def _size(num_bytes: int) -> str:
-    if num_bytes >= 1024 * 1024:
-        return f"{num_bytes / (1024 * 1024):.1f} MB"
-    return f"{num_bytes / 1024:.1f} KB" if num_bytes >= 1024 else f"{num_bytes} bytes"

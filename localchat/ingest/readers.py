@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import zipfile
 
+from ..units import size_text
 from .extract import (BrokenDocumentError, Document, DocumentTooLargeError,
                       EncryptedDocumentError, Section)
 from .text_sections import START_ANCHOR, heading_anchor
@@ -90,7 +91,7 @@ def read_docx(name: str, data: bytes, *, max_bytes: int) -> Document:
     # A small .docx can unpack to gigabytes (a zip bomb); refuse before parsing.
     allowed = min(4 * max_bytes, max(MIN_UNPACK_BYTES, MAX_UNPACK_RATIO * len(data)))
     if unpacked > allowed or len(entries) > MAX_ZIP_ENTRIES:
-        raise DocumentTooLargeError(f"{name}: unpacks to {unpacked // (1024 * 1024)} MB in {len(entries):,} parts, "
+        raise DocumentTooLargeError(f"{name}: unpacks to {size_text(unpacked)} in {len(entries):,} parts, "
                                     "far more than a Word file of its size holds; open it in Word, save it "
                                     "again (or split it) and attach that.")
     sections: list[Section] = []

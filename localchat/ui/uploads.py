@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..ingest import DEFAULT_MAX_BYTES, Document, DocumentError, DocumentTooLargeError, extract_isolated
 from ..paths import PRIVATE_FILE_MODE, data_dir, private_dir
+from ..units import size_text
 
 MAX_UPLOAD_BYTES = DEFAULT_MAX_BYTES  # 50 MB, the same limit the extractor enforces
 # The kinds the extractor reads; the browser's file picker offers these first.
@@ -47,7 +48,7 @@ def store_upload(source: str | Path, original_name: str | None = None, root: Pat
     name = safe_name(original_name or source.name)
     size = source.stat().st_size
     if size > MAX_UPLOAD_BYTES:
-        raise DocumentTooLargeError(f"{name}: is {size / 1e6:.0f} MB, over the {MAX_UPLOAD_BYTES // 2**20} MB "
+        raise DocumentTooLargeError(f"{name}: is {size_text(size)}, over the {size_text(MAX_UPLOAD_BYTES)} "
                                     "limit; attach a smaller file or only the part you need.")
     # One random folder per upload: two files with the same name never overwrite each other.
     folder = private_dir((root or uploads_dir()) / uuid.uuid4().hex)
