@@ -94,6 +94,13 @@ def _sampling_args(parser: argparse.ArgumentParser, defaults_for: str = "") -> N
         group.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
+def _named(text: str) -> str:
+    """A file name given to a flag: an empty one (`--file ""`) is refused, never read as no file."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("needs a file name, not an empty string")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="localchat", description="Chat with the best local model your machine can run.",
                     formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -104,9 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_args(chat, "chat")
     _sampling_args(chat)
     chat.add_argument("--json", action="store_true", help="print one JSON object with the answer and its stats")
-    chat.add_argument("--json-schema", dest="json_schema", metavar="FILE",
+    chat.add_argument("--json-schema", dest="json_schema", metavar="FILE", type=_named,
                       help="answer with JSON valid under the JSON schema in FILE (enforced while sampling)")
-    chat.add_argument("--file", action="append", default=[], dest="files", metavar="PATH",
+    chat.add_argument("--file", action="append", default=[], dest="files", metavar="PATH", type=_named,
                       help="a document to ask about (PDF, DOCX, TXT, MD, HTML, source; repeatable)")
     chat.add_argument("prompt", nargs="?", help="the question; omit it for an interactive chat")
 

@@ -25,8 +25,7 @@ from .runtime.sampling import SamplingParams
 COMMANDS = (
     ("/help", "list these commands"),
     ("/reset", "forget the conversation (the system prompt stays)"),
-    ("/model NAME", "answer with another model from here on: a catalog name or a .gguf path "
-                    "(`localchat models` lists them); the conversation stays"),
+    ("/model NAME", "answer with another model, a catalog name or a .gguf path; the conversation stays"),
     ("/system TEXT", "set the system prompt; /system alone removes it"),
     ("/save FILE", "write the conversation to FILE: JSON when the name ends in .json, else Markdown"),
     ("/exit", "quit (also /quit, or Ctrl-D)"),
@@ -38,8 +37,8 @@ COMMAND = re.compile(r"/[A-Za-z]+(?=\s|$)")
 
 def help_text() -> str:
     width = max(len(usage) for usage, _ in COMMANDS)
-    return "\n".join([*(f"  {usage:<{width}}  {about}" for usage, about in COMMANDS),
-                      "  A message that begins with / is sent as it is when it begins with // instead."])
+    listed = [*COMMANDS, ("//TEXT", "send a message that begins with /: //etc/hosts sends /etc/hosts")]
+    return "\n".join(f"  {usage:<{width}}  {about}" for usage, about in listed)
 
 
 @dataclass(slots=True)

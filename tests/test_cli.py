@@ -86,14 +86,12 @@ def test_a_terminal_gets_a_prompt_and_the_banner(model_path: Path):
 
 
 def test_slash_commands_are_never_sent_to_the_model(model_path: Path, tmp_path: Path):
-    from localchat.interactive import COMMANDS
-
     done = chat_session("/help", "/system Answer in one short sentence.", "/bogus", "/hlep",
                         "/usr/bin/env is a path: say OK.", "//reset is a word: say OK.",
                         "Name the capital city of France.", f"/save {tmp_path}/chat.json", f"/save {tmp_path}/chat.md",
                         "/exit", "This line comes after /exit.")
     assert done.returncode == 0, done.stderr
-    for usage, _ in COMMANDS:  # /help lists every command
+    for usage in ("/help", "/reset", "/model NAME", "/system TEXT", "/save FILE", "/exit"):  # /help lists them
         assert usage in done.stderr, usage
     assert "unknown command /bogus; the commands are:" in done.stderr
     assert "unknown command /hlep (did you mean /help?)" in done.stderr
@@ -125,6 +123,16 @@ def test_an_empty_prompt_is_refused_before_the_model_loads():
         assert len(done.stderr.strip().splitlines()) == 1 and not done.stdout
     done = run("chat", "--json")  # --json answers one prompt: without one it said nothing of it
     assert done.returncode == 1 and "--json answers one prompt" in done.stderr
+
+
+def test_an_empty_name_is_refused_never_read_as_none():
+    for flag in ("--json-schema", "--file"):  # an empty --json-schema was ignored: the answer was unconstrained
+        done = run("chat", flag, " ", "Say hi.", timeout=60)
+        assert done.returncode == 2 and f"argument {flag}: needs a file name, not an empty string" in done.stderr
+    for args in (("pull", ""), ("chat", "--model", "", "Say hi.")):
+        done = run(*args, timeout=60)
+        assert done.returncode == 1 and "the model name is empty" in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_a_mistyped_option_names_the_one_meant():
