@@ -16,10 +16,12 @@ from typing import Sequence
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose unknown options name their closest match; its subcommands are Parsers too."""
 
-    def parse_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
         found, extras = self.parse_known_args(args, namespace)
         if extras:
-            _innermost(self, found).error(unrecognized(_innermost(self, found), extras))
+            chosen = _innermost(self, found)
+            chosen.error(unrecognized(chosen, extras))  # exits with the chosen command's usage
         return found
 
 

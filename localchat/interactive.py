@@ -65,7 +65,7 @@ class Conversation:
         if self.system:
             parts.append(f"**System prompt:** {self.system}")
         for turn in self.turns:
-            who = "You" if turn["role"] == "user" else turn.get("model", "localchat")
+            who = "You" if turn["role"] == "user" else Path(turn.get("model", "localchat")).name  # a path: its file
             parts.append(f"## {who}\n\n{turn['content']}")
         return "\n\n".join(parts) + "\n"
 
@@ -107,8 +107,7 @@ class Session:
 
     def command(self, line: str) -> bool:
         """Run a slash command; False when it ends the chat."""
-        name, _, rest = line.partition(" ")
-        rest = rest.strip()
+        name, rest = (line.split(maxsplit=1) + [""])[:2]
         if name in ("/exit", "/quit"):
             return False
         if name == "/help":

@@ -32,10 +32,10 @@ def chat(settings_for: Callable[[str | None], Settings], sampling: SamplingParam
     documents = _read_documents(files)  # a broken file fails fast
     if documents and prompt is None:
         raise RequestError("--file needs a question: localchat chat --file PATH \"What does it say about ...?\"")
+    # --verbose prints llama.cpp's log on stderr, which a redrawn line would garble: no progress then.
     if prompt is None:
         from .interactive import Session
 
-        # --verbose prints llama.cpp's log on stderr, which a redrawn line would garble: no progress then.
         return Session(settings_for, sampling, system, progress).run()
     with ProgressLine(enabled=progress) as line, open_engine(settings_for(None), status=line.set) as engine:
         messages = [{"role": "system", "content": system}] if system else []
