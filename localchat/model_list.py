@@ -16,7 +16,7 @@ from .ui.model_browser import (FOUND_IN, CatalogRow, Downloads, catalog_rows, ch
 BEST = "*"
 
 
-def list_models(out: TextIO = sys.stdout) -> int:
+def list_models(out: TextIO | None = None) -> int:
     """Print the listing; the hardware is probed (a second or so) for the verdicts."""
     catalog = load_catalog()
     files = {choice_of(key, quant): f for key, model in catalog.items() for quant, f in model.files.items()}
@@ -48,7 +48,7 @@ def list_models(out: TextIO = sys.stdout) -> int:
                      f"worker{needs}.")
     if not measured:
         notes.append("Measured speeds show here once `localchat tune` has measured this machine.")
-    print("\n\n".join(sections + ["\n".join(notes)]), file=out)
+    print("\n\n".join(sections + ["\n".join(notes)]), file=out or sys.stdout)
     return 0
 
 
