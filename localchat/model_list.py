@@ -27,8 +27,8 @@ def list_models(out: TextIO | None = None) -> int:
     others = [row for row in rows if not here[row.choice]]
     sections = []
     if downloaded:
-        sections.append("Downloaded:\n" + _table([[*_cells(row, measured), str(here[row.choice])] for row in downloaded],
-                                                 [*_header(measured), "PATH"], downloaded))
+        cells = [[*_cells(row, measured), str(here[row.choice])] for row in downloaded]
+        sections.append("Downloaded:\n" + _table(cells, [*_header(measured), "PATH"], downloaded))
     if others:
         sections.append("In the catalog (`localchat pull NAME` downloads one):\n"
                         + _table([_cells(row, measured) for row in others], _header(measured), others))
@@ -43,7 +43,7 @@ def list_models(out: TextIO | None = None) -> int:
         notes.append(f"{BEST} best here: the planner's pick for this machine (`localchat plan` says why).")
     checkpoints = sorted({row.quant for row in rows if row.format == "gptq"})
     if checkpoints:
-        needs = "" if gptq.extra_installed() else f"; they {gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}"
+        needs = "" if gptq.extra_installed() else f"; each {gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}"
         notes.append(f"{', '.join(checkpoints)}: GPTQ checkpoint folders for NVIDIA GPUs, run by the torch "
                      f"worker{needs}.")
     if not measured:

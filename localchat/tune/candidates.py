@@ -10,8 +10,8 @@ from ..errors import LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts
 from ..planning.planner import Plan, Wants, plan, quality
-from .calibrate import Prediction, predict
 from ..units import size_text
+from .calibrate import Prediction, predict
 from .measure import Measurement
 
 MAX_FALLBACKS = 4
