@@ -48,19 +48,22 @@ class Conversation:
     system: str | None = None
     turns: list[dict[str, str]] = field(default_factory=list)
 
+    def _head(self) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system}] if self.system else []
+
     def messages(self) -> list[dict[str, str]]:
         """What the model reads: the system prompt, then the turns (without their model names)."""
-        head = [{"role": "system", "content": self.system}] if self.system else []
-        return head + [{"role": t["role"], "content": t["content"]} for t in self.turns]
+        return self._head() + [{"role": t["role"], "content": t["content"]} for t in self.turns]
 
     def json(self, model: str, sampling: SamplingParams) -> str:
-        head = [{"role": "system", "content": self.system}] if self.system else []
+        """The conversation as /save writes a .json file: the model, the sampling, the messages."""
         settings = {name: getattr(sampling, name) for name in ("temperature", "top_p", "top_k", "min_p",
                                                                 "repeat_penalty", "max_tokens", "seed")}
-        return json.dumps({"model": model, "settings": settings, "messages": head + self.turns},
+        return json.dumps({"model": model, "settings": settings, "messages": self._head() + self.turns},
                           ensure_ascii=False, indent=2) + "\n"
 
     def markdown(self) -> str:
+        """The conversation as /save writes any other file."""
         parts = ["# localchat conversation"]
         if self.system:
             parts.append(f"**System prompt:** {self.system}")
