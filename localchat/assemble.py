@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from . import paths
 from .config import Settings
+from .units import size_text
 
 if TYPE_CHECKING:
     from .runtime.worker import WorkerConfig
@@ -25,7 +26,7 @@ def progress_bar(label: str) -> Callable[[int, int], None]:
         width = 30
         filled = int(width * done / total) if total else width
         end = "\n" if done >= total else ""
-        print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done / 1e6:.0f}/{total / 1e6:.0f} MB",
+        print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {size_text(done)} of {size_text(total)}",
               end=end, file=sys.stderr, flush=True)
     return show
 

@@ -16,6 +16,7 @@ from .runtime.engine import Engine, EngineConfig, Request
 from .runtime.events import TextDelta
 from .runtime.worker import WorkerConfig, default_threads
 from .bench_report import Report, isolated
+from .units import rate_text
 from .workloads import document, greedy, mixed_workload
 
 THREADS = default_threads()
@@ -217,7 +218,7 @@ def single_stream_table(emit, files: dict[str, Path], repeats: int, quick: bool,
     bandwidth = bandwidth or measure_host_bandwidth(seconds=1.0) or 0.0
     emit(f"### Single stream: prefill of ~512 tokens and decode of {64 if quick else 128} (medians of {repeats})")
     emit("")
-    emit(f"Our CPU kernels: {backends.describe()}; {where} bandwidth {bandwidth / 1e9:.1f} GB/s. "
+    emit(f"Our CPU kernels: {backends.describe()}; {where} bandwidth {rate_text(bandwidth)}. "
          "llama-bench (ours) drives our wheel's own libraries; native is llama.cpp built with -march=native and llamafile."
          + ("" if ours_bench else " Run benchmarks/build-llama-bench.sh to add llama-bench."))
     emit("")

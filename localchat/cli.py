@@ -10,6 +10,7 @@ import sys
 import textwrap
 from typing import Callable
 
+from .arguments import Parser, closest
 from .assemble import progress_bar
 from .config import PLACEMENT_HELP, TOP, Settings, add_flags, flag_values, load_settings
 from .key_options import KEY_FLAGS, key_flag
@@ -112,9 +113,16 @@ def _sampling_args(parser: argparse.ArgumentParser, defaults_for: str = "") -> N
         group.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
+def _named(text: str) -> str:
+    """A file name given to a flag: an empty one (`--file ""`) is refused, never read as no file."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("needs a file name, not an empty string")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="localchat", description="Chat with the best local model your machine can run.",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="localchat", description="Chat with the best local model your machine can run.",
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_flags(parser, TOP)  # --verbose
     sub = parser.add_subparsers(dest="command")
 
@@ -122,9 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_args(chat, "chat")
     _sampling_args(chat)
     chat.add_argument("--json", action="store_true", help="print one JSON object with the answer and its stats")
-    chat.add_argument("--json-schema", dest="json_schema", metavar="FILE",
+    chat.add_argument("--json-schema", dest="json_schema", metavar="FILE", type=_named,
                       help="answer with JSON valid under the JSON schema in FILE (enforced while sampling)")
-    chat.add_argument("--file", action="append", default=[], dest="files", metavar="PATH",
+    chat.add_argument("--file", action="append", default=[], dest="files", metavar="PATH", type=_named,
                       help=f"a document to ask about ({document_kinds()}; repeatable)")
     chat.add_argument("prompt", nargs="?", help="the question; omit it for an interactive chat")
 
@@ -180,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
             return _guarded(lambda: _probe(module.main, rest[1:]))
         return _guarded(lambda: module.main(rest[1:]))
     parser = build_parser()
+    if rest and not rest[0].startswith("-") and rest[0] not in COMMANDS:
+        # The window takes options only: a word first is a command, perhaps mistyped (`localchat chta`).
+        meant = closest(rest[0], sorted(COMMANDS))
+        parser.error(f"unknown command '{rest[0]}'" + (f"; did you mean {meant}?" if meant else
+                                                        "; `localchat --help` lists the commands"))
     if not rest or (rest[0] not in COMMANDS and rest[0] not in ("-h", "--help")):
         # No command: the chat window, with any options given (`localchat --no-browser`).
         argv = [*(["--verbose"] if verbose else []), "ui", *rest]
@@ -239,7 +252,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         from .api.constraints import schema_file_grammar
 
         sampling.grammar = schema_file_grammar(args.json_schema)
-    return chat(_settings(args), sampling, args.prompt, args.files, args.system, args.json,
+    return chat(lambda model: _settings(args, model), sampling, args.prompt, args.files, args.system, args.json,
                 progress=not args.verbose)
 
 
@@ -252,21 +265,9 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from . import gptq
-    from .models.catalog import load_catalog
-    from .models.download import cached_file
+    from .model_list import list_models
 
-    # GPTQ checkpoints run on the torch worker: without the extra they are listed, with what they need.
-    needs = "" if gptq.extra_installed() else f"; {gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}"
-    print(f"{'NAME':<28} {'QUANT':<10} {'SIZE':>8}  STATUS")
-    for key, entry in sorted(load_catalog().items()):
-        for quant, model_file in entry.files.items():
-            local = cached_file(model_file)
-            status = f"local: {local}" if local else "not downloaded"
-            if model_file.is_checkpoint:
-                status += f" (GPTQ {model_file.bits}-bit checkpoint for NVIDIA GPUs{needs})"
-            print(f"{key + ':' + quant:<28} {quant:<10} {model_file.size / 1e6:>6.0f}MB  {status}")
-    return 0
+    return list_models()
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

@@ -46,7 +46,7 @@ def test_one_gpu_asked_to_split_is_refused(placement):
 
 
 def test_pd_split_is_refused_when_a_gpu_cannot_hold_model_and_kv():
-    with pytest.raises(PlacementError, match="decode copy .*needs 5.6 GiB on GPU 1"):
+    with pytest.raises(PlacementError, match="decode copy .*needs 6.0 GB on GPU 1"):
         arrange("pd-split", box(24, 6), BASE, EIGHT_B_Q4)
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from .document import Document, DocumentError, DocumentTooLargeError, EmptyDocumentError
 from .kinds import detect_kind
+from ..units import size_text
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+DEFAULT_MAX_BYTES = 50 * 10**6  # 50 MB
 
 
 def extract(path: str | os.PathLike[str], *, name: str | None = None,
@@ -34,7 +35,7 @@ def extract(path: str | os.PathLike[str], *, name: str | None = None,
         size = len(data)
     if size > max_bytes:
         raise DocumentTooLargeError(
-            f"{name}: is {_size(size)}, over the {_size(max_bytes)} limit; split it into smaller "
+            f"{name}: is {size_text(size)}, over the {size_text(max_bytes)} limit; split it into smaller "
             "files or attach only the part you need.")
     if size == 0:
         raise EmptyDocumentError(f"{name}: the file is empty; attach the file again or pick another.")
@@ -48,7 +49,3 @@ def extract(path: str | os.PathLike[str], *, name: str | None = None,
     return doc
 
 
-def _size(num_bytes: int) -> str:
-    if num_bytes >= 1024 * 1024:
-        return f"{num_bytes / (1024 * 1024):.1f} MB"
-    return f"{num_bytes / 1024:.1f} KB" if num_bytes >= 1024 else f"{num_bytes} bytes"

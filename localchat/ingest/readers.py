@@ -12,6 +12,7 @@ import io
 import zipfile
 from typing import Callable
 
+from ..units import size_text
 from .decode import decode_text
 from .document import BrokenDocumentError, DocumentTooLargeError, EncryptedDocumentError, Section
 from .text_sections import START_ANCHOR, heading_anchor, html_sections, line_sections, markdown_sections
@@ -96,7 +97,7 @@ def read_docx(name: str, data: bytes, max_bytes: int) -> Read:
     # A small .docx can unpack to gigabytes (a zip bomb); refuse before parsing.
     allowed = min(4 * max_bytes, max(MIN_UNPACK_BYTES, MAX_UNPACK_RATIO * len(data)))
     if unpacked > allowed or len(entries) > MAX_ZIP_ENTRIES:
-        raise DocumentTooLargeError(f"{name}: unpacks to {unpacked // (1024 * 1024)} MB in {len(entries):,} parts, "
+        raise DocumentTooLargeError(f"{name}: unpacks to {size_text(unpacked)} in {len(entries):,} parts, "
                                     "far more than a Word file of its size holds; open it in Word, save it "
                                     "again (or split it) and attach that.")
     sections: list[Section] = []

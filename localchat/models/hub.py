@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 from tqdm import tqdm
 
 from ..errors import DownloadError
+from ..units import size_text
 from .hub_errors import explain_hub_error
 
 log = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ def _download(info: HubFile, partial: Path, progress: Progress | None) -> dict[s
         except DownloadInterrupted:
             raise
         except Exception as exc:
-            kept = f" {sink.done / 1e6:.0f} MB are kept; run the same command again to resume." if sink.done else ""
+            kept = f" {size_text(sink.done)} are kept; run the same command again to resume." if sink.done else ""
             raise explain_hub_error(exc, hub_endpoint(), info.repo, info.filename, info.revision, kept) from None
         return sink.hexdigests()
 
@@ -244,14 +245,10 @@ def check_disk_space(needed: int, where: Path, what: str = "the download") -> No
     free = shutil.disk_usage(probe).free
     if free < needed + DISK_MARGIN:
         raise DownloadError(
-            f"not enough disk space for {what}: it needs {_gb(needed + DISK_MARGIN)} free (the file plus a "
-            f"{_gb(DISK_MARGIN)} margin) at {where}, but only {_gb(free)} is free. Free some space, or set "
+            f"not enough disk space for {what}: it needs {size_text(needed + DISK_MARGIN)} free (the file plus a "
+            f"{size_text(DISK_MARGIN)} margin) at {where}, but only {size_text(free)} is free. Free some space, or set "
             "HF_HUB_CACHE to a folder on a bigger disk."
         )
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 class _SilentBar(tqdm):

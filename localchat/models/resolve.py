@@ -43,6 +43,9 @@ def resolve_model(
 ) -> Path:
     """A model name (catalog key[:QUANT]), a GGUF path or a GPTQ checkpoint folder -> a local file (a
     checkpoint: its folder), fetching it when needed."""
+    if not name.strip():
+        raise ModelNotFoundError("the model name is empty: give a catalog name (`localchat models` lists them) or "
+                                 "a path to a .gguf file.")
     path = Path(name).expanduser()
     if path.is_file():
         return path.resolve()

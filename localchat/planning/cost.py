@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts
 from ..runtime.acceptance import expected_tokens
+from ..units import rate_text
 from .fit import N_UBATCH, budget, fits, gpu_budget, usage
 from .placements import Parts, layout_named, layouts, takes_draft
 from .site import Device, Site
@@ -67,7 +68,7 @@ def devices_of(hw: HardwareInfo, eff: dict[str, float]) -> tuple[list[Device], l
     if not bandwidth:
         apple = [g.bandwidth for g in hw.gpus if g.unified and g.bandwidth]
         bandwidth = apple[0] if apple else 20e9
-        warnings.append(f"host bandwidth not measured; assuming {bandwidth / 1e9:.0f} GB/s.")
+        warnings.append(f"host bandwidth not measured; assuming {rate_text(bandwidth)}.")
     cpu = Device("cpu", "cpu", -1, hw.ram_available, budget(hw.ram_available, "cpu"),
                  bandwidth * eff["bandwidth"], hw.physical_cores * ghz * 1e9 * per_cycle, hw.unified_memory,
                  stream=hw.physical_cores * CORE_BANDWIDTH * eff["bandwidth"])

@@ -17,11 +17,11 @@ from typing import Callable
 from ..errors import PlacementError
 from ..hardware import GPUInfo, HardwareInfo
 from ..runtime.worker_types import WorkerConfig, default_threads
+from ..units import size_text
 from .fit import N_UBATCH, ModelSize, fits, gpu_budget
 from .site import Device, Site
 
 ALL_LAYERS = -1
-GiB = 2**30
 
 
 @dataclass(slots=True)
@@ -94,8 +94,8 @@ def _check_fits(ask: Ask, gpu: GPUInfo, need: int, what: str) -> None:
     room = gpu_budget(gpu)
     if need > room:
         raise PlacementError(
-            f"--placement {ask.placement}: {what} needs {need / GiB:.1f} GiB on GPU {gpu.index} ({gpu.name}), "
-            f"which has {room / GiB:.1f} GiB to spare. Choose a smaller model or context, or --placement single.")
+            f"--placement {ask.placement}: {what} needs {size_text(need)} on GPU {gpu.index} ({gpu.name}), "
+            f"which has {size_text(room)} to spare. Choose a smaller model or context, or --placement single.")
 
 
 _WHOLE_GPU = {"n_gpu_layers": ALL_LAYERS, "split_mode": "none"}
@@ -129,8 +129,8 @@ def _arrange_layer_split(ask: Ask) -> Arrangement:
     _need_two(ask, "the layers are spread over them")
     room = sum(gpu_budget(g) for g in ask.gpus)
     if ask.need > room:
-        raise PlacementError(f"--placement layer-split: the model and its KV cache need {ask.need / GiB:.1f} GiB; "
-                             f"the GPUs have {room / GiB:.1f} GiB to spare together.")
+        raise PlacementError(f"--placement layer-split: the model and its KV cache need {size_text(ask.need)}; "
+                             f"the GPUs have {size_text(room)} to spare together.")
     total_free = sum(g.memory_free for g in ask.gpus)
     split = tuple(g.memory_free / total_free for g in ask.gpus)
     worker = dataclasses.replace(ask.base, n_gpu_layers=ALL_LAYERS, split_mode="layer", main_gpu=ask.gpus[0].index,

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..arguments import Parser
 from ..errors import ConfigError, ModelNotFoundError
 from ..hardware import DESCRIPTION_HELP, HardwareInfo
 from ..models.catalog import ModelFacts, load_catalog as load_facts
+from ..units import size_text
 from .cost import DECODE_FILL, DEFAULT_EFFICIENCY, Option, devices_of, gpu_indices, options_for
 from .gptq_options import gptq_options, not_offered, unavailable
 from .placements import placement_of
@@ -245,15 +247,15 @@ def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | 
 
 def format_plan(result: Plan) -> str:
     """A readable plan."""
-    gb = lambda n: f"{n / 1e9:.1f} GB"  # noqa: E731
     what = "GPTQ checkpoint folder " if result.format == "gptq" else ""
-    lines = [f"model      {result.name} {result.quant}  ({what}{result.file}, {gb(result.size)})",
+    lines = [f"model      {result.name} {result.quant}  ({what}{result.file}, {size_text(result.size)})",
              f"layout     {result.layout} (--placement {placement_of(result.layout).name})  "
              f"n_gpu_layers={result.n_gpu_layers}  n_ctx={result.n_ctx}  type_k/type_v={result.type_k}",
              f"draft      {result.draft + ' ' + (result.draft_quant or '') + ' on ' + (result.draft_device or '') if result.draft else 'none'}",
              f"speed      decode {result.predicted_decode_tps} tok/s, prefill {result.predicted_prefill_tps} tok/s (predicted)"]
-    lines += [f"memory     {u.device}: {gb(u.total)} of {gb(u.free)} free (weights {gb(u.weights)}, KV {gb(u.kv)}, "
-              f"compute {gb(u.compute)}, draft {gb(u.draft)})" for u in result.devices]
+    lines += [f"memory     {u.device}: {size_text(u.total)} of {size_text(u.free)} free (weights "
+              f"{size_text(u.weights)}, KV {size_text(u.kv)}, compute {size_text(u.compute)}"
+              + (f", draft {size_text(u.draft)})" if u.draft else ")") for u in result.devices]
     lines += ["why"] + [f"  - {r}" for r in result.reasons]
     lines += ["alternatives"] + [f"  - {a.model} {a.quant} ({a.layout}, {a.predicted_decode_tps} tok/s): {a.why_not}"
                                  for a in result.alternatives]
@@ -274,8 +276,8 @@ class Measured:
 def main(argv: list[str] | None = None, measured: Callable[[HardwareInfo], Measured | None] | None = None) -> int:
     """`localchat plan [--json] [--hardware FILE.json] [--context N] [--model FAMILY]`; `measured` gives
     this machine's tuned corrections when it has some (the command passes the tuned profile's)."""
-    parser = argparse.ArgumentParser(prog="localchat plan", description="Plan the best model for a machine.",
-                                     epilog=DESCRIPTION_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="localchat plan", description="Plan the best model for a machine.",
+                    epilog=DESCRIPTION_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("--hardware", type=Path,
                         help="plan for the machine this JSON file describes (format below; this machine's: "

@@ -10,6 +10,7 @@ from ..errors import LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts
 from ..planning.planner import Plan, Wants, plan, quality
+from ..units import size_text
 from .calibrate import Prediction, predict
 from .measure import Measurement
 
@@ -48,10 +49,6 @@ class Candidate:
         return found
 
 
-def _mb(n: float) -> str:
-    return f"{n / 1e6:.0f} MB"
-
-
 def candidates_of(result: Plan, hardware: HardwareInfo, facts: dict[str, ModelFacts], wants: Wants) -> list[Candidate]:
     """The plan's choice, then its alternatives, each with the planner's predicted memory and speed."""
     ranked = [(result.model, result.quant, result.n_ctx, result.layout)]
@@ -69,7 +66,7 @@ def print_candidates(candidates: list[Candidate], out: TextIO) -> None:
           f"{'prefill':>10}", file=out)
     for i, c in enumerate(candidates, 1):
         p = c.predicted
-        memory, decode, prefill = ((_mb(p.memory), f"{p.decode_tps:.1f}/s", f"{p.prefill_tps:.0f}/s") if p
+        memory, decode, prefill = ((size_text(p.memory), f"{p.decode_tps:.1f}/s", f"{p.prefill_tps:.0f}/s") if p
                                    else ("?", "?", "?"))
         print(f"  {i:<2} {c.key:<24} {c.quant:<7} {c.layout:<10} {c.n_ctx:>6} {memory:>9} {decode:>10} "
               f"{prefill:>10}", file=out)
@@ -94,7 +91,7 @@ def _obtain(c: Candidate, entries: dict[str, ModelFacts], download: bool, out: T
         c.status = "not downloaded (--no-download)"
         return False
     model_file = entries[c.key].files[c.quant]
-    print(f"fetching {c.label} ({_mb(model_file.size)}) ...", file=out, flush=True)
+    print(f"fetching {c.label} ({size_text(model_file.size)}) ...", file=out, flush=True)
     try:
         c.path = fetch_model_file(model_file)
     except LocalchatError as exc:

@@ -21,6 +21,7 @@ from ..planning.cost import DEFAULT_EFFICIENCY, devices_of
 from ..planning.gptq_options import unavailable
 from ..planning.planner import Plan, Wants, plan
 from ..tune.profile import Profile, current_profile
+from ..units import size_text as _size
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,8 @@ def machine() -> HardwareInfo:
 
 
 def size_text(n: int, exact: bool = True) -> str:
-    """Bytes as the window shows them; `≈` marks a hub listing's rounded figure."""
-    text = f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-    return text if exact else "≈" + text
+    """Bytes as localchat writes them (units.py); `≈` marks a hub listing's rounded figure."""
+    return _size(n) if exact else "≈" + _size(n)
 
 
 def shown_profile(hardware: HardwareInfo) -> Profile | None:
@@ -148,6 +148,11 @@ def catalog_rows(catalog: dict[str, ModelFacts], hardware: HardwareInfo, downloa
                                    downloads.here(choice, model_file),
                                    best is not None and (best.model, best.quant) == (key, quant)))
     return rows
+
+
+def file_label(model: LocalModel) -> str:
+    """A local file as it is listed: Ollama's blobs are named by their digest, so by Ollama's own model name."""
+    return model.name if model.source == "ollama" else model.path.name
 
 
 def local_models() -> list[LocalModel]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..ingest import DEFAULT_MAX_BYTES, Document, DocumentError, DocumentTooLargeError, extract_isolated
 from ..ingest.kinds import extensions
 from ..paths import PRIVATE_FILE_MODE, data_dir, private_dir
+from ..units import size_text
 
 MAX_UPLOAD_BYTES = DEFAULT_MAX_BYTES  # 50 MB, the same limit the extractor enforces
 ACCEPTED = extensions()  # of every kind the extractor reads (ingest/kinds.py): the file picker offers these
@@ -58,7 +59,7 @@ def store_upload(source: str | Path, original_name: str | None = None, root: Pat
 
 def too_large(name: str, size: int) -> DocumentTooLargeError:
     """The error for a document over the limit."""
-    return DocumentTooLargeError(f"{name}: is {size / 1e6:.0f} MB, over the {MAX_UPLOAD_BYTES // 2**20} MB "
+    return DocumentTooLargeError(f"{name}: is {size_text(size)}, over the {size_text(MAX_UPLOAD_BYTES)} "
                                  "limit; attach a smaller file or only the part you need.")
 
 
