@@ -125,9 +125,9 @@ def test_uploads_no_event_claims_do_not_pile_up(window):
         assert sent[-1].is_file() and not sent[0].exists()  # the oldest went first
         assert not forgotten.exists() and not broken.exists() and writing.exists()
         # Bytes are bounded too: documents at nearly their limit, more of them than the bytes that may wait.
-        many = WAITING_BYTES // (48 * 2**20) + 1
+        many = WAITING_BYTES // (48 * 10**6) + 1
         for i in range(many):
-            answer = upload(window, f"long-{i}.txt", i.to_bytes(4, "big") + bytes(48 * 2**20))
+            answer = upload(window, f"long-{i}.txt", i.to_bytes(4, "big") + bytes(48 * 10**6))
             assert answer.status_code == 200, answer.text[:200]
         left = received_files()
         assert sum(p.stat().st_size for p in left) <= WAITING_BYTES
