@@ -543,10 +543,12 @@ def test_files_attached_with_the_button_are_chips_with_token_counts_that_can_be_
     attach_files(page, notes, plan)
     chips = page.locator("#attachments .lc-chip")
     expect(chips).to_have_count(2)
-    from localchat.ingest import extract_isolated
+    from localchat.ingest import document_tokens, extract_isolated
 
-    # The tokens of what the model reads: the extracted text, counted by the engine's tokenizer.
-    core_counts = {path.name: ui.runtime.engine.count_tokens(extract_isolated(path).text) for path in (notes, plan)}
+    # The tokens of what the model reads: the document as the prompt holds it (its source markers
+    # included), counted by the engine's tokenizer.
+    core_counts = {path.name: document_tokens(extract_isolated(path), ui.runtime.engine.count_tokens)
+                   for path in (notes, plan)}
     for name, n in core_counts.items():
         expect(chips.filter(has_text=name)).to_contain_text(f"{n:,} tokens")
     expect(page.locator("#meter")).to_contain_text(f"{sum(core_counts.values()):,} of 4,096 context tokens")
