@@ -25,12 +25,13 @@ POLL_S = 0.5  # how often a running download or load redraws its progress
 
 
 def model_choices(current: str, catalog: Callable[[], dict[str, ModelFacts]] = load_catalog) -> list[tuple[str, str]]:
-    """The model picker's entries: the current model, the catalog files present here, and every GGUF file
-    found (localchat's models folder, the hub cache, LM Studio, Ollama); each file once, under the first
+    """The model picker's entries: the current model, every GGUF file found (localchat's models folder, the
+    hub cache, LM Studio, Ollama) and the catalog's files present here; each file once, under the first
     name found for it (a catalog name and the path of its file load the same model)."""
     names = [current]
     files: dict[str, Path] = {}  # a catalog name -> its file here
     try:
+        names += [str(m.path) for m in local_models()]
         for key, entry in sorted(catalog().items()):
             for q, f in entry.files.items():
                 path = cached_file(f) if f.format == "gguf" else None
@@ -38,7 +39,6 @@ def model_choices(current: str, catalog: Callable[[], dict[str, ModelFacts]] = l
                     name = key if q == entry.default_quant else choice_of(key, q)
                     names.append(name)
                     files[name] = path
-        names += [str(m.path) for m in local_models()]
     except (LocalchatError, OSError) as exc:  # a broken catalog must not keep the window from opening
         log.warning("listing local models failed: %s", exc)
     by_file: dict[Path | str, str] = {}
