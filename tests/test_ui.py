@@ -189,13 +189,6 @@ def test_the_model_picker_lists_each_file_once(model_path: Path):
         assert not {str(model_path), "smollm2-135m"} <= set(values), values
 
 
-def test_expected_user_errors_are_toasts_without_a_traceback_in_the_log():
-    from localchat.ui.layout import user_error
-
-    error = user_error("there is no message to edit yet.")
-    assert error.message == "there is no message to edit yet." and error.print_exception is False
-
-
 def test_stop_while_reading_shows_only_stopped(ui: RunningUI):
     from localchat.ui.chat import ChatCore, Sampling
 
