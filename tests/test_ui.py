@@ -228,6 +228,39 @@ def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(u
     assert ("they fit" in meter) == (mode == "whole"), (meter, mode)
 
 
+def test_every_follow_up_about_a_long_document_retrieves_its_own_passages(ui: RunningUI, tmp_path: Path,
+                                                                         monkeypatch):
+    from localchat.ui.chat import ChatCore, Sampling
+
+    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    monkeypatch.setattr("localchat.ingest.fit.PASSAGE_SHARE", 0.1)  # fewer passages to read: a quicker test
+    core = ChatCore(ui.runtime, ui.store)
+    sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=4)
+    facts = {40: "The keeper's cat is called Pepperpot.", 200: "The schooner Marigold ran aground on the north reef.",
+             360: "The lantern room was painted a deep saffron yellow."}
+    lines = [facts.get(i, f"Day {i}: the keeper logged calm weather and trimmed the wicks.") for i in range(420)]
+    doc = tmp_path / "logbook.txt"
+    doc.write_text("\n".join(lines))
+    stored = str(store_upload(doc))
+    assert core.count_tokens(doc.read_text()) > ui.runtime.engine.n_ctx  # it cannot go in whole
+    questions = ["What is the keeper's cat called?", "Which schooner ran aground?", "What colour is the lantern room?"]
+    conv, prompts = None, []
+    for question, fact in zip(questions, facts.values()):
+        conv = core.add_user_turn(conv, question, [stored] if conv is None else [], "", sampling)
+        turn = ui.store.get(conv).messages[-1]
+        assert turn.stats["mode"] == "retrieved" and "logbook.txt: lines" in turn.stats["included"]
+        assert fact in turn.stats["prompt"], (question, turn.stats["included"])
+        prompts.append(turn.stats["prompt"])
+        list(core.answer(conv, sampling))
+    chat = ui.store.get(conv)
+    # Each turn keeps the passages it was read with, so each reply reused all the chat before its question.
+    assert [m.stats["prompt"] for m in chat.messages if m.role == "user"] == prompts
+    replies = [m.stats for m in chat.messages if m.role == "assistant"]
+    for before, after in zip(replies, replies[1:]):
+        assert after["cached_tokens"] >= before["prompt_tokens"]
+        assert after["included"].startswith("logbook.txt: lines")
+
+
 def test_the_chip_the_meter_and_the_reply_count_a_document_alike(ui: RunningUI, tmp_path: Path, monkeypatch):
     from localchat.ui.chat import ChatCore, Sampling
 

@@ -24,6 +24,8 @@ _RRF_K = 60  # the usual constant of reciprocal rank fusion; damps the weight of
 # question's rare terms (a name, a date), and no longer buries one that says the same in other
 # words (docs/benchmarks.md, "Retrieval": both kinds of question, both weights).
 BM25_WEIGHT = 0.5
+# The chat's earlier questions' share of a follow-up's query (rank_chunks).
+CONTEXT_WEIGHT = 0.3
 # No tokenizer packs this many characters into one token; longer texts need not be counted.
 _MAX_CHARS_PER_TOKEN = 32
 _WORD = re.compile(r"\w+")
@@ -99,11 +101,14 @@ def marker(name: str, anchor: str) -> str:
 
 def select(question: str, documents: Sequence[Document], budget_tokens: int,
            count_tokens: CountTokens = estimate_tokens, *, embedder: Embedder | None = None,
-           vectors: VectorStore | None = None, chunk_tokens: int | None = None) -> Selection:
+           vectors: VectorStore | None = None, chunk_tokens: int | None = None, context: str = "",
+           passage_tokens: int | None = None) -> Selection:
     """Fit build_prompt(question, ...) into budget_tokens: whole documents if all fit, else the best chunks.
 
     With an `embedder`, chunks are ranked by meaning and words together (hybrid), else by words (BM25);
-    `vectors` keeps the chunks' vectors, so each chunk is embedded once, not on every question."""
+    `vectors` keeps the chunks' vectors, so each chunk is embedded once, not on every question.
+    `context` (the chat's recent questions) helps rank a follow-up such as "and what did it cost?";
+    `passage_tokens` caps the chunks' share, so that later questions of a chat have room for their own."""
     docs = list(documents)
     # The instructions name one marker as an example; reserve room for the longest one it can be.
     longest = max((d.name for d in docs), key=len, default="")
@@ -115,12 +120,14 @@ def select(question: str, documents: Sequence[Document], budget_tokens: int,
         parts = [DocumentPart(d.name, d.kind, True, c) for d, c in zip(docs, costs)]
         return Selection("whole", parts, docs, total, budget_tokens)
 
+    if passage_tokens is not None:
+        budget = min(budget, passage_tokens)
     # Small budgets get small chunks, so that several places in the documents can be shown.
     size = chunk_tokens or max(32, min(DEFAULT_CHUNK_TOKENS, budget // 6))
     chunked = [chunk_document(doc, size, count_tokens) for doc in docs]
     pool = [(d, c) for d, chunks in enumerate(chunked) for c in chunks]
     blocks = [_chunk_block(c) for _, c in pool]
-    ranking = rank_chunks(question, docs, pool, embedder, vectors)
+    ranking = rank_chunks(question, docs, pool, embedder, vectors, context=context)
     spent = count_tokens(_RETRIEVED_HEAD)
     chosen: list[int] = []
     for i in ranking:
@@ -207,19 +214,27 @@ def _terms(text: str) -> list[str]:
 
 def rank_chunks(question: str, docs: Sequence[Document], pool: Sequence[tuple[int, Chunk]],
                 embedder: Embedder | None = None, vectors: VectorStore | None = None,
-                bm25_weight: float = BM25_WEIGHT) -> list[int]:
+                bm25_weight: float = BM25_WEIGHT, context: str = "") -> list[int]:
     """Indices into `pool` ((document index, chunk) pairs), best first: BM25 over each chunk as the
     prompt shows it, fused with the cosine of the question's and the chunks' vectors when there is an
-    embedder (weighted reciprocal rank fusion: ranks, not scores, so neither scale dominates)."""
+    embedder (weighted reciprocal rank fusion: ranks, not scores, so neither scale dominates).
+
+    A `context` counts CONTEXT_WEIGHT as much as the question, in both scores: a follow-up's own
+    words choose its passages, the chat's earlier questions only break its ties and fill its gaps."""
     # Ties (all zeros, say) go to the first chunk of each document, then the second...
     spread = [(c.index, d) for d, c in pool]
-    scores = bm25_scores(question, [_chunk_block(c) for _, c in pool])
+    texts = [_chunk_block(c) for _, c in pool]
+    scores = bm25_scores(question, texts)
+    if context:
+        scores = _plus_context(scores, bm25_scores(context, texts))
     by_bm25 = sorted(range(len(pool)), key=lambda i: (-scores[i], spread[i]))
     if embedder is None:
         matched = [i for i in by_bm25 if scores[i] > 0]
         # With no word in common there is nothing to rank by; show the beginnings.
         return matched or by_bm25
-    cosines = _cosines(question, docs, pool, embedder, vectors)
+    cosines, *of_context = _cosines([question, context] if context else [question], docs, pool, embedder, vectors)
+    if of_context:
+        cosines = _plus_context(cosines, of_context[0])
     by_cosine = sorted(range(len(pool)), key=lambda i: (-cosines[i], spread[i]))
     fused = [0.0] * len(pool)
     # BM25's result list holds only the chunks that share a word with the question; a chunk
@@ -230,9 +245,13 @@ def rank_chunks(question: str, docs: Sequence[Document], pool: Sequence[tuple[in
     return sorted(range(len(pool)), key=lambda i: (-fused[i], spread[i]))
 
 
-def _cosines(question: str, docs: Sequence[Document], pool: Sequence[tuple[int, Chunk]], embedder: Embedder,
-             vectors: VectorStore | None) -> list[float]:
-    """The cosine of the question's vector with each chunk's, the chunks' from `vectors` when given."""
+def _plus_context(scores: list[float], context_scores: list[float]) -> list[float]:
+    return [s + CONTEXT_WEIGHT * c for s, c in zip(scores, context_scores)]
+
+
+def _cosines(queries: list[str], docs: Sequence[Document], pool: Sequence[tuple[int, Chunk]], embedder: Embedder,
+             vectors: VectorStore | None) -> list[list[float]]:
+    """For each query, the cosine of its vector with each chunk's, the chunks' from `vectors` when given."""
     rows: list[Any] = [None] * len(pool)
     for d, doc in enumerate(docs):
         mine = [i for i, (owner, _) in enumerate(pool) if owner == d]
@@ -241,11 +260,11 @@ def _cosines(question: str, docs: Sequence[Document], pool: Sequence[tuple[int, 
         for i, vector in zip(mine, found):
             rows[i] = vector
     if not rows:
-        return []
+        return [[] for _ in queries]
     matrix = np.asarray(rows, dtype=np.float32)
-    query = np.asarray(embedder.embed([question])[0], dtype=np.float32)
-    norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(query) or 1.0)
-    return (matrix @ query / np.where(norms > 0, norms, 1.0)).tolist()
+    asked = np.asarray(embedder.embed(queries), dtype=np.float32)
+    norms = np.outer(np.linalg.norm(asked, axis=1), np.linalg.norm(matrix, axis=1))
+    return (asked @ matrix.T / np.where(norms > 0, norms, 1.0)).tolist()
 
 
 def _whole_block(doc: Document) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from ..errors import ContextOverflowError, LocalchatError
 from ..ingest import Document, Selection, VectorStore, build_prompt, document_tokens, select
-from ..ingest.fit import document_budget
+from ..ingest.fit import document_budget, passage_budget
 from ..models.embedding import shared_models
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Request
@@ -25,6 +25,14 @@ from .uploads import read_upload
 _TITLE_CHARS = 60
 _REDRAW_S = 0.05  # at most ~20 screen updates a second while streaming
 _DOCUMENTS_KEPT = 32  # extracted documents kept in memory, oldest dropped first
+
+
+def recent_questions(conv: Conversation | None, turns: int = 2) -> str:
+    """The chat's last user questions, as they were typed: what a follow-up's "it" may stand for."""
+    if conv is None:
+        return ""
+    asked = [m.content for m in conv.messages if m.role == "user"]
+    return "\n".join(asked[-turns:])
 
 
 def title_of(message: str) -> str:
@@ -93,11 +101,25 @@ class ChatCore:
     def fit(self, docs: list[Document], question: str, conv: Conversation | None, max_tokens: int) -> Selection:
         """What of the documents the next user turn of `conv` carries: whole, or the best passages."""
         messages = self.engine_messages(conv) if conv is not None else []
+        n_ctx = self.runtime.engine.n_ctx
         history = self.runtime.engine.prompt_tokens(Request(messages=messages or [{"role": "user", "content": ""}]))
-        budget = document_budget(self.runtime.engine.n_ctx, len(history), max_tokens)
+        budget = document_budget(n_ctx, len(history), max_tokens)
         # The meter asks with no question: it needs only whole-or-not, not the chunks' vectors.
         embedder = shared_models().default() if question.strip() else None
-        return select(question, docs, budget, self.count_tokens, embedder=embedder, vectors=self.vectors)
+        return select(question, docs, budget, self.count_tokens, embedder=embedder, vectors=self.vectors,
+                      context=recent_questions(conv), passage_tokens=passage_budget(n_ctx))
+
+    @staticmethod
+    def searched_documents(conv: Conversation, attached: list[str]) -> list[str]:
+        """The documents earlier turns of `conv` retrieved passages from (too long to go in whole), less
+        those attached again now: a follow-up question searches them for passages of its own."""
+        found: list[str] = []
+        for m in conv.messages:
+            if m.role == "user" and m.stats.get("mode") == "retrieved":
+                for path in [*m.stats.get("documents", []), *m.stats.get("searched", [])]:
+                    if path not in attached and path not in found and Path(path).is_file():
+                        found.append(path)
+        return found
 
     # -- conversations --------------------------------------------------------------------
 
@@ -182,11 +204,12 @@ class ChatCore:
             # A first message edited (or a chat emptied) names the chat anew.
             self.store.update(conv_id, title=title_of(message))
         stats: dict[str, Any] = {}
-        if documents:
-            selection = self.fit(self.documents(documents), message, conv, sampling.max_tokens)
-            # The documents open the turn, so every later question shares this prefix in the KV cache.
+        searched = self.searched_documents(conv, documents)
+        if documents or searched:
+            selection = self.fit(self.documents(documents + searched), message, conv, sampling.max_tokens)
+            # The documents open the turn; the turns before keep theirs as read, so their prefix is reused.
             stats = {"prompt": build_prompt(message, selection), "included": selection.summary(),
-                     "mode": selection.mode, "documents": documents}
+                     "mode": selection.mode, "documents": documents, "searched": searched}
         self._check_fits(conv, stats.get("prompt", message), sampling.max_tokens)
         self.store.append(conv_id, "user", message, stats | (extra or {}))
         return conv_id
