@@ -236,6 +236,33 @@ def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(p
     wait_answered(page)
 
 
+def test_each_follow_up_about_a_long_document_cites_its_own_passage_which_opens(page, ui: RunningUI, tmp_path: Path,
+                                                                               monkeypatch):
+    monkeypatch.setattr("localchat.ingest.fit.PASSAGE_SHARE", 0.1)  # fewer passages to read: a quicker test
+    facts = {40: "The keeper's cat is called Pepperpot.", 200: "The schooner Marigold ran aground on the north reef.",
+             360: "The lantern room was painted a deep saffron yellow."}
+    doc = tmp_path / "keeper-log.txt"
+    doc.write_text("\n".join(facts.get(i, f"Day {i}: the keeper logged calm weather and trimmed the wicks.")
+                             for i in range(420)))
+    set_max_tokens(page, 16)
+    attach_files(page, doc)
+    expect(page.locator("#meter")).to_contain_text("too long for the context")
+    questions = ["What is the keeper's cat called?", "Which schooner ran aground?", "What colour is the lantern room?"]
+    for turn, (question, fact) in enumerate(zip(questions, facts.values())):
+        ask(page, question)
+        expect(page.locator("#chat .bot")).to_have_count(turn + 1)
+        wait_answered(page)
+        reply = last_reply(page)
+        expect(reply).to_contain_text(re.compile(r"Included:.*keeper-log\.txt: lines"))
+        cited = reply.locator("details.passage").filter(has_text=fact)
+        expect(cited).to_have_count(1)
+        expect(cited.locator(".passage-text")).not_to_be_visible()  # closed until asked for
+        cited.locator("summary").click()
+        expect(cited.locator(".passage-text")).to_be_visible()
+        expect(cited.locator(".passage-text")).to_contain_text(fact)
+    shot(page, "follow-ups-cite-their-passages", full_page=True)
+
+
 def test_an_attached_document_is_read_before_the_question_and_a_detach_ends_the_read(page, ui: RunningUI,
                                                                                     tmp_path: Path):
     reading = page.locator("#reading")

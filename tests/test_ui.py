@@ -24,6 +24,11 @@ def test_model_html_is_escaped_outside_code():
     assert "&lt;script&gt;" in shown and "&lt;img src=x" in shown
     assert "<b>code</b>" in shown  # inside a fence it is shown as code, not rendered
     assert "<img" not in reply_markdown(text, {}, included="<img src=x onerror=y>.txt whole")
+    # A cited passage is the document's text: shown, never run, whatever the document holds.
+    cited = reply_markdown("ok", {}, "a.txt: line 2 (1 of 9 chunks)",
+                           passages=[{"document": "<b>a.txt", "label": "line 2", "text": "<script>x()</script>\nend"}])
+    assert "<script>" not in cited and "<b>" not in cited and "&lt;script&gt;x()&lt;/script&gt;<br>end" in cited
+    assert "<details class=\"passage\"><summary>&lt;b&gt;a.txt line 2</summary>" in cited
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -259,6 +264,10 @@ def test_every_follow_up_about_a_long_document_retrieves_its_own_passages(ui: Ru
     for before, after in zip(replies, replies[1:]):
         assert after["cached_tokens"] >= before["prompt_tokens"]
         assert after["included"].startswith("logbook.txt: lines")
+    # Each reply cites its own passages, and each opens to the text it was given.
+    for reply, fact in zip(replies, facts.values()):
+        assert any(fact in p["text"] and p["label"].startswith("line") for p in reply["passages"])
+    assert "logbook.txt line" in core.display(chat)[-1]["content"]
 
 
 def test_the_chip_the_meter_and_the_reply_count_a_document_alike(ui: RunningUI, tmp_path: Path, monkeypatch):

@@ -77,6 +77,10 @@ class Selection:
                 items.append(f"{part.name}: no part among the best matches (0 of {part.num_chunks} chunks)")
         return "; ".join(items)
 
+    def passages(self) -> list[dict[str, str]]:
+        """The retrieved chunks as a reply cites them: document, place ("lines 197–207") and text."""
+        return [{"document": c.document, "label": c.label, "text": c.text} for p in self.parts for c in p.chunks]
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready account of what was included."""
         return {

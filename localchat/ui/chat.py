@@ -141,7 +141,7 @@ class ChatCore:
                 shown_version = f"‹ {m.stats.get('version', 0) + 1}/{versions} ›" if versions > 1 else ""
                 note = " · ".join(x for x in (shown_version, render.finish_note(m.stats.get("finish_reason", ""))) if x)
                 shown.append({"role": "assistant", "content": render.reply_markdown(
-                    m.content, m.stats, m.stats.get("included", ""), note)})
+                    m.content, m.stats, m.stats.get("included", ""), note, m.stats.get("passages"))})
         return shown
 
     @staticmethod
@@ -209,7 +209,8 @@ class ChatCore:
             selection = self.fit(self.documents(documents + searched), message, conv, sampling.max_tokens)
             # The documents open the turn; the turns before keep theirs as read, so their prefix is reused.
             stats = {"prompt": build_prompt(message, selection), "included": selection.summary(),
-                     "mode": selection.mode, "documents": documents, "searched": searched}
+                     "passages": selection.passages(), "mode": selection.mode, "documents": documents,
+                     "searched": searched}
         self._check_fits(conv, stats.get("prompt", message), sampling.max_tokens)
         self.store.append(conv_id, "user", message, stats | (extra or {}))
         return conv_id
@@ -234,6 +235,7 @@ class ChatCore:
         conv = self.store.get(conv_id)
         assert conv is not None and conv.messages and conv.messages[-1].role == "user"
         included = conv.messages[-1].stats.get("included", "")
+        passages = conv.messages[-1].stats.get("passages")
         engine = self.runtime.engine
         submitted = time.perf_counter()
         stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=sampling.params()))
@@ -279,13 +281,15 @@ class ChatCore:
                 saved["total_s"] = round(time.perf_counter() - submitted, 2)
             if included:
                 saved["included"] = included
+            if passages:
+                saved["passages"] = passages
             text = "".join(parts)
             if error:
                 text += f"\n\n[error: {error}]"
             if versions:
                 saved |= {"versions": [*versions, {"content": text, "stats": dict(saved)}], "version": len(versions)}
             self.store.append(conv_id, "assistant", text, saved)
-        yield render.reply_markdown(text, saved, included, render.finish_note(finish))
+        yield render.reply_markdown(text, saved, included, render.finish_note(finish), passages)
 
     @contextlib.contextmanager
     def turn(self, conv_id: str) -> Iterator[None]:

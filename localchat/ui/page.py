@@ -20,6 +20,11 @@ footer { display: none !important; }
   color: var(--body-text-color-subdued); }
 .lc-chip-remove:hover { color: var(--body-text-color); }
 #chat a[href^="#lc-branch-"] { text-decoration: none; padding: 0 0.3em; }
+/* A cited passage under a reply: its place, which opens to the text the reply was given. */
+#chat details.passage { margin: 0.2em 0; font-size: 0.9em; }
+#chat details.passage summary { cursor: pointer; color: var(--body-text-color-subdued); }
+#chat .passage-text { border-left: 3px solid var(--border-color-primary); padding: 0.3em 0.8em; margin: 0.3em 0;
+  max-height: 16em; overflow-y: auto; white-space: normal; }
 /* A phone: the composer stays one row (the box, then two small buttons) and the chat takes the height. */
 @media (max-width: 600px) {
   #send, #stop, #attach { min-width: 3.5em !important; padding: 0 0.4em; font-size: 0.9em; }

@@ -146,15 +146,27 @@ def finish_note(finish_reason: str) -> str:
     return {"cancelled": "stopped", "length": "cut at max tokens"}.get(finish_reason, "")
 
 
-def reply_markdown(answer: str, stats: dict[str, Any], included: str = "", note: str = "") -> str:
-    """A reply as shown: the answer, then what documents it read, then its numbers."""
+def reply_markdown(answer: str, stats: dict[str, Any], included: str = "", note: str = "",
+                   passages: list[dict[str, str]] | None = None) -> str:
+    """A reply as shown: the answer, then what documents it read (each retrieved passage opens to its
+    text), then its numbers."""
     lines = [inert(answer) if answer else "…"]
     if included:
         lines.append(f"**Included:** {plain(included)}")
+    if passages:
+        lines.append("".join(passage_html(p) for p in passages))
     footer = " · ".join(x for x in (note, stats_line(stats)) if x)
     if footer:
         lines.append(f"*{plain(footer)}*")
     return "\n\n".join(lines)
+
+
+def passage_html(passage: dict[str, str]) -> str:
+    """A cited passage that opens in place: its document and place, then its text (escaped, on one
+    Markdown line so the HTML block is not cut; line breaks kept as <br>)."""
+    place = html.escape(f"{passage['document']} {passage['label']}")
+    text = html.escape(passage["text"]).replace("\n", "<br>")
+    return f'<details class="passage"><summary>{place}</summary><div class="passage-text">{text}</div></details>'
 
 
 def prefill_line(done: int, total: int, started: float, first_done: int, now: float) -> str:
