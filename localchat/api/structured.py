@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
+from typing import Any
 
 import regex
 
 from ..errors import RequestError
-from ..runtime.grammar import MAX_GBNF_CHARS, Grammar, json_strings_only
-from ..runtime.schema_check import SchemaCheck, schema_problem
-from ..runtime.schema_grammar import Converter, RefusedKeyword
+from ..runtime.grammar import Grammar, grammar_from_json_schema
+from ..runtime.schema_check import schema_problem
 from ..runtime.schema_rules import MAX_REPEAT
 
 MAX_SCHEMA_BYTES = 64_000  # one schema as JSON
@@ -94,29 +93,7 @@ def _check_pattern(pattern: Any, where: str) -> None:
         raise RequestError(f"{where}.pattern is not a regular expression ({exc}).", where) from None
 
 
-def to_gbnf(build: Callable[[Converter], str], what: str, param: str) -> tuple[str, list[str]]:
-    """The GBNF text that `build` writes with one converter (it returns the root rule's body), and
-    what the grammar leaves to the check."""
-    conv = Converter()
-    try:
-        root = build(conv)
-        conv._add_rule("root", root)
-        text = json_strings_only(conv.format_grammar())
-    except RefusedKeyword as exc:
-        raise RequestError(f"{what}: the JSON schema keyword '{exc.keyword}' is not supported by this server; "
-                           "remove it.", param) from None
-    except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
-        raise RequestError(f"{what} cannot be turned into a grammar ({exc}); simplify the schema.", param) from None
-    if len(text) > MAX_GBNF_CHARS:
-        raise RequestError(f"{what} makes a grammar of {len(text):,} characters; simplify the schema.", param)
-    return text, conv.left
-
-
 def schema_grammar(schema: dict[str, Any], param: str) -> Grammar:
     """The grammar for values of `schema` (checked first), with the check of what it leaves out."""
     check_schema(schema, param)
-
-    def build(conv: Converter) -> str:
-        return conv.visit(conv.resolve_refs(schema, "request"), "value")
-    gbnf, left = to_gbnf(build, param, param)
-    return Grammar(gbnf, check=SchemaCheck({"": schema}, bool(left), param))
+    return grammar_from_json_schema(schema, param=param)

@@ -13,8 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime.schema_grammar import Converter
-from .structured import to_gbnf
+from ..runtime.schema_grammar import Converter, gbnf_of
 
 
 MAX_PARALLEL = 8  # calls in one answer: a small model may otherwise repeat a call until max_tokens
@@ -88,7 +87,7 @@ def call_gbnf(fmt: ToolFormat, tools: list[dict[str, Any]], parallel: bool,
         more = f" ({_lit(conv, fmt.between)} {one}){{0,{MAX_PARALLEL - 1}}}" if parallel else ""
         return " ".join(filter(None, (_lit(conv, fmt.open), f"{one}{more}", _lit(conv, fmt.close))))
 
-    return to_gbnf(build, "the tools' parameter schemas", param)
+    return gbnf_of(build, "the tools' parameter schemas", param)
 
 
 def _lit(conv: Converter, text: str) -> str:

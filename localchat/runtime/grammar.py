@@ -96,18 +96,12 @@ def json_strings_only(gbnf: str) -> str:
 def grammar_from_json_schema(schema: dict[str, Any], triggers: tuple[str, ...] = (),
                              param: str = "response_format") -> Grammar:
     """A grammar for JSON text that validates against `schema`, with the check of what the grammar
-    cannot express (schema_grammar.py, resample.py)."""
+    cannot express (schema_grammar.py, resample.py); RequestError naming `param` when it cannot be."""
     from .schema_check import SchemaCheck
-    from .schema_grammar import RefusedKeyword, schema_gbnf_text
+    from .schema_grammar import schema_gbnf_text
 
-    try:
-        gbnf, left = schema_gbnf_text(schema)
-    except RefusedKeyword as exc:
-        raise RequestError(f"the JSON schema keyword '{exc.keyword}' is not supported; remove it.", param) from exc
-    except (AssertionError, KeyError, TypeError, ValueError, RecursionError) as exc:
-        raise RequestError(f"the JSON schema cannot be turned into a grammar ({exc or type(exc).__name__}); "
-                           "simplify it (local $refs only, known types).", param) from exc
-    return Grammar(json_strings_only(gbnf), triggers, SchemaCheck({"": schema}, bool(left), param))
+    gbnf, left = schema_gbnf_text(schema, param)
+    return Grammar(gbnf, triggers, SchemaCheck({"": schema}, bool(left), param))
 
 
 SHORTLIST = 64  # tokens checked one by one under greedy before the whole vocabulary is masked

@@ -6,7 +6,7 @@ API's protocols, the terminal) gets only answers that pass.
 
 A resample keeps what came before the failing value as forced text (read with the prompt, fed to
 the grammar) and samples on from there: twice from the failing value itself, then twice from the
-value holding it, and so on out to the whole answer. A greedy request resamples at a temperature
+value holding it, and so on out to the whole answer (counted for each place that fails). A greedy request resamples at a temperature
 with fixed seeds, so it stays reproducible. While the check is pending nothing goes out when the
 grammar leaves part of the schema to it (`hold`); a grammar that enforces all of it streams as
 usual, and the check only guards against a converter bug.
@@ -26,7 +26,11 @@ if TYPE_CHECKING:
     from .schema_check import Violation
 
 MAX_RESAMPLES = 8
-RESAMPLE_TEMPERATURE = 0.8  # for a greedy request: a greedy resample would write the same value again
+# A resample draws from the model's whole distribution under the grammar (no top-k, top-p or min-p:
+# they would cut away the alternatives to a value the model is sure of), at least this warm (a
+# greedy resample would write the same value again), a little warmer with each attempt.
+RESAMPLE_TEMPERATURE = 0.8
+WARMER = 0.15
 SEED_STEP = 7919
 
 
@@ -69,6 +73,7 @@ class Resampled:
 
     def _events(self) -> Iterator[Event]:
         hold = self._check.hold
+        given = self._request.forced  # the caller's own beginning: checked with the rest, never resampled
         deltas: list[TextDelta] = []
         stats: list[Stats] = []
         found: list[Violation] = []
@@ -88,7 +93,7 @@ class Resampled:
                     return
                 elif not found or not isinstance(event, PrefillProgress):
                     yield event
-            text = "".join(d.text for d in deltas)
+            text = given + "".join(d.text for d in deltas)
             violation = self._check(text) if done.finish_reason == "stop" and not self._cancelled else None
             if violation is None:
                 break
@@ -96,8 +101,10 @@ class Resampled:
             if not hold or len(found) > MAX_RESAMPLES:
                 yield Failed(self._unmet(violation, len(found)))
                 return
-            cut = violation.offsets[min((len(found) - 1) // 2, len(violation.offsets) - 1)]
-            deltas = _cut(deltas, cut)
+            # Twice from the failing value, then twice from the one holding it...: counted per place.
+            level = (sum(v.where == violation.where for v in found) - 1) // 2
+            cut = max(len(given), violation.offsets[min(level, len(violation.offsets) - 1)])
+            deltas = _cut(deltas, cut - len(given))
             self._current = self._submit(self._again(text[:cut], len(found)))
             if self._cancelled:
                 self._current.cancel()
@@ -111,8 +118,8 @@ class Resampled:
         params = self._request.sampling
         greedy = params.temperature <= 0.0
         seed = None if params.seed is None and not greedy else ((params.seed or 0) + attempt * SEED_STEP) % 2**32
-        sampling = dataclasses.replace(params, temperature=RESAMPLE_TEMPERATURE if greedy else params.temperature,
-                                       seed=seed)
+        warmth = min(2.0, max(params.temperature, RESAMPLE_TEMPERATURE) + WARMER * (attempt - 1))
+        sampling = dataclasses.replace(params, temperature=warmth, seed=seed, top_k=0, top_p=1.0, min_p=0.0)
         return dataclasses.replace(self._request, forced=forced, sampling=sampling)
 
     def _unmet(self, violation: "Violation", tries: int) -> SchemaUnmetError:

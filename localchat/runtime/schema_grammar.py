@@ -16,10 +16,12 @@ import copy
 import json
 import math
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Callable
 
 from llama_cpp.llama_grammar import PRIMITIVE_RULES, STRING_FORMAT_RULES, SchemaConverter, _build_repetition
 
+from ..errors import RequestError
+from .grammar import MAX_GBNF_CHARS, json_strings_only
 from .int_range import MAX_DIGITS, integer_bounds, integer_range
 from .regex_subset import gbnf_pattern
 from .schema_rules import ANNOTATIONS, FORMATS, KEYWORDS, MAX_REPEAT, REFUSED
@@ -438,8 +440,24 @@ def _truncated(schema: dict, inclusive: str, exclusive: str) -> int | None:
     return math.trunc(bound)
 
 
-def schema_gbnf_text(schema: Any) -> tuple[str, list[str]]:
-    """GBNF for values of `schema` (its `root` rule), and what it leaves to the check."""
+def gbnf_of(build: Callable[[Converter], str], what: str, param: str) -> tuple[str, list[str]]:
+    """The GBNF text that `build` writes with one converter (it returns the root rule's body), and what
+    the grammar leaves to the check; RequestError (naming `what` and `param`) when it cannot be made."""
     conv = Converter()
-    conv._add_rule("root", conv.visit(conv.resolve_refs(schema, "request"), "value"))
-    return conv.format_grammar(), conv.left
+    try:
+        conv._add_rule("root", build(conv))
+        text = json_strings_only(conv.format_grammar())
+    except RefusedKeyword as exc:
+        raise RequestError(f"{what}: the JSON schema keyword '{exc.keyword}' is not supported by this server; "
+                           "remove it.", param) from None
+    except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise RequestError(f"{what} cannot be turned into a grammar ({exc or type(exc).__name__}); simplify the "
+                           "schema (local $refs only, known types).", param) from None
+    if len(text) > MAX_GBNF_CHARS:
+        raise RequestError(f"{what} makes a grammar of {len(text):,} characters; simplify the schema.", param)
+    return text, conv.left
+
+
+def schema_gbnf_text(schema: Any, param: str = "response_format") -> tuple[str, list[str]]:
+    """GBNF for values of `schema` (its `root` rule), and what it leaves to the check."""
+    return gbnf_of(lambda conv: conv.visit(conv.resolve_refs(schema, "request"), "value"), param, param)
