@@ -59,11 +59,11 @@ class Outcome:
     resample_ms: float = 0.0
 
 
-def ask(client: openai.OpenAI, entry: dict[str, Any], seed: int) -> Outcome:
+def ask(client: openai.OpenAI, entry: dict[str, Any], seed: int, temperature: float = 0.8) -> Outcome:
     """One corpus entry with one seed, as a client would send it."""
     out = Outcome(entry["name"], seed)
     messages = [{"role": "user", "content": entry["prompt"]}]
-    common = dict(model=MODEL, messages=messages, temperature=0.8, seed=seed, max_tokens=MAX_TOKENS)
+    common = dict(model=MODEL, messages=messages, temperature=temperature, seed=seed, max_tokens=MAX_TOKENS)
     start = time.perf_counter()
     try:
         if entry["kind"] == "tool":
@@ -99,11 +99,12 @@ def ask(client: openai.OpenAI, entry: dict[str, Any], seed: int) -> Outcome:
     return out
 
 
-def run(client: openai.OpenAI, seeds: range, entries: list[dict[str, Any]] | None = None) -> list[Outcome]:
+def run(client: openai.OpenAI, seeds: range, temperature: float = 0.8,
+        entries: list[dict[str, Any]] | None = None) -> list[Outcome]:
     """Every entry with every seed, eight at a time (the engine batches them)."""
     jobs = [(entry, seed) for entry in (entries or load_corpus()) for seed in seeds]
     with ThreadPoolExecutor(8) as pool:
-        return list(pool.map(lambda job: ask(client, *job), jobs))
+        return list(pool.map(lambda job: ask(client, *job, temperature), jobs))
 
 
 def report(outcomes: list[Outcome]) -> str:
@@ -137,14 +138,15 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--output", help="also write the report to this file")
     args = parser.parse_args()
-    config = EngineConfig(worker=WorkerConfig(n_ctx=4096, n_threads=default_threads()))
+    config = EngineConfig(worker=WorkerConfig(n_ctx=8192, n_threads=default_threads()))
     with Engine.load(resolve_model(MODEL), config) as engine:
         url, server = start_server(engine)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
         started = time.perf_counter()
-        outcomes = run(client, range(args.seeds))
+        outcomes = run(client, range(args.seeds), args.temperature)
         text = report(outcomes) + f"\n\nwall time: {time.perf_counter() - started:.0f} s"
         server.should_exit = True
     print(text)

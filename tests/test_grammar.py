@@ -193,7 +193,7 @@ def test_an_answer_that_fails_the_check_is_resampled_until_it_passes(engine_plai
 
 
 def test_when_the_attempts_run_out_the_keyword_is_named(engine_plain):
-    impossible = grammar_from_json_schema({"type": "string", "maxLength": 3, "not": {"type": "string"}})
+    impossible = grammar_from_json_schema({"type": "integer", "minimum": 0, "maximum": 9, "not": {"type": "integer"}})
     stream = engine_plain.submit(Request(messages=chat("Say hi."), sampling=SamplingParams(
         temperature=0.0, max_tokens=8, grammar=impossible)))
     with pytest.raises(SchemaUnmetError, match=re.escape("keyword 'not' at $ (") + ".*" +
