@@ -10,13 +10,15 @@ import re
 from pathlib import Path
 
 import jsonschema
+import llama_cpp
 import pytest
 
 from localchat.errors import RequestError
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.events import Stats, TextDelta
-from localchat.runtime.grammar import Grammar, grammar_from_json_schema
+from localchat.runtime.grammar import Grammar, grammar_from_json_schema, new_grammar_sampler
 from localchat.runtime.resample import MAX_RESAMPLES, SchemaUnmetError
+from localchat.runtime.schema_rules import FORMATS
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.speculative import SpecConfig
 from localchat.runtime.worker import WorkerConfig
@@ -209,3 +211,13 @@ def test_a_schema_string_refuses_raw_control_characters(engine_plain):
     for seed in range(3):
         text = engine_plain.submit(Request(messages=prompt, sampling=dataclasses.replace(params, seed=seed))).result().text
         assert not any(ord(c) < 0x20 for c in text), repr(text)
+
+
+def test_llama_cpp_takes_the_grammar_of_every_corpus_schema_and_format(engine_plain):
+    corpus = json.loads((Path(__file__).parent / "data" / "schema_corpus.json").read_text())
+    schemas = [entry["schema"] for entry in corpus] + [{"type": "string", "format": name} for name in FORMATS]
+    schemas += [{"type": "string", "pattern": p} for p in ("^\\d{3}-[A-Z]{2}\\.x$", "[ -~]+", "^(?:ab|c)+?$")]
+    schemas += [{"type": "integer", "minimum": -12, "exclusiveMaximum": 345}, {"type": "number", "multipleOf": 0.01}]
+    for schema in schemas:
+        sampler = new_grammar_sampler(grammar_from_json_schema(schema), engine_plain.worker.vocab)
+        llama_cpp.llama_sampler_free(sampler)

@@ -18,7 +18,8 @@ import math
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
 
-from llama_cpp.llama_grammar import PRIMITIVE_RULES, STRING_FORMAT_RULES, SchemaConverter, _build_repetition
+from llama_cpp.llama_grammar import (INVALID_RULE_CHARS_RE, PRIMITIVE_RULES, STRING_FORMAT_RULES, SchemaConverter,
+                                     _build_repetition)
 
 from ..errors import RequestError
 from .grammar import MAX_GBNF_CHARS, json_strings_only
@@ -53,10 +54,16 @@ class Converter(SchemaConverter):
     def __init__(self) -> None:
         super().__init__(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
         self.left: list[str] = []  # "rule: keyword"
+        self._inlined: set[str] = set()  # $refs whose targets are being merged with keywords beside them
 
     def resolve_refs(self, schema: Any, url: str) -> Any:
         """As the converter's, on a copy: it rewrites every $ref in place, and the check needs them as sent."""
         return super().resolve_refs(copy.deepcopy(schema), url)
+
+    def _resolve_ref(self, ref: str) -> str:
+        """As the converter's, but a recursive reference names its rule as the rule was written down
+        (the converter returns the raw name, `linked_list_node` for `linked-list-node`)."""
+        return INVALID_RULE_CHARS_RE.sub("-", super()._resolve_ref(ref))
 
     def _leave(self, name: str, keyword: str) -> None:
         self.left.append(f"{name or 'root'}: {keyword}")
@@ -83,18 +90,19 @@ class Converter(SchemaConverter):
         if "$ref" in keys:
             if keys == {"$ref"}:
                 return super().visit(schema, name)
-            if schema["$ref"] in self._refs_being_resolved:  # a recursive schema: no inlining
+            ref = schema["$ref"]
+            if ref in self._refs_being_resolved or ref in self._inlined:  # recursive: inline once at most
                 for key in keys - {"$ref"}:
                     self._leave(name, key)
-                return super().visit({"$ref": schema["$ref"]}, name)
-            self._refs_being_resolved.add(schema["$ref"])
+                return super().visit({"$ref": ref}, name)
+            self._inlined.add(ref)  # keywords beside a $ref hold too: the target is merged with them
             try:
-                merged, clean = self._merge([self._refs[schema["$ref"]], _without(schema, "$ref")])
+                merged, clean = self._merge([self._refs[ref], _without(schema, "$ref")])
                 if not clean:
                     self._leave(name, "$ref")
                 return self.visit(merged, name)
             finally:
-                self._refs_being_resolved.discard(schema["$ref"])
+                self._inlined.discard(ref)
         for key in ("anyOf", "oneOf"):
             if key in keys:
                 return self._union(schema, key, name, rule_name)
