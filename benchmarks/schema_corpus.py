@@ -54,16 +54,18 @@ class Outcome:
     seed: int
     refused: str = ""  # the 400's message, when the request was refused
     invalid: str = ""  # why the result does not validate (or the error after the attempts)
+    cut: bool = False  # max_tokens ended the answer inside its value: no result to validate
     resampled: list[str] = field(default_factory=list)
     seconds: float = 0.0
     resample_ms: float = 0.0
 
 
-def ask(client: openai.OpenAI, entry: dict[str, Any], seed: int, temperature: float = 0.8) -> Outcome:
+def ask(client: openai.OpenAI, entry: dict[str, Any], seed: int, temperature: float = 0.8,
+        max_tokens: int = MAX_TOKENS) -> Outcome:
     """One corpus entry with one seed, as a client would send it."""
     out = Outcome(entry["name"], seed)
     messages = [{"role": "user", "content": entry["prompt"]}]
-    common = dict(model=MODEL, messages=messages, temperature=temperature, seed=seed, max_tokens=MAX_TOKENS)
+    common = dict(model=MODEL, messages=messages, temperature=temperature, seed=seed, max_tokens=max_tokens)
     start = time.perf_counter()
     try:
         if entry["kind"] == "tool":
@@ -77,6 +79,15 @@ def ask(client: openai.OpenAI, entry: dict[str, Any], seed: int, temperature: fl
             reply = client.chat.completions.create(**common, response_format={
                 "type": "json_schema", "json_schema": {"name": entry["name"], "schema": entry["schema"]}})
             text = reply.choices[0].message.content
+    except openai.APITimeoutError:
+        out.seconds = time.perf_counter() - start
+        out.invalid = f"no answer within {client.timeout} s"
+        return out
+    except openai.InternalServerError as exc:
+        out.seconds = time.perf_counter() - start
+        out.cut = "cut off" in str(exc)  # a tool call that max_tokens ended
+        out.invalid = "" if out.cut else str(exc)
+        return out
     except openai.BadRequestError as exc:
         out.seconds = time.perf_counter() - start
         message = str(exc.body.get("message", exc) if isinstance(exc.body, dict) else exc)
@@ -89,8 +100,11 @@ def ask(client: openai.OpenAI, entry: dict[str, Any], seed: int, temperature: fl
     extras = (reply.model_extra or {}).get("x_localchat") or {}
     resampled = extras.get("resampled") or {}
     out.resampled, out.resample_ms = list(resampled.get("keywords", [])), float(resampled.get("ms", 0.0))
-    if reply.choices[0].finish_reason == "length" or text is None:
-        out.invalid = f"no whole value within {MAX_TOKENS} tokens ({reply.choices[0].finish_reason})"
+    if reply.choices[0].finish_reason == "length":
+        out.cut = True
+        return out
+    if text is None:
+        out.invalid = f"no value in the answer ({reply.choices[0].finish_reason})"
         return out
     try:
         validate(json.loads(text), entry["schema"])
@@ -99,22 +113,32 @@ def ask(client: openai.OpenAI, entry: dict[str, Any], seed: int, temperature: fl
     return out
 
 
-def run(client: openai.OpenAI, seeds: range, temperature: float = 0.8,
-        entries: list[dict[str, Any]] | None = None) -> list[Outcome]:
+def run(client: openai.OpenAI, seeds: range, temperature: float = 0.8, entries: list[dict[str, Any]] | None = None,
+        max_tokens: int = MAX_TOKENS, progress: bool = False) -> list[Outcome]:
     """Every entry with every seed, eight at a time (the engine batches them)."""
     jobs = [(entry, seed) for entry in (entries or load_corpus()) for seed in seeds]
+
+    def one(job: tuple[dict[str, Any], int]) -> Outcome:
+        outcome = ask(client, *job, temperature, max_tokens)
+        if progress:
+            print(f"{outcome.name} seed {outcome.seed}: {outcome.seconds:.1f} s, resampled {outcome.resampled}"
+                  f"{' CUT' if outcome.cut else ''}{' REFUSED ' + outcome.refused if outcome.refused else ''}"
+                  f"{' INVALID ' + outcome.invalid if outcome.invalid else ''}", file=sys.stderr, flush=True)
+        return outcome
     with ThreadPoolExecutor(8) as pool:
-        return list(pool.map(lambda job: ask(client, *job, temperature), jobs))
+        return list(pool.map(one, jobs))
 
 
 def report(outcomes: list[Outcome]) -> str:
-    valid = sum(not o.refused and not o.invalid for o in outcomes)
+    finished = [o for o in outcomes if not o.refused and not o.cut]
+    valid = sum(not o.invalid for o in finished)
     keywords = Counter(k for o in outcomes for k in o.resampled)
     with_resamples = [o for o in outcomes if o.resampled]
     lines = [f"{len({o.name for o in outcomes})} schemas x {len({o.seed for o in outcomes})} seeds = "
              f"{len(outcomes)} requests",
              f"refused: {sum(bool(o.refused) for o in outcomes)}",
-             f"schema-valid: {valid}/{len(outcomes)} ({100 * valid / max(1, len(outcomes)):.1f}%)",
+             f"cut by max_tokens inside the value, so not results: {sum(o.cut for o in outcomes)}",
+             f"schema-valid results: {valid}/{len(finished)} ({100 * valid / max(1, len(finished)):.1f}%)",
              f"answers resampled: {len(with_resamples)} ({sum(map(len, (o.resampled for o in outcomes)))} resamples)",
              f"time per request: {sum(o.seconds for o in outcomes) / max(1, len(outcomes)):.2f} s; resampling: "
              f"{sum(o.resample_ms for o in outcomes) / 1000:.1f} s in all, "
@@ -139,6 +163,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
     parser.add_argument("--output", help="also write the report to this file")
     args = parser.parse_args()
     config = EngineConfig(worker=WorkerConfig(n_ctx=8192, n_threads=default_threads()))
@@ -146,8 +171,9 @@ def main() -> int:
         url, server = start_server(engine)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
         started = time.perf_counter()
-        outcomes = run(client, range(args.seeds), args.temperature)
-        text = report(outcomes) + f"\n\nwall time: {time.perf_counter() - started:.0f} s"
+        outcomes = run(client, range(args.seeds), args.temperature, max_tokens=args.max_tokens, progress=True)
+        text = (f"temperature {args.temperature}, max_tokens {args.max_tokens}\n" + report(outcomes)
+                + f"\n\nwall time: {time.perf_counter() - started:.0f} s")
         server.should_exit = True
     print(text)
     if args.output:
