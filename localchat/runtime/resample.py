@@ -6,10 +6,11 @@ API's protocols, the terminal) gets only answers that pass.
 
 A resample keeps what came before the failing value as forced text (read with the prompt, fed to
 the grammar) and samples on from there: twice from the failing value itself, then twice from the
-value holding it, and so on out to the whole answer (counted for each place that fails). A greedy request resamples at a temperature
-with fixed seeds, so it stays reproducible. While the check is pending nothing goes out when the
-grammar leaves part of the schema to it (`hold`); a grammar that enforces all of it streams as
-usual, and the check only guards against a converter bug.
+value holding it, and so on out to the whole answer (counted for each place that fails). A greedy
+request resamples at a temperature with fixed seeds, so it stays reproducible. While the check is
+pending nothing goes out when the grammar leaves part of the schema to it (`hold`); a grammar that
+enforces all of it streams as usual, and the check only guards against a converter bug.
+An answer that max_tokens ends is not checked: it is cut, as without a check.
 """
 
 from __future__ import annotations
