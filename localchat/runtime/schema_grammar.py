@@ -183,7 +183,7 @@ class Converter(SchemaConverter):
                 body = _build_repetition(kv, low, high, separator_rule='"," space')
                 done |= {"patternProperties", "minProperties"} | ({"maxProperties"} if high is not None else set())
                 return self._add_rule(rule_name, f'"{{" space {body} "}}" space'), done
-        if not props and additional in (None, True) and not patterns:
+        if "properties" not in schema and additional in (None, True) and not patterns:
             if not low and high is None:
                 done |= {"minProperties", "maxProperties"}
             return self._primitive("object", rule_name), done

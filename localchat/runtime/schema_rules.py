@@ -93,19 +93,21 @@ class Format:
     note: str = ""
 
 
+# Each part bounded, so that a model unsure what to write still reaches the end of the value.
 _OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_HOST = "[a-z0-9]+([-][a-z0-9]+)*([.][a-z0-9]+([-][a-z0-9]+)*)*"
-_URL = f"https?://{_HOST}(/[a-zA-Z0-9._~%+-]*)*([?][a-zA-Z0-9._~%+=&-]*)?"
-_POINTER = "(/([a-zA-Z0-9._-]|~[01])*)*"
+_LABEL = "[a-z0-9]{1,20}([-][a-z0-9]{1,20})?"
+_HOST = f"{_LABEL}([.]{_LABEL}){{0,3}}"
+_URL = f"https?://{_HOST}(/[a-zA-Z0-9._~%+-]{{1,24}}){{0,4}}/?([?][a-zA-Z0-9._~%+=&-]{{1,32}})?"
+_POINTER = "(/([a-zA-Z0-9._-]|~[01]){0,24}){0,6}"
 FORMATS: dict[str, Format] = {
     "date": Format(None, exact=False, note="the calendar is checked: no 31 February"),
     "time": Format(None),
     "date-time": Format(None, exact=False, note="as date"),
     "uuid": Format(None),
-    "email": Format("^[a-z0-9]+([._+-][a-z0-9]+)*@" + _HOST + "[.][a-z]{2,6}$"),
-    "idn-email": Format("^[a-z0-9]+([._+-][a-z0-9]+)*@" + _HOST + "[.][a-z]{2,6}$"),
-    "hostname": Format(f"^{_HOST}$", exact=False, note="label lengths are checked"),
-    "idn-hostname": Format(f"^{_HOST}$", exact=False, note="as hostname"),
+    "email": Format("^[a-z0-9]{1,20}([._+-][a-z0-9]{1,20})?@" + _HOST + "[.][a-z]{2,6}$"),
+    "idn-email": Format("^[a-z0-9]{1,20}([._+-][a-z0-9]{1,20})?@" + _HOST + "[.][a-z]{2,6}$"),
+    "hostname": Format(f"^{_HOST}$"),
+    "idn-hostname": Format(f"^{_HOST}$"),
     "ipv4": Format(f"^{_OCTET}([.]{_OCTET}){{3}}$"),
     "ipv6": Format("^[0-9a-f]{1,4}(:[0-9a-f]{1,4}){7}$", note="the full eight-group form"),
     "uri": Format(f"^{_URL}$", note="http(s) URLs"),
@@ -114,9 +116,9 @@ FORMATS: dict[str, Format] = {
     "iri-reference": Format(f"^{_URL}$"),
     "uri-template": Format(f"^{_URL}$"),
     "json-pointer": Format(f"^{_POINTER}$"),
-    "relative-json-pointer": Format(f"^(0|[1-9][0-9]*)({_POINTER}|#)$"),
-    "duration": Format("^P([0-9]+D|[0-9]+W|T[0-9]+[HMS]|[0-9]+Y([0-9]+M)?)$"),
-    "regex": Format("^[a-zA-Z0-9 _-]*$"),
+    "relative-json-pointer": Format(f"^(0|[1-9][0-9]{{0,3}})({_POINTER}|#)$"),
+    "duration": Format("^P([0-9]{1,4}D|[0-9]{1,4}W|T[0-9]{1,4}[HMS]|[0-9]{1,4}Y([0-9]{1,2}M)?)$"),
+    "regex": Format("^[a-zA-Z0-9 _-]{0,40}$"),
 }
 
 

@@ -179,14 +179,17 @@ def test_json_object_and_keywords_once_refused(client: openai.OpenAI):
     checker = jsonschema.FormatChecker()
     for schema in [{"type": "integer", "minimum": 3, "maximum": 7}, {"type": "string", "format": "email"},
                    {"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5}]:
-        reply = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=40, temperature=0.8, seed=1,
+        reply = client.chat.completions.create(model=MODEL, max_tokens=80, temperature=0, messages=[
+            {"role": "user", "content": "The address and number of the Paris tourist office?"}],
                                                response_format={"type": "json_schema",
                                                                 "json_schema": {"name": "x", "schema": schema}})
         jsonschema.validate(json.loads(reply.choices[0].message.content), schema, format_checker=checker)
-    args = {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "integer", "minimum": 0},
+    args = {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                                                                "maximum": 99},
                                                     "minItems": 2, "maxItems": 4, "uniqueItems": True}},
             "required": ["xs"]}
-    reply = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=40, tool_choice="required",
+    reply = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=80, temperature=0,
+                                           tool_choice="required", parallel_tool_calls=False,
                                            tools=[{"type": "function", "function": {"name": "f", "parameters": args}}])
     jsonschema.validate(json.loads(reply.choices[0].message.tool_calls[0].function.arguments), args)
     with pytest.raises(openai.BadRequestError, match="dynamicRef") as caught:
