@@ -4,6 +4,7 @@
 #   ours   (default) llama-bench driving the installed wheel's own libraries and CPU variants: the
 #          binary is linked against a throwaway build, then run on the wheel's libraries.
 #   native (`native`) llama.cpp as a one-machine build ships it: -march=native, llamafile on.
+#   server (`server`) llama.cpp's own llama-server, built as `native` (benchmarks/serve_peer.py).
 # Prints the folder to pass as LLAMA_BENCH_OURS / LLAMA_CPP_BIN. Benchmarks only; never CI.
 set -euo pipefail
 kind="${1:-ours}"
@@ -11,15 +12,17 @@ python="${PYTHON:-.venv/bin/python}"
 version=$("$python" -c 'import llama_cpp; print(llama_cpp.__version__)')
 lib=$("$python" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")')
 root="${LOCALCHAT_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/localchat-build}/llama-bench-$version-$kind"
-if [ ! -x "$root/build/bin/llama-bench" ]; then
+target=llama-bench
+[ "$kind" = server ] && target=llama-server
+if [ ! -x "$root/build/bin/$target" ]; then
   mkdir -p "$root"
   if [ ! -d "$root/src" ]; then
     "$python" -m pip download --no-deps --no-binary :all: -d "$root" "llama-cpp-python==$version" >&2
     mkdir -p "$root/src" && tar xzf "$root"/llama_cpp_python-*.tar.gz -C "$root/src" --strip-components=1
   fi
-  flags=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
-         -DLLAMA_BUILD_SERVER=OFF)
-  if [ "$kind" = native ]; then
+  flags=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF)
+  if [ "$kind" = server ]; then flags+=(-DLLAMA_BUILD_SERVER=ON); else flags+=(-DLLAMA_BUILD_SERVER=OFF); fi
+  if [ "$kind" != ours ]; then
     flags+=(-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON)
     # Without AMX: ggml's AMX kernels die of SIGILL on virtualised CPUs that report AMX.
     if grep -q amx_tile /proc/cpuinfo 2>/dev/null; then
@@ -30,9 +33,9 @@ if [ ! -x "$root/build/bin/llama-bench" ]; then
     flags+=(-DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF -DGGML_CPU=OFF)
   fi
   cmake -S "$root/src/vendor/llama.cpp" -B "$root/build" "${flags[@]}" >&2
-  cmake --build "$root/build" --target llama-bench -j "$(nproc)" >&2
+  cmake --build "$root/build" --target "$target" -j "$(nproc)" >&2
 fi
-if [ "$kind" = native ]; then
+if [ "$kind" != ours ]; then
   echo "$root/build/bin"
 else
   # llama-bench loads CPU variants from its own folder: give it the wheel's, beside it.

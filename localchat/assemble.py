@@ -8,7 +8,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from . import paths
 from .config import Settings
+from .units import size_text
 
 if TYPE_CHECKING:
     from .runtime.worker import WorkerConfig
@@ -24,7 +26,7 @@ def progress_bar(label: str) -> Callable[[int, int], None]:
         width = 30
         filled = int(width * done / total) if total else width
         end = "\n" if done >= total else ""
-        print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done / 1e6:.0f}/{total / 1e6:.0f} MB",
+        print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {size_text(done)} of {size_text(total)}",
               end=end, file=sys.stderr, flush=True)
     return show
 
@@ -59,13 +61,15 @@ def open_engine(settings: Settings, status: Callable[[str], None] | None = None,
         draft = model_file(settings.draft) if settings.draft else catalog_draft(settings.model)
     if status is not None:
         status(f"loading {path.name}")
-    layout = arrange_workers(settings, worker, path, draft)
-    log.info("placement: %s", layout.description)
-    config = EngineConfig(worker=layout.worker, step_budget=settings.step_budget, draft_path=draft,
-                          lookup=settings.speculation and draft is None, prefill=layout.prefill,
-                          draft_worker=layout.draft, step_costs=layout.step_costs, on_load_progress=progress)
+    arrangement = arrange_workers(settings, worker, path, draft)
+    log.info("placement: %s", arrangement.description)
+    config = EngineConfig(worker=arrangement.worker, step_budget=settings.step_budget, draft_path=draft,
+                          lookup=settings.speculation and draft is None, prefill=arrangement.prefill,
+                          draft_worker=arrangement.draft, step_costs=arrangement.step_costs, on_load_progress=progress,
+                          kv_disk_dir=paths.kv_states_dir() if settings.kv_disk_mb else None,
+                          kv_disk_bytes=settings.kv_disk_mb << 20)
     engine = Engine.load(path, config)
-    engine.placement = layout.description
+    engine.placement = arrangement.description
     return engine
 
 
@@ -75,12 +79,12 @@ def arrange_workers(settings: Settings, worker, path, draft):
     The hardware is read (quickly, in-process, once) only when the placement depends on it."""
     import functools
 
-    from .planning.choose import choose_layout
+    from .planning.choose import choose_arrangement
     from .tune.profile import launch_profile, quick_hardware, tuned_for
 
     hardware = functools.cache(quick_hardware)
     profile = tuned_for(launch_profile(hardware), path)
-    layout = choose_layout(settings.placement, worker, path, draft, settings.devices, hardware,
-                           tuned=profile.placement if profile else None)
-    layout.step_costs = profile.step_costs(layout) if profile else None
-    return layout
+    arrangement = choose_arrangement(settings.placement, worker, path, draft, settings.devices, hardware,
+                                     tuned=profile.layout if profile else None)
+    arrangement.step_costs = profile.step_costs(arrangement) if profile else None
+    return arrangement

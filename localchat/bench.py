@@ -16,6 +16,7 @@ from .runtime.engine import Engine, EngineConfig, Request
 from .runtime.events import TextDelta
 from .runtime.worker import WorkerConfig, default_threads
 from .bench_report import Report, isolated
+from .units import rate_text
 from .workloads import document, greedy, mixed_workload
 
 THREADS = default_threads()
@@ -163,7 +164,8 @@ def _decode_rate(path: Path, threads: int, adapt: bool, n_decode: int) -> tuple[
     with _engine(path, n_ctx=2048, adapt_threads=adapt, threads=threads) as engine:
         engine.submit(Request(prompt="Warm up.", sampling=greedy(8))).result()
         result = engine.submit(Request(prompt="Story: once upon a time", sampling=greedy(n_decode))).result()
-        return result.stats.tokens_per_s, engine.tuners[1].threads if engine.tuners and 1 in engine.tuners else threads
+        tuners = engine.meter.tuners or {}  # the thread tuner of single-token steps, when threads adapt
+        return result.stats.tokens_per_s, tuners[1].threads if 1 in tuners else threads
 
 
 def _spin() -> None:
@@ -216,7 +218,7 @@ def single_stream_table(emit, files: dict[str, Path], repeats: int, quick: bool,
     bandwidth = bandwidth or measure_host_bandwidth(seconds=1.0) or 0.0
     emit(f"### Single stream: prefill of ~512 tokens and decode of {64 if quick else 128} (medians of {repeats})")
     emit("")
-    emit(f"Our CPU kernels: {backends.describe()}; {where} bandwidth {bandwidth / 1e9:.1f} GB/s. "
+    emit(f"Our CPU kernels: {backends.describe()}; {where} bandwidth {rate_text(bandwidth)}. "
          "llama-bench (ours) drives our wheel's own libraries; native is llama.cpp built with -march=native and llamafile."
          + ("" if ours_bench else " Run benchmarks/build-llama-bench.sh to add llama-bench."))
     emit("")

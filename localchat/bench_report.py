@@ -8,6 +8,7 @@ import platform
 from pathlib import Path
 
 from .runtime.worker import default_threads
+from .units import size_text
 
 
 def isolated(fn, *args):
@@ -29,7 +30,7 @@ def machine_facts() -> str:
     try:
         import psutil
 
-        ram = f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM"
+        ram = f"{size_text(psutil.virtual_memory().total)} RAM"
     except ImportError:
         ram = "RAM unknown"
     return (f"{cpu}, {os.cpu_count()} logical cores, {ram}, {default_threads()} threads; Python {platform.python_version()}, "

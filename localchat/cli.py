@@ -10,9 +10,12 @@ import sys
 import textwrap
 from typing import Callable
 
+from .arguments import Parser, closest
 from .assemble import progress_bar
 from .config import PLACEMENT_HELP, TOP, Settings, add_flags, flag_values, load_settings
+from .key_options import KEY_FLAGS, key_flag
 from .errors import LocalchatError
+from .ingest.kinds import listing as document_kinds
 from .logging_setup import one_line_user_errors
 
 # Subcommands with their own argument parsers: everything after the name is passed through.
@@ -39,15 +42,32 @@ def _window_args(parser: argparse.ArgumentParser) -> list[argparse.Action]:
         parser.add_argument("--host", help="address to bind (default 127.0.0.1; any other needs --listen)"),
         parser.add_argument("--port", type=int, help="port (default 7860, or the next free one after it)"),
         parser.add_argument("--listen", action="store_true",
-                            help="accept connections from other machines (needs --api-key: the window asks for it "
-                                 "as the password of the user 'localchat', the API as a bearer token)"),
-        parser.add_argument("--api-key", dest="api_key", default=os.environ.get("LOCALCHAT_API_KEY"),
-                            help="require this key on the window and the API (or LOCALCHAT_API_KEY)"),
+                            help="accept connections from other machines (needs a key, best set as LOCALCHAT_API_KEY: "
+                                 "the window asks for it as the password of the user 'localchat', the API as a "
+                                 "bearer token)"),
+        _key_arg(parser, "--api-key", "require this key on the window and the API"),
         parser.add_argument("--no-browser", dest="browser", action="store_false",
                             help="print the window's address instead of opening a browser"),
         parser.add_argument("--cors-origin", dest="cors_origins", action="append", default=[], metavar="ORIGIN",
                             help="let web pages from ORIGIN (e.g. http://localhost:3000) call the API; repeatable"),
     ]
+
+
+def _key_arg(parser: argparse.ArgumentParser, flag: str, about: str) -> argparse.Action:
+    """A key option that steers to its environment variable: a command line is readable by every user."""
+    env = KEY_FLAGS[flag]
+    return parser.add_argument(flag, dest=flag[2:].replace("-", "_"), default=os.environ.get(env), metavar="KEY",
+                               help=f"{about}; set {env} instead: this option's value shows in the process list "
+                                    "(ps) to every user of this machine")
+
+
+def warn_about_key_flags(argv: list[str]) -> None:
+    """A warning on stderr for each key given on the command line (not for one from the environment)."""
+    given = dict.fromkeys(name for arg in argv if (name := key_flag(arg.split("=", 1)[0])))
+    for flag in given:
+        print(f"localchat: warning: the key given with {flag} can be read by every user of this machine in the "
+              f"process list (ps, /proc/PID/cmdline); set {KEY_FLAGS[flag]} in the environment instead.",
+              file=sys.stderr, flush=True)
 
 
 def _flag(action: argparse.Action) -> str:
@@ -93,9 +113,16 @@ def _sampling_args(parser: argparse.ArgumentParser, defaults_for: str = "") -> N
         group.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
+def _named(text: str) -> str:
+    """A file name given to a flag: an empty one (`--file ""`) is refused, never read as no file."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("needs a file name, not an empty string")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="localchat", description="Chat with the best local model your machine can run.",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="localchat", description="Chat with the best local model your machine can run.",
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_flags(parser, TOP)  # --verbose
     sub = parser.add_subparsers(dest="command")
 
@@ -103,10 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_args(chat, "chat")
     _sampling_args(chat)
     chat.add_argument("--json", action="store_true", help="print one JSON object with the answer and its stats")
-    chat.add_argument("--json-schema", dest="json_schema", metavar="FILE",
+    chat.add_argument("--json-schema", dest="json_schema", metavar="FILE", type=_named,
                       help="answer with JSON valid under the JSON schema in FILE (enforced while sampling)")
-    chat.add_argument("--file", action="append", default=[], dest="files", metavar="PATH",
-                      help="a document to ask about (PDF, DOCX, TXT, MD, HTML, source; repeatable)")
+    chat.add_argument("--file", action="append", default=[], dest="files", metavar="PATH", type=_named,
+                      help=f"a document to ask about ({document_kinds()}; repeatable)")
     chat.add_argument("prompt", nargs="?", help="the question; omit it for an interactive chat")
 
     pull = sub.add_parser("pull", help="download a catalog model")
@@ -121,12 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to bind (default 127.0.0.1; any other needs --listen)")
     serve.add_argument("--port", type=int, help="port (default 8000, or the next free one after it)")
     serve.add_argument("--listen", action="store_true",
-                       help="accept connections from other machines (binds 0.0.0.0 unless --host; needs --api-key)")
-    serve.add_argument("--api-key", dest="api_key", default=os.environ.get("LOCALCHAT_API_KEY"),
-                       help="require 'Authorization: Bearer KEY' on every API request (or LOCALCHAT_API_KEY)")
+                       help="accept connections from other machines (binds 0.0.0.0 unless --host; needs a key, "
+                            "best set as LOCALCHAT_API_KEY)")
+    _key_arg(serve, "--api-key", "require 'Authorization: Bearer KEY' on every API request")
     serve.add_argument("--backend", help="forward to this OpenAI-compatible server (e.g. http://host:8080/v1) "
                                          "instead of running a local model")
-    serve.add_argument("--backend-key", dest="backend_key", help="bearer token to send to the --backend server")
+    _key_arg(serve, "--backend-key", "bearer token to send to the --backend server")
     serve.add_argument("--cors-origin", dest="cors_origins", action="append", default=[], metavar="ORIGIN",
                        help="let web pages from ORIGIN (e.g. http://localhost:3000) call the API; repeatable")
     _sampling_args(serve, "API requests")
@@ -161,10 +188,16 @@ def main(argv: list[str] | None = None) -> int:
             return _guarded(lambda: _probe(module.main, rest[1:]))
         return _guarded(lambda: module.main(rest[1:]))
     parser = build_parser()
+    if rest and not rest[0].startswith("-") and rest[0] not in COMMANDS:
+        # The window takes options only: a word first is a command, perhaps mistyped (`localchat chta`).
+        meant = closest(rest[0], sorted(COMMANDS))
+        parser.error(f"unknown command '{rest[0]}'" + (f"; did you mean {meant}?" if meant else
+                                                        "; `localchat --help` lists the commands"))
     if not rest or (rest[0] not in COMMANDS and rest[0] not in ("-h", "--help")):
         # No command: the chat window, with any options given (`localchat --no-browser`).
         argv = [*(["--verbose"] if verbose else []), "ui", *rest]
     args = parser.parse_args(argv)
+    warn_about_key_flags(argv)
     if args.verbose:
         logging.getLogger("localchat").setLevel(logging.DEBUG)
     command = args.command
@@ -219,7 +252,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         from .api.constraints import schema_file_grammar
 
         sampling.grammar = schema_file_grammar(args.json_schema)
-    return chat(_settings(args), sampling, args.prompt, args.files, args.system, args.json,
+    return chat(lambda model: _settings(args, model), sampling, args.prompt, args.files, args.system, args.json,
                 progress=not args.verbose)
 
 
@@ -232,21 +265,9 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from . import gptq
-    from .models.catalog import load_catalog
-    from .models.download import cached_file
+    from .model_list import list_models
 
-    # GPTQ checkpoints run on the torch worker: without the extra they are listed, with what they need.
-    needs = "" if gptq.extra_installed() else f"; {gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}"
-    print(f"{'NAME':<28} {'QUANT':<10} {'SIZE':>8}  STATUS")
-    for key, entry in sorted(load_catalog().items()):
-        for quant, model_file in entry.files.items():
-            local = cached_file(model_file)
-            status = f"local: {local}" if local else "not downloaded"
-            if model_file.is_checkpoint:
-                status += f" (GPTQ {model_file.bits}-bit checkpoint for NVIDIA GPUs{needs})"
-            print(f"{key + ':' + quant:<28} {quant:<10} {model_file.size / 1e6:>6.0f}MB  {status}")
-    return 0
+    return list_models()
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from .errors import ConfigError
+from .key_options import KEY_FLAGS
 from .paths import config_dir
 from .planning.placements import PLACEMENT_HELP, PLACEMENTS  # where the model runs: one vocabulary
 
@@ -34,9 +35,10 @@ ENGINE_COMMANDS = ("chat", "serve", "ui")  # the subcommands that load a model
 TOP = "localchat"  # the top-level parser, for flags that go before the command
 ENV_PREFIX = "LOCALCHAT_"
 # Variables of the same prefix that are not settings: where files live, the installer's build cache,
-# the test suite's home, the API key (kept out of settings files on purpose), the CPU variant the
+# the test suite's home, the keys (kept out of settings files on purpose), the CPU variant the
 # runtime loads (runtime/backends.py) and the GPU layers of `localchat bench`.
-NOT_SETTINGS = ("HOME", "BUILD_CACHE", "TEST_HOME", "API_KEY", "CPU_VARIANT", "BENCH_GPU_LAYERS")
+NOT_SETTINGS = ("HOME", "BUILD_CACHE", "TEST_HOME", *(env[len(ENV_PREFIX):] for env in KEY_FLAGS.values()),
+                "CPU_VARIANT", "BENCH_GPU_LAYERS")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,9 @@ class Settings:
     # 0 chooses it from measured step costs, so a streaming chat stays fluid beside a long document.
     step_budget: int = setting(0, "prompt tokens per step beside streaming chats (default: adaptive)",
                                commands=ENGINE_COMMANDS, low=0, zero="adaptive", model_bound=True)
+    kv_disk_mb: int = setting(4096, "disk space for the KV state of long prompts read once (documents, long "
+                                    "system prompts), restored instead of read again; MiB",
+                              commands=ENGINE_COMMANDS, low=0, zero="off")
     deterministic: bool = setting(False, "identical greedy output however prompts are chunked or reused "
                                          "(slower prefill)", commands=ENGINE_COMMANDS)
     draft: str = setting("", "draft model for speculative decoding (catalog name or .gguf path)",

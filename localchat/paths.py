@@ -62,6 +62,11 @@ def data_dir() -> Path:
     return _dir("data")
 
 
+def kv_states_dir() -> Path:
+    """Prompt KV states saved after a long read (they hold what the documents said: private)."""
+    return private_dir(data_dir() / "kv-states")
+
+
 def log_dir() -> Path:
     """Log files."""
     return _dir("log")

@@ -21,6 +21,7 @@ from typing import Any, Callable, TextIO
 from urllib.parse import urljoin
 
 from . import __version__
+from .units import size_text
 
 QUESTION = "Name the capital city of France."
 MAX_TOKENS = 24
@@ -120,7 +121,7 @@ def _run_checks(test: SelfTest, state: dict[str, Any], model: str | None) -> Non
         state["settings"] = settings
         bundled = bundled_model_dir()
         where = "from the bundle" if bundled is not None and path.parent == bundled else "local"
-        return f"{settings.model} {where}: {path.name} ({path.stat().st_size / 1e6:.0f} MB)"
+        return f"{settings.model} {where}: {path.name} ({size_text(path.stat().st_size)})"
 
     def load() -> str:
         engine = open_engine(state["settings"])

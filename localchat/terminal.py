@@ -1,4 +1,4 @@
-"""`localchat chat`: one answer (plain or JSON, with documents), or an interactive chat in the terminal."""
+"""`localchat chat`: one answer (plain or JSON, with documents), or a chat in the terminal (interactive.py)."""
 
 from __future__ import annotations
 
@@ -6,30 +6,38 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .assemble import open_engine
 from .config import Settings
-from .errors import LocalchatError, RequestError
+from .errors import RequestError
 from .progress_line import ProgressLine, follow
 from .runtime.engine import Engine, Request
-from .runtime.events import Done, Failed, Stats, TextDelta, collect
+from .runtime.events import Failed, Stats, TextDelta, collect
 from .runtime.sampling import SamplingParams
 
 log = logging.getLogger("localchat")
 
 
-def chat(settings: Settings, sampling: SamplingParams, prompt: str | None, files: list[str], system: str | None,
-         as_json: bool, progress: bool) -> int:
-    """Answer `prompt` (about `files`), or chat interactively without one; `progress` draws the status line."""
-    documents = _read_documents(files)  # before the model loads: a broken file fails fast
+def chat(settings_for: Callable[[str | None], Settings], sampling: SamplingParams, prompt: str | None,
+         files: list[str], system: str | None, as_json: bool, progress: bool) -> int:
+    """Answer `prompt` (about `files`), or chat without one; `settings_for(model)` gives the settings of the
+    configured model (None) or of one `/model` switches to; `progress` draws the status line."""
+    # Every refusal before the model loads: a wrong command line costs no wait.
+    if prompt is not None and not prompt.strip():
+        raise RequestError("the prompt is empty: ask something (localchat chat \"What is 2+2?\"), or leave the "
+                           "prompt out to chat in the terminal.")
+    if prompt is None and as_json:
+        raise RequestError("--json answers one prompt: localchat chat --json \"What is 2+2?\"")
+    documents = _read_documents(files)  # a broken file fails fast
     if documents and prompt is None:
         raise RequestError("--file needs a question: localchat chat --file PATH \"What does it say about ...?\"")
     # --verbose prints llama.cpp's log on stderr, which a redrawn line would garble: no progress then.
-    with ProgressLine(enabled=progress) as line, open_engine(settings, status=line.set) as engine:
-        if prompt is None:
-            line.clear()
-            return _interactive(engine, system, sampling, progress)
+    if prompt is None:
+        from .interactive import Session
+
+        return Session(settings_for, sampling, system, progress).run()
+    with ProgressLine(enabled=progress) as line, open_engine(settings_for(None), status=line.set) as engine:
         messages = [{"role": "system", "content": system}] if system else []
         included = None
         content = prompt
@@ -50,12 +58,18 @@ def _read_documents(paths: list[str]) -> list:
 def _fit_documents(engine: Engine, messages: list[dict[str, str]], question: str, documents: list,
                    max_tokens: int | None) -> tuple[str, Any]:
     """The user turn with whole documents or their best chunks, and what was included."""
-    from .ingest import build_prompt, select
+    from .ingest import VectorStore, build_prompt, select
     from .ingest.fit import document_budget
+    from .models.embedding import shared_models
 
     history = len(engine.prompt_tokens(Request(messages=messages))) if messages else 0
     budget = document_budget(engine.n_ctx, history, max_tokens)
-    selection = select(question, documents, budget, engine.count_tokens)
+    vectors = VectorStore()  # the window's store: a document asked about before is not embedded again
+    try:
+        selection = select(question, documents, budget, engine.count_tokens, embedder=shared_models().default(),
+                           vectors=vectors)
+    finally:
+        vectors.close()
     return build_prompt(question, selection), selection
 
 
@@ -83,50 +97,3 @@ def _answer_once(engine: Engine, messages: list[dict[str, str]], sampling: Sampl
             raise event.error
     sys.stdout.write("\n")
     return 0
-
-
-def _interactive(engine: Engine, system: str | None, sampling: SamplingParams, progress: bool) -> int:
-    history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
-    print(f"localchat: {engine.worker.describe()} - type a message; /reset clears, /exit or Ctrl-D quits, "
-          "Ctrl-C stops an answer.", file=sys.stderr)
-    while True:
-        try:
-            line = input("> ").strip()
-        except EOFError:
-            print(file=sys.stderr)
-            return 0
-        if not line:
-            continue
-        if line in ("/exit", "/quit"):
-            return 0
-        if line == "/reset":
-            history = history[:1] if system else []
-            continue
-        history.append({"role": "user", "content": line})
-        try:
-            stream = engine.submit(Request(messages=history, sampling=sampling))
-        except LocalchatError as exc:
-            history.pop()
-            print(f"localchat: {exc}", file=sys.stderr)
-            continue
-        parts: list[str] = []
-        try:
-            with ProgressLine(enabled=progress) as status:
-                status.set("reading the prompt")
-                for event in follow(stream, status):
-                    if isinstance(event, TextDelta):
-                        parts.append(event.text)
-                        sys.stdout.write(event.text)
-                        sys.stdout.flush()
-                    elif isinstance(event, Stats):
-                        stats = f"[{event.completion_tokens} tokens, {event.tokens_per_s:.1f} tok/s, TTFT {event.ttft_ms:.0f} ms]"
-                    elif isinstance(event, Failed):
-                        print(f"\nlocalchat: {event.message}", file=sys.stderr)
-                    elif isinstance(event, Done):
-                        print(f"\n{stats}", file=sys.stderr)
-        except KeyboardInterrupt:
-            stream.cancel()
-            for _ in stream:
-                pass
-            print("\n[stopped]", file=sys.stderr)
-        history.append({"role": "assistant", "content": "".join(parts)})

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # From nothing to a working install in .venv: the llama.cpp runtime, localchat, and with --dev
-# the test tools and the gptq extra (so CI tests the torch worker); --gptq: the gptq extra alone.
+# the test tools, the gptq extra (so CI tests the torch worker) and the derive extra (so CI makes the
+# embedding model with llama.cpp's converter); --gptq or --derive: that extra alone.
 # Safe to run again; it reuses what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,9 +15,10 @@ PY
 .venv/bin/python -m pip install --quiet --upgrade pip
 PYTHON=.venv/bin/python bash scripts/install-runtime.sh
 extras=""
-[ "${1:-}" = "--dev" ] && extras="[dev,gptq]"
+[ "${1:-}" = "--dev" ] && extras="[dev,gptq,derive]"
 [ "${1:-}" = "--gptq" ] && extras="[gptq]"
+[ "${1:-}" = "--derive" ] && extras="[derive]"
 # torch pinned to the CPU build for tests and CPU machines; a GPU user installs the CUDA build instead.
-case "$extras" in *gptq*) .venv/bin/python -m pip install --quiet torch==2.13.0 ;; esac
+case "$extras" in *gptq*|*derive*) .venv/bin/python -m pip install --quiet torch==2.13.0 ;; esac
 .venv/bin/python -m pip install --quiet -e ".$extras"
 echo "localchat is installed in .venv: run .venv/bin/localchat" >&2

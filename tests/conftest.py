@@ -19,6 +19,25 @@ def model_path() -> Path:
     return resolve_model("smollm2-135m")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def close_embedding_models():
+    """Embedding models a module's servers or chats loaded are closed with the module: a model left
+    loaded would keep the process on its CPU kernels, and the deterministic tests need others."""
+    yield
+    from localchat.models.embedding import shared_models
+
+    shared_models().close()
+
+
+@pytest.fixture(scope="session")
+def embedding_model_path() -> Path:
+    """all-MiniLM-L6-v2, made once per test home by llama.cpp's converter through `localchat pull`'s path."""
+    from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL
+    from localchat.models.resolve import resolve_model
+
+    return resolve_model(DEFAULT_EMBEDDING_MODEL)
+
+
 @pytest.fixture(scope="session")
 def q8_model_path(model_path: Path) -> Path:
     """A Q8_0 sibling made from the Q4_1 file with llama.cpp's own quantizer."""

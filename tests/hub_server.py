@@ -44,6 +44,8 @@ class FakeHub:
     listed_sizes: dict[tuple[str, str], int] = field(default_factory=dict)
     down: bool = False  # drop every connection unanswered, as an unreachable hub looks to the client
     bytes_per_s: int = 0  # a slow network: file bodies trickle at this rate (0: as fast as the socket goes)
+    # Headers that replace the real ones in every file's metadata answer: a hostile hub, mirror or proxy.
+    forged: dict[str, str] = field(default_factory=dict)
     requests: list[Seen] = field(default_factory=list)
     _sha: dict[tuple[str, str], str] = field(default_factory=dict)
     _servers: list[ThreadingHTTPServer] = field(default_factory=list)
@@ -158,7 +160,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(302, headers={
             "Location": f"{self.hub.cdn_url}/cdn/{sha}?name={filename}",
             "X-Repo-Commit": COMMIT, "ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"',
-            "X-Linked-Size": str(len(data)), "Accept-Ranges": "bytes",
+            "X-Linked-Size": str(len(data)), "Accept-Ranges": "bytes", **self.hub.forged,
         })
 
     def _serve_bytes(self, sha: str, head: bool) -> None:

@@ -21,7 +21,7 @@ from localchat.runtime.worker import WorkerConfig
 from localchat.api.app import ServeOptions, bind_socket, create_app
 from localchat.api.local import LocalService
 from localchat.api.proxy import ProxyService
-from ui_server import serve_in_thread
+from ui_server import serve_in_thread, stop_servers
 
 MODEL = "smollm2-135m"
 KEY = "test-key-5f2a"
@@ -49,10 +49,7 @@ def servers(engine: Engine) -> Iterator[dict[str, str]]:
     running.append(start(ProxyService(running[0][0])))
     running.append(start(ProxyService(running[1][0], api_key=KEY)))
     yield {"open": running[0][0], "keyed": running[1][0], "proxy": running[2][0], "keyed_proxy": running[3][0]}
-    for _, server, _ in running:
-        server.should_exit = True
-    for _, _, thread in running:
-        thread.join(10)
+    stop_servers(running)
 
 
 def client_for(url: str, key: str = "unused") -> openai.OpenAI:
@@ -182,7 +179,7 @@ def test_api_key_is_required_when_set(servers: dict[str, str]):
 
 
 def test_listening_beyond_loopback_needs_a_key(capsys: pytest.CaptureFixture[str]):
-    for args, message in [(["serve", "--listen"], "needs --api-key"),
+    for args, message in [(["serve", "--listen"], "set LOCALCHAT_API_KEY"),
                           (["serve", "--host", "0.0.0.0", "--api-key", KEY], "add --listen"),
                           (["serve", "--host", "192.168.1.5"], "add --listen")]:
         assert main(args) == 1

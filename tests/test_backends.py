@@ -49,3 +49,11 @@ def test_probe_names_the_cpu_kernels():
     assert done.returncode == 0, done.stderr
     line = next(l for l in done.stdout.splitlines() if l.startswith("CPU kernels"))
     assert any(backends.variant_name(m) in line for m in backends.ranked(exact=False))
+
+
+def test_a_float_weight_file_proves_nothing_of_the_quantized_kernels(model_path: Path, embedding_model_path: Path):
+    # The F16 embedding model runs none of the AMX kernels that crash here: proven on it, the AMX
+    # variant would pass and then kill the first quantized chat model.
+    proof, telling = backends._proof_model(embedding_model_path)
+    assert proof != embedding_model_path and telling
+    assert not proof.name.upper().endswith(("F16.GGUF", "F32.GGUF"))

@@ -236,6 +236,32 @@ def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(p
     wait_answered(page)
 
 
+def test_an_attached_document_is_read_before_the_question_and_a_detach_ends_the_read(page, ui: RunningUI,
+                                                                                    tmp_path: Path):
+    reading = page.locator("#reading")
+    long_doc = tmp_path / "long-ledger.txt"
+    long_doc.write_text("\n".join(f"Ledger {i}: vessel {i * 13 % 500} paid {i * 7 % 90} marks at gate {i % 6}."
+                                  for i in range(100)))  # fits whole: read ahead
+    attach_files(page, long_doc)
+    expect(reading).to_contain_text("reading the document", timeout=LONG)
+    shot(page, "9c-reading-ahead")
+    page.get_by_role("button", name="Remove long-ledger.txt").click()
+    expect(reading).not_to_contain_text("reading", timeout=LONG)  # the detach ended the read
+    wait_until(lambda: not ui.runtime.engine.scheduler.running, "the read-ahead to end")
+
+    doc = tmp_path / "auditors.txt"
+    doc.write_text(FILLER * 8 + "\nThe auditor of the northern depot is called Mirela.\n" + FILLER * 4)
+    attach_files(page, doc)
+    expect(reading).to_contain_text("reading the document", timeout=LONG)
+    expect(reading).not_to_contain_text("reading", timeout=LONG)  # read whole before any question
+    ask(page, "Who is the auditor of the northern depot?")
+    wait_answered(page)
+    stats = re.search(r"([\d,]+) prompt tokens reused", last_reply(page).inner_text())
+    n_doc = ui.runtime.engine.count_tokens(doc.read_text())
+    assert stats is not None and int(stats.group(1).replace(",", "")) >= n_doc, last_reply(page).inner_text()
+    shot(page, "9d-asked-after-reading")
+
+
 def test_the_status_panel_gives_the_models_own_size(page):
     expect(page.locator("#status")).to_contain_text("135M parameters")
     expect(page.locator("#status")).not_to_contain_text("256M")
@@ -244,15 +270,20 @@ def test_the_status_panel_gives_the_models_own_size(page):
 def test_the_title_follows_an_edit_of_the_first_message(page, ui: RunningUI):
     ask(page, "Name the capital city of Spain.")
     wait_answered(page)
-    page.locator("#edit").click()
-    box = page.locator("#message textarea")
+    page.locator("#edit").click()  # opens the last message's own edit box: the same edit as its pencil
+    box = page.locator("#chat textarea.edit-textarea")
     expect(box).to_have_value("Name the capital city of Spain.")
+    page.reload()  # nothing is cut before the edit is sent
+    page.locator("#message textarea").wait_for()
+    expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Spain.")
+    page.locator("#edit").click()
     box.fill("Name the capital city of Italy.")
-    box.press("Enter")
+    page.locator("#chat button[aria-label='Submit']").click()
     wait_answered(page)
     expect(page.locator("#conversations")).to_contain_text("Name the capital city of Italy.")
-    assert conversation_titled(ui, "Name the capital city of Italy.") is not None
-    assert conversation_titled(ui, "Name the capital city of Spain.") is None
+    conv = conversation_titled(ui, "Name the capital city of Italy.")
+    assert conv is not None and conversation_titled(ui, "Name the capital city of Spain.") is None
+    expect(page.locator("#chat .user").first).to_contain_text("‹ 2/2 ›")  # the old question is a branch, kept
     shot(page, "10-title-follows-edit")
 
 
@@ -276,6 +307,36 @@ def test_delete_asks_first_and_a_reload_reopens_the_last_chat(page, ui: RunningU
     expect(page.locator("#chat .bot")).to_have_count(0)
     expect(page.locator("#conversations")).not_to_contain_text(title)
     assert conversation_titled(ui, title) is None
+
+
+def test_the_chats_trash_icon_deletes_after_asking(page, ui: RunningUI):
+    ask(page, "Name the capital city of Chile.")
+    wait_answered(page)
+    page.locator("#chat button[aria-label='Clear']").click()
+    expect(page.locator("#delete-confirm")).to_be_visible()
+    expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Chile.")  # shown while it asks
+    shot(page, "11b-trash-asks")
+    page.locator("#delete-cancel").click()
+    expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Chile.")
+    assert conversation_titled(ui, "Name the capital city of Chile.") is not None
+    page.locator("#chat button[aria-label='Clear']").click()
+    page.locator("#delete-yes").click()
+    expect(page.locator("#conversations")).not_to_contain_text("Name the capital city of Chile.")
+    expect(page.locator("#chat .user")).to_have_count(0)
+    assert conversation_titled(ui, "Name the capital city of Chile.") is None
+
+
+def test_an_unsent_draft_stays_with_its_chat(page, ui: RunningUI):
+    ask(page, "Name the capital city of Peru.")
+    wait_answered(page)
+    box = page.locator("#message textarea")
+    box.fill("And of Bolivia?")  # not sent
+    page.locator("#new-chat").click()
+    expect(box).to_have_value("")  # the new chat does not inherit it
+    box.fill("A draft for the new chat")
+    page.locator("#conversations").get_by_text("Name the capital city of Peru.").click()
+    expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Peru.")
+    expect(box).to_have_value("And of Bolivia?")  # back with its own chat
 
 
 def test_chats_show_dates_and_can_be_searched_and_renamed(page, ui: RunningUI):
@@ -482,10 +543,12 @@ def test_files_attached_with_the_button_are_chips_with_token_counts_that_can_be_
     attach_files(page, notes, plan)
     chips = page.locator("#attachments .lc-chip")
     expect(chips).to_have_count(2)
-    from localchat.ingest import extract_isolated
+    from localchat.ingest import document_tokens, extract_isolated
 
-    # The tokens of what the model reads: the extracted text, counted by the engine's tokenizer.
-    core_counts = {path.name: ui.runtime.engine.count_tokens(extract_isolated(path).text) for path in (notes, plan)}
+    # The tokens of what the model reads: the document as the prompt holds it (its source markers
+    # included), counted by the engine's tokenizer.
+    core_counts = {path.name: document_tokens(extract_isolated(path), ui.runtime.engine.count_tokens)
+                   for path in (notes, plan)}
     for name, n in core_counts.items():
         expect(chips.filter(has_text=name)).to_contain_text(f"{n:,} tokens")
     expect(page.locator("#meter")).to_contain_text(f"{sum(core_counts.values()):,} of 4,096 context tokens")

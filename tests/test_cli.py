@@ -29,16 +29,126 @@ def test_chat_streams_plain_text(model_path: Path):
     assert done.stdout.strip()
 
 
-def test_interactive_chat_keeps_the_conversation(model_path: Path):
-    turns = "My name is Ada. Remember it.\nWhat is my name?\n/reset\nWhat is my name?\n"
-    done = subprocess.run([sys.executable, "-m", "localchat", "chat", "--temperature", "0", "--max-tokens", "24"],
-                          input=turns, capture_output=True, text=True, timeout=180)
+def chat_session(*lines: str) -> subprocess.CompletedProcess:
+    """`localchat chat` with `lines` piped in, as `printf ... | localchat chat` runs it."""
+    return subprocess.run([sys.executable, "-m", "localchat", "chat", "--temperature", "0", "--max-tokens", "24"],
+                          input="".join(f"{line}\n" for line in lines), capture_output=True, text=True, timeout=300)
+
+
+def saved(path: Path) -> list[dict[str, str]]:
+    return json.loads(path.read_text(encoding="utf-8"))["messages"]
+
+
+def test_interactive_chat_keeps_the_conversation(model_path: Path, tmp_path: Path):
+    done = chat_session("My name is Ada. Remember it.", "What is my name?", f"/save {tmp_path}/before.json", "/reset",
+                        "What is my name?", f"/save {tmp_path}/after.json")
     assert done.returncode == 0, done.stderr
-    answers = [a.strip() for a in done.stdout.split("> ") if a.strip()]
-    assert len(answers) == 3, done.stdout
-    assert "Ada" in answers[1]  # remembered within the conversation
-    assert "Ada" not in answers[2]  # forgotten after /reset
+    before, after = saved(tmp_path / "before.json"), saved(tmp_path / "after.json")
+    assert [m["role"] for m in before] == ["user", "assistant", "user", "assistant"]
+    assert "Ada" in before[3]["content"]  # remembered within the conversation
+    assert [m["role"] for m in after] == ["user", "assistant"] and "Ada" not in after[1]["content"]  # forgotten
     assert done.stderr.count("tok/s") == 3
+
+
+def test_piped_chat_prints_the_answers_only(model_path: Path):
+    done = chat_session("What is 2+2?", "Name the capital city of France.")
+    assert done.returncode == 0, done.stderr
+    assert "> " not in done.stdout and done.stdout.strip()  # no prompts: stdout is the answers
+    assert "Paris" in done.stdout.strip().splitlines()[-1] and done.stdout.endswith("\n")  # each on its own line
+    assert done.stderr.count("tok/s") == 2 and "type a message" not in done.stderr  # no banner for a pipe
+
+
+def test_a_terminal_gets_a_prompt_and_the_banner(model_path: Path):
+    import pty
+    import select
+
+    controller, terminal = pty.openpty()
+    child = subprocess.Popen([sys.executable, "-m", "localchat", "chat", "--max-tokens", "4"], stdin=terminal,
+                             stdout=terminal, stderr=subprocess.PIPE, text=True)
+    os.close(terminal)
+    os.write(controller, b"/help\n/exit\n")
+    shown = b""
+    while True:
+        ready, _, _ = select.select([controller], [], [], 120)
+        assert ready, shown
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the child closed the terminal: it has exited
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    assert child.wait(timeout=60) == 0
+    errors = child.stderr.read()
+    assert shown.count(b"> ") >= 2, shown  # a prompt before each line read
+    assert "type a message" in errors and "/model NAME" in errors
+
+
+def test_slash_commands_are_never_sent_to_the_model(model_path: Path, tmp_path: Path):
+    done = chat_session("/help", "/system Answer in one short sentence.", "/bogus", "/hlep",
+                        "/usr/bin/env is a path: say OK.", "//reset is a word: say OK.",
+                        "Name the capital city of France.", f"/save {tmp_path}/chat.json", f"/save {tmp_path}/chat.md",
+                        "/exit", "This line comes after /exit.")
+    assert done.returncode == 0, done.stderr
+    for usage in ("/help", "/reset", "/model NAME", "/system TEXT", "/save FILE", "/exit"):  # /help lists them
+        assert usage in done.stderr, usage
+    assert "unknown command /bogus; the commands are:" in done.stderr
+    assert "unknown command /hlep (did you mean /help?)" in done.stderr
+    messages = saved(tmp_path / "chat.json")
+    assert messages[0] == {"role": "system", "content": "Answer in one short sentence."}
+    asked = [m["content"] for m in messages if m["role"] == "user"]
+    assert asked == ["/usr/bin/env is a path: say OK.", "/reset is a word: say OK.", "Name the capital city of France."]
+    assert "Paris" in messages[-1]["content"] and done.stderr.count("tok/s") == 3
+    markdown = (tmp_path / "chat.md").read_text(encoding="utf-8")
+    assert "**System prompt:** Answer in one short sentence." in markdown and markdown.count("## You") == 3
+
+
+def test_model_command_switches_the_model_and_keeps_the_conversation(q8_model_path: Path, tmp_path: Path):
+    done = chat_session("My name is Ada. Remember it.", "/model no-such-model", f"/model {q8_model_path}",
+                        "What is my name?", f"/save {tmp_path}/chat.json")
+    assert done.returncode == 0, done.stderr
+    assert "unknown model 'no-such-model'" in done.stderr and "still answering with smollm2-135m" in done.stderr
+    assert f"now answering with {q8_model_path}: llama, 135M parameters, Q8_0" in done.stderr
+    first, second = [m for m in saved(tmp_path / "chat.json") if m["role"] == "assistant"]
+    assert first["model"] == "smollm2-135m" and second["model"] == str(q8_model_path)
+    assert "Ada" in second["content"]  # the new model read the conversation so far
+    assert json.loads((tmp_path / "chat.json").read_text())["model"] == str(q8_model_path)
+
+
+def test_an_empty_prompt_is_refused_before_the_model_loads():
+    for prompt in ("", "   ", "\n\t"):
+        done = run("chat", prompt)
+        assert done.returncode == 1 and "the prompt is empty" in done.stderr, (prompt, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and not done.stdout
+    done = run("chat", "--json")  # --json answers one prompt: without one it said nothing of it
+    assert done.returncode == 1 and "--json answers one prompt" in done.stderr
+
+
+def test_an_empty_name_is_refused_never_read_as_none():
+    for flag in ("--json-schema", "--file"):  # an empty --json-schema was ignored: the answer was unconstrained
+        done = run("chat", flag, " ", "Say hi.", timeout=60)
+        assert done.returncode == 2 and f"argument {flag}: needs a file name, not an empty string" in done.stderr
+    for args in (("pull", ""), ("chat", "--model", "", "Say hi.")):
+        done = run(*args, timeout=60)
+        assert done.returncode == 1 and "the model name is empty" in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_mistyped_option_names_the_one_meant():
+    done = run("chat", "--temprature", "0.5", "hi")
+    assert done.returncode == 2 and done.stderr.startswith("usage: localchat chat ")  # the subcommand's usage
+    assert done.stderr.strip().endswith("unrecognized option --temprature; did you mean --temperature?")
+    cases = [(("serve", "--max-tokns=9"), "usage: localchat serve ", "did you mean --max-tokens?"),
+             (("--no-browsr",), "usage: localchat ui ", "did you mean --no-browser?"),
+             (("plan", "--hardwre", "box.json"), "usage: localchat plan ", "did you mean --hardware?"),
+             (("chat", "--zzz", "hi"), "usage: localchat chat ", "`localchat chat --help` lists the options"),
+             (("chat", "two", "words"), "usage: localchat chat ", "unrecognized arguments: words (a prompt"),
+             (("chta", "hi"), "usage: localchat ", "unknown command 'chta'; did you mean chat?")]
+    for args, usage, said in cases:
+        done = run(*args, timeout=60)  # a case that parsed would start a server: fail soon
+        assert done.returncode == 2 and done.stderr.startswith(usage) and said in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
 
 
 def test_errors_are_one_clear_line_without_traceback(tmp_path: Path):
@@ -68,7 +178,48 @@ def test_unknown_setting_in_the_environment_is_an_error():
 def test_models_lists_the_catalog(model_path: Path):
     done = run("models")
     assert done.returncode == 0
-    assert "smollm2-135m:Q4_1" in done.stdout and "local:" in done.stdout
+    downloaded = done.stdout[:done.stdout.index("In the catalog")]
+    assert downloaded.startswith("Downloaded:") and "smollm2-135m:Q4_1" in downloaded and str(model_path) in downloaded
+
+
+def test_models_lists_downloaded_first_with_the_windows_verdicts(model_path: Path, capsys):
+    import re
+
+    from localchat import cli, gptq
+    from localchat.models.catalog import load_catalog
+    from localchat.ui.model_browser import Downloads, catalog_rows, machine
+
+    assert cli.main(["models"]) == 0
+    shown = capsys.readouterr().out
+    downloaded, rest = shown.split("In the catalog")
+    rows = {line[2:].split()[0]: line for line in shown.splitlines() if re.match(r"[ *] [a-z0-9.-]+:\S+ ", line)}
+    window = catalog_rows(load_catalog(), machine(), Downloads())  # what the Models panel shows, this process
+    assert set(rows) == {row.choice for row in window}
+    for row in window:
+        line = rows[row.choice]
+        assert f"  {row.verdict.short}  " in line + "  ", (line, row.verdict.short)  # the same fit column
+        assert f"  {row.size}  " in line and re.fullmatch(r"≈?\d+(\.\d)? (MB|GB)", row.size)  # 93 MB, 16.5 GB
+        assert line.startswith("*") == row.best
+        assert (row.choice in downloaded) == (row.here == "downloaded")
+    assert "smollm2-135m:Q4_1" in downloaded and "qwen2.5-7b:Q4_K_M" in rest
+    assert shown.count("GPTQ checkpoint folders for NVIDIA GPUs") == 1  # once, not on every GPTQ row
+    assert shown.count(gptq.INSTALL_HINT) <= 1
+
+
+def test_sizes_are_decimal_units_everywhere_in_the_terminal():
+    from localchat.hardware import GPUInfo, HardwareInfo
+    from localchat.hardware.probe import format_table
+    from localchat.tune.wizard import machine_line
+    from localchat.units import rate_text, size_text
+
+    assert [size_text(n) for n in (512, 9.4e6, 93e6, 999.7e6, 16.5e9, None)] == \
+        ["512 B", "9.4 MB", "93 MB", "1.0 GB", "16.5 GB", "?"]
+    assert rate_text(34e9) == "34.0 GB/s" and rate_text(None) == "?"
+    box = HardwareInfo(cpu_model="CPU", physical_cores=8, logical_cores=16, ram_total=16 * 2**30,
+                       ram_available=12 * 2**30, gpus=[GPUInfo(index=0, name="GPU", memory_total=24 * 2**30)])
+    probe, wizard = format_table(box), machine_line(box)
+    assert "17.2 GB total" in probe and "17.2 GB RAM" in wizard  # the same 16 GiB, the same words
+    assert "25.8 GB" in probe and "GPU 25.8 GB" in wizard and "GiB" not in probe + wizard
 
 
 def _notes(lines: int) -> str:
@@ -118,7 +269,7 @@ def test_a_broken_document_is_one_clear_line(tmp_path: Path):
 def test_top_level_help_shows_every_way_to_start_the_window():
     done = run("--help")
     assert done.returncode == 0
-    for flag in ("--no-browser", "--port PORT", "--host HOST", "--listen", "--api-key API_KEY", "--model",
+    for flag in ("--no-browser", "--port PORT", "--host HOST", "--listen", "--api-key KEY", "--model",
                  "--placement", "localchat ui --help"):
         assert flag in done.stdout, flag
     assert run("--no-browser", "--help").stdout == run("ui", "--help").stdout  # the same options, either way

@@ -50,7 +50,7 @@ def _save_profile(tmp_path, machine, **changes):
     draft = tmp_path / "draft.Q4_1.gguf"
     draft.write_bytes(b"GGUF")
     profile = Profile(fingerprint=fingerprint(machine), hardware="Test CPU, 4 cores", model="smollm2-135m",
-                      quant="Q8_0", path=str(model), placement="partial", n_ctx=4096, n_threads=3, n_gpu_layers=12,
+                      quant="Q8_0", path=str(model), layout="partial", n_ctx=4096, n_threads=3, n_gpu_layers=12,
                       step_budget=64, draft="tiny", draft_path=str(draft), draft_acceptance=0.8, draft_speedup=1.4)
     for key, value in changes.items():
         setattr(profile, key, value)
@@ -73,12 +73,46 @@ def test_a_current_profile_sets_the_defaults(tmp_path, monkeypatch):
         profile.path, 4096, 3, 12, 64)
     assert tuned.placement == "single" and tuned.draft == profile.draft_path  # partial offload is one device
     # Planner placements map onto the runtime's; a draft that did not pay is not loaded.
-    _save_profile(tmp_path, machine, placement="draft-on-second-gpu", devices="0,1", draft_speedup=1.0)
+    _save_profile(tmp_path, machine, layout="draft-on-second-gpu", devices="0,1", draft_speedup=1.0)
     tuned = load_settings(environ={}, hardware=lambda: machine)
     assert (tuned.placement, tuned.devices, tuned.draft) == ("draft-gpu", "0,1", "")
-    _save_profile(tmp_path, machine, placement="layer-split")
+    _save_profile(tmp_path, machine, layout="layer-split")
     assert load_settings(environ={}, hardware=lambda: machine).placement == "layer-split"
 
+
+
+def test_a_profile_saved_before_the_layout_field_was_named_still_loads(tmp_path, monkeypatch):
+    """Profiles on disk from before: the planner's layout under the key "placement" (or a placement's own
+    name there, when the wizard measured another placement to win)."""
+    import json
+
+    from localchat.tune.profile import load_profile, profile_path
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    machine = _machine()
+    for old, runs_as in (("partial", "single"), ("draft-on-second-gpu", "draft-gpu"), ("single", "single")):
+        profile = _save_profile(tmp_path, machine, layout=old)
+        data = json.loads(profile_path().read_text())
+        data["placement"] = data.pop("layout")
+        profile_path().write_text(json.dumps(data))
+        assert load_profile().layout == old
+        assert load_settings(environ={}, hardware=lambda: machine).placement == runs_as
+    _save_profile(tmp_path, machine)
+    assert "layout" in json.loads(profile_path().read_text()) and "placement" not in json.loads(profile_path().read_text())
+
+
+def test_a_placement_measured_to_win_is_kept_as_the_layout_it_runs():
+    from localchat.planning.placements import PLACEMENTS, RUNNABLE, layout_for, placement_of
+
+    # One worker: where its layers are (the planner counts the output head as one more layer).
+    assert [layout_for("single", n, 30) for n in (0, 12, 31, -1)] == ["cpu", "partial", "gpu", "gpu"]
+    assert [layout_for(p, 31, 30) for p in ("pd-split", "layer-split", "draft-gpu")] == [
+        "pd-split", "layer-split", "draft-on-second-gpu"]
+    for placement in RUNNABLE:  # each names its placement again, so a profile reads back what was measured
+        assert placement_of(layout_for(placement, 12, 30)).name == placement
+    for not_runnable in set(PLACEMENTS) - set(RUNNABLE) | {"partial"}:
+        with pytest.raises(KeyError):
+            layout_for(not_runnable, 0, 30)
 
 def test_settings_file_environment_and_flags_win_over_the_profile(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
@@ -154,7 +188,7 @@ def test_a_corrupt_profile_is_a_clear_config_error(tmp_path, monkeypatch):
     _save_profile(tmp_path, machine, n_ctx=32)  # well-typed, but out of range for a launch
     with pytest.raises(ConfigError, match="'n_ctx' = 32 is out of range"):
         load_settings(environ={}, hardware=lambda: machine)
-    _save_profile(tmp_path, machine, placement="teleport")
+    _save_profile(tmp_path, machine, layout="teleport")
     with pytest.raises(ConfigError, match="unknown placement 'teleport'"):
         load_settings(environ={}, hardware=lambda: machine)
 

@@ -46,7 +46,7 @@ def test_one_gpu_asked_to_split_is_refused(placement):
 
 
 def test_pd_split_is_refused_when_a_gpu_cannot_hold_model_and_kv():
-    with pytest.raises(PlacementError, match="decode copy .*needs 5.6 GiB on GPU 1"):
+    with pytest.raises(PlacementError, match="decode copy .*needs 6.0 GB on GPU 1"):
         arrange("pd-split", box(24, 6), BASE, EIGHT_B_Q4)
 
 
@@ -141,7 +141,7 @@ def test_the_planner_and_the_launch_agree_on_what_fits():
         for gpu in hw.gpus:
             gpu.spec_bandwidth = 500e9  # the planner uses only GPUs whose bandwidth it knows
         devices, _ = devices_of(hw, DEFAULT_EFFICIENCY)
-        planned = any(o.placement == "pd-split" for o in options_for(
+        planned = any(o.layout == "pd-split" for o in options_for(
             model, quant, n_ctx, "f16", devices, catalog, Wants(n_ctx=n_ctx, concurrency=2)))
         try:
             arrange("pd-split", hw, WorkerConfig(n_ctx=n_ctx), size)
@@ -154,7 +154,7 @@ def test_the_planner_and_the_launch_agree_on_what_fits():
 
 
 def test_auto_is_the_planners_pick_for_this_model_on_this_machine(model_path):
-    from localchat.planning.choose import choose_layout
+    from localchat.planning.choose import choose_arrangement
 
     def described(vram_gb: float) -> HardwareInfo:
         hw = box(vram_gb)
@@ -163,16 +163,16 @@ def test_auto_is_the_planners_pick_for_this_model_on_this_machine(model_path):
 
     base = WorkerConfig(n_ctx=2048, n_threads=2)
     one_gpu = described(24)
-    layout = choose_layout("auto", base, model_path, hardware=lambda: one_gpu)
+    layout = choose_arrangement("auto", base, model_path, hardware=lambda: one_gpu)
     assert layout.placement == "single" and layout.worker.n_gpu_layers == 31  # all 30 layers and the head
     tiny = described(0.6)  # after the CUDA reserve, room for some of the layers only
-    partial = choose_layout("auto", base, model_path, hardware=lambda: tiny)
+    partial = choose_arrangement("auto", base, model_path, hardware=lambda: tiny)
     assert partial.placement == "single" and 0 < partial.worker.n_gpu_layers < 30
-    cpu = choose_layout("auto", base, model_path, hardware=lambda: HardwareInfo(physical_cores=2, ram_total=8 * GiB,
+    cpu = choose_arrangement("auto", base, model_path, hardware=lambda: HardwareInfo(physical_cores=2, ram_total=8 * GiB,
                                                                                  ram_available=6 * GiB))
     assert cpu.placement == "single" and cpu.worker.n_gpu_layers == 0 and "CPU" in cpu.description
     # A layer count the settings give wins over the planner's.
-    assert choose_layout("auto", dataclasses.replace(base, n_gpu_layers=4), model_path,
+    assert choose_arrangement("auto", dataclasses.replace(base, n_gpu_layers=4), model_path,
                          hardware=lambda: one_gpu).worker.n_gpu_layers == 4
 
 
@@ -187,14 +187,14 @@ def test_auto_is_the_tuned_placement_when_the_profile_holds(model_path, tmp_path
     monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
     base = WorkerConfig(n_ctx=2048, n_threads=2)
     tuned = Profile(fingerprint=fingerprint(machine), hardware="this machine", model="smollm2-135m", quant="Q4_1",
-                    path=str(model_path), placement="pd-split", n_ctx=2048, n_threads=2,
+                    path=str(model_path), layout="pd-split", n_ctx=2048, n_threads=2,
                     step_ms={"1": 6.5, "2": 9.0})
     save_profile(tuned)
     settings = Settings(model=str(model_path), placement="auto")
     layout = arrange_workers(settings, base, model_path, None)
     assert layout.placement == "pd-split" and layout.prefill is not None
     assert layout.step_costs is None  # measured on one worker: they do not hold for two
-    tuned.placement = "cpu"  # the planner's layout name for one worker on the CPU
+    tuned.layout = "cpu"  # the planner's layout name for one worker on the CPU
     save_profile(tuned)
     layout = arrange_workers(settings, base, model_path, None)
     assert layout.placement == "single" and layout.step_costs == {1: 6.5, 2: 9.0}

@@ -13,6 +13,7 @@ from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.events import PrefillProgress, TextDelta
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.worker import Worker, WorkerConfig
+from kv_cells import seq_pos_max
 
 N_CTX = 4096
 
@@ -124,9 +125,9 @@ def workers_are_clean(engine: Engine) -> bool:
         time.sleep(0.05)
     time.sleep(0.1)  # the engine thread finishes the message it took
     decode_free = all(s.owner is None for s in engine.scheduler.kv.slots) and not engine.scheduler.has_work()
-    decode_kv_empty = all(engine.worker.seq_pos_max(s.id) < 0 or s.tokens for s in engine.scheduler.kv.slots)
+    decode_kv_empty = all(seq_pos_max(engine.worker, s.id) < 0 or s.tokens for s in engine.scheduler.kv.slots)
     prefill_free = all(s.owner is None for s in prefill.kv.slots)
-    prefill_kv_empty = all(prefill.worker.seq_pos_max(s.id) < 0 or s.tokens for s in prefill.kv.slots)
+    prefill_kv_empty = all(seq_pos_max(prefill.worker, s.id) < 0 or s.tokens for s in prefill.kv.slots)
     return decode_free and decode_kv_empty and prefill_free and prefill_kv_empty and not engine._by_id
 
 

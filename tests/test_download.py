@@ -171,7 +171,7 @@ def test_too_little_disk_space_is_refused_before_downloading(hub: FakeHub, monke
     with pytest.raises(DownloadError) as caught:
         download_hub_file(REPO, FILE)
     message = str(caught.value)
-    assert "not enough disk space" in message and "needs 0.28 GB" in message and "only 50.0 MB" in message
+    assert "not enough disk space" in message and "needs 277 MB" in message and "only 50 MB is free" in message
     assert os.environ["HF_HUB_CACHE"] in message and "HF_HUB_CACHE" in message
     assert hub.downloads() == []
 

@@ -12,6 +12,7 @@ from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.events import Done, PrefillProgress, Stats, TextDelta
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.worker import GGML_TYPE_Q8_0, WorkerConfig
+from kv_cells import seq_pos_max
 
 N_CTX = 2048
 QUESTIONS = [
@@ -132,13 +133,10 @@ def test_follow_up_turn_reuses_the_prefix_and_matches_a_fresh_run(engine: Engine
     assert again.token_ids == follow.token_ids
 
 
-def _slot_is_empty(engine: Engine, slot: int) -> bool:
-    return engine.worker.seq_pos_max(slot) == -1
-
-
-def test_cancel_mid_prefill_frees_kv_and_keeps_serving(model_path: Path):
+def test_cancel_mid_prefill_keeps_what_was_read_and_keeps_serving(model_path: Path):
     with make_engine(model_path, n_batch=32) as eng:
-        stream = eng.submit(Request(messages=chat(long_document(60)), sampling=greedy(8)))
+        messages = chat(long_document(60))
+        stream = eng.submit(Request(messages=messages, sampling=greedy(8)))
         for event in stream:
             if isinstance(event, PrefillProgress) and event.done > 64:
                 stream.cancel()
@@ -146,9 +144,16 @@ def test_cancel_mid_prefill_frees_kv_and_keeps_serving(model_path: Path):
         events = list(stream)
         assert isinstance(events[-1], Done) and events[-1].finish_reason == "cancelled"
         assert not any(isinstance(e, TextDelta) for e in events)
-        assert all(_slot_is_empty(eng, s.id) for s in eng.scheduler.kv.slots)
+        assert eng.scheduler.running == []
+        # The part read stays resident as an idle prefix, and llama.cpp holds exactly those cells.
+        kept = [s for s in eng.scheduler.kv.slots if s.tokens]
+        read = len(kept[0].tokens)
+        assert len(kept) == 1 and read > 64
+        assert seq_pos_max(eng.worker, kept[0].id) == read - 1
         after = eng.submit(Request(messages=chat(QUESTIONS[0]), sampling=greedy(8))).result()
         assert after.finish_reason in ("stop", "length") and after.text
+        again = eng.submit(Request(messages=messages, sampling=greedy(8))).result()
+        assert again.stats.cached_tokens >= read  # the part read before the cancel is not read again
 
 
 def test_an_engine_closed_when_done_finishes_the_answers_in_flight(model_path: Path):

@@ -196,7 +196,9 @@ def test_cancel_mid_prefill(gptq4: Path):
         events = list(stream)
         assert isinstance(events[-1], Done) and events[-1].finish_reason == "cancelled"
         assert not any(isinstance(e, TextDelta) for e in events)
-        assert all(cache.length == 0 for cache in eng.worker.caches)
+        # What was read stays resident for reuse: each slot's cache holds exactly the slot table's tokens.
+        assert [cache.length for cache in eng.worker.caches] == [len(s.tokens) for s in eng.scheduler.kv.slots]
+        assert any(s.tokens for s in eng.scheduler.kv.slots)
         assert eng.submit(Request(messages=chat(PROMPTS[2]), sampling=greedy(4))).result().finish_reason == "length"
 
 

@@ -210,8 +210,8 @@ def test_empty_and_oversize(tmp_path: Path) -> None:
         extract(write(tmp_path, "blank.pdf", make_pdf([[], []])))
     big = write(tmp_path, "big.txt", "word " * 1000)
     with pytest.raises(DocumentTooLargeError, match="limit") as err:
-        extract(big, max_bytes=1024)
-    assert "4.9 KB, over the 1.0 KB limit" in str(err.value)
+        extract(big, max_bytes=1000)
+    assert "5.0 kB, over the 1.0 kB limit" in str(err.value)  # decimal units, as everywhere (units.py)
     assert extract(big).sections  # the same file under the default limit is fine
 
 
@@ -254,6 +254,29 @@ def test_type_sniffing(tmp_path: Path) -> None:
     assert extract(write(tmp_path, "mystery.dat", make_pdf([["Sniffed."]]))).kind == "pdf"
     assert extract(write(tmp_path, "README", "plain words\n")).kind == "text"
 
+
+
+def test_each_kind_is_read_by_its_names_and_the_window_and_the_help_offer_it(tmp_path: Path, capsys) -> None:
+    import docx
+
+    from localchat.cli import build_parser
+    from localchat.ingest import KINDS
+    from localchat.ui.uploads import ACCEPTED
+
+    word = docx.Document()
+    word.add_paragraph("Kind check.")
+    buffer = io.BytesIO()
+    word.save(buffer)
+    samples = {"pdf": make_pdf([["Kind check."]]), "docx": buffer.getvalue()}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["chat", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for kind in KINDS:
+        for name in [f"sample{ext}" for ext in kind.extensions] + list(kind.file_names):
+            doc = extract(write(tmp_path, name, samples.get(kind.name, "Kind check.\n\nmore words\n")))
+            assert (doc.kind, doc.text.split()[:2]) == (kind.name, ["Kind", "check."]), name
+        assert set(kind.extensions) <= set(ACCEPTED), kind.name
+        assert kind.label in help_text, kind.name
 
 def test_markdown_and_source_anchors(tmp_path: Path) -> None:
     md = "Intro line.\n\n# First\nText one.\n```\n# not a heading\n```\nSecond\n------\nText two.\n"

@@ -10,9 +10,18 @@ import pytest
 
 from localchat.errors import DownloadError, ModelNotFoundError
 from localchat.models.catalog import ModelFile, load_catalog
-from localchat.models.download import _extract_members, cached_file, sha256_of
+from localchat.models.download import _extract_members, cached_file
 from localchat.models.resolve import resolve_model
 from localchat.paths import models_dir
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def test_catalog_has_the_embedded_default_with_an_offline_capable_source():
@@ -81,11 +90,14 @@ def test_models_lists_gptq_checkpoints_and_what_they_need(model_path: Path, monk
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     assert cli.main(["models"]) == 0
-    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    shown = capsys.readouterr().out
+    rows = {line[2:].split()[0]: line for line in shown.splitlines() if line[:2] in ("  ", "* ") and line.strip()}
     four = rows["qwen2.5-0.5b:gptq-int4"]
-    assert "gptq-int4" in four and "468MB" in four and "GPTQ 4-bit checkpoint" in four
-    assert f"{gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}" in four and gptq.NEEDS_EXTRA in rows["qwen2.5-7b:gptq-int8"]
-    assert gptq.NEEDS_EXTRA not in rows["qwen2.5-0.5b:Q4_K_M"] and "local: " in rows["smollm2-135m:Q4_1"]
+    assert "468 MB" in four and "qwen2.5-7b:gptq-int8" in rows
+    # What a GPTQ checkpoint is and what it needs is said once, below the table, not on each of its rows.
+    assert shown.count(f"{gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}") == 1
+    assert "gptq-int4, gptq-int8: GPTQ checkpoint folders for NVIDIA GPUs" in shown
+    assert str(model_path) in rows["smollm2-135m:Q4_1"]
     monkeypatch.setattr(importlib.util, "find_spec", real)
     if gptq.extra_installed():
         assert cli.main(["models"]) == 0

@@ -75,7 +75,7 @@ def test_every_plan_fits_each_device_with_margin(name: str, catalog):
     assert result.n_ctx >= 4096 and result.reasons and len(result.alternatives) == 3
     assert result.predicted_decode_tps > 0 and result.predicted_prefill_tps > result.decode_tps_without_draft
     if not hw.gpus:
-        assert result.placement == "cpu" and result.n_gpu_layers == 0
+        assert result.layout == "cpu" and result.n_gpu_layers == 0
 
 
 @pytest.mark.parametrize("chain", [("cpu-8", "cpu-16", "cpu-64"),
@@ -116,7 +116,7 @@ def test_no_draft_when_acceptance_is_poor(catalog):
 def test_pd_split_needs_two_gpus_that_each_hold_model_and_kv(catalog):
     wants = Wants(concurrency=4, family="llama3")
     result = plan(MACHINES["2x-rtx3090"], catalog, wants)
-    assert result.placement == "pd-split"
+    assert result.layout == "pd-split"
     model = catalog[result.model]
     gpus = [u for u in result.devices if u.device.startswith("cuda")]
     assert len(gpus) == 2
@@ -124,17 +124,17 @@ def test_pd_split_needs_two_gpus_that_each_hold_model_and_kv(catalog):
         assert use.weights >= result.size - model.embedding_bytes(result.quant) * 1.01
         assert use.kv >= model.kv_bytes(result.n_ctx, result.type_k) and use.total <= use.budget
     for name in ("rtx4090", "h100", "m2-max", "cpu-64"):
-        assert plan(MACHINES[name], catalog, wants).placement != "pd-split"
+        assert plan(MACHINES[name], catalog, wants).layout != "pd-split"
     # When the model needs both GPUs, there is nothing to split prefill from decode with.
-    assert plan(MACHINES["2x-rtx3090"], catalog, Wants(concurrency=4)).placement != "pd-split"
+    assert plan(MACHINES["2x-rtx3090"], catalog, Wants(concurrency=4)).layout != "pd-split"
 
 
 def test_too_little_gpu_memory_means_partial_offload_or_cpu(catalog):
     tiny = nvidia_box("tiny", 2, 200e9, 20)
     result = plan(tiny, catalog, Wants(family="qwen2.5", min_decode_tps=1))
-    assert result.placement in ("partial", "cpu", "gpu")
+    assert result.layout in ("partial", "cpu", "gpu")
     gpu_use = [u for u in result.devices if u.device == "cuda:0"]
-    if result.placement == "partial":
+    if result.layout == "partial":
         assert 0 < result.n_gpu_layers < catalog[result.model].n_layer and gpu_use[0].total <= gpu_use[0].budget
 
 
@@ -224,8 +224,8 @@ def test_catalog_facts_are_consistent(catalog):
 def _smollm2_on(hw: HardwareInfo, catalog, fill: int, **wants) -> float:
     from localchat.tune.calibrate import predict
 
-    placement = "cpu" if not hw.gpus else "gpu"
-    return predict(hw, catalog, "smollm2-135m", "Q4_1", 8192, placement=placement, fill=fill, **wants).decode_tps
+    layout = "cpu" if not hw.gpus else "gpu"
+    return predict(hw, catalog, "smollm2-135m", "Q4_1", 8192, layout=layout, fill=fill, **wants).decode_tps
 
 
 @pytest.mark.parametrize("name", ["cpu-16", "rtx4090"])
@@ -292,12 +292,12 @@ def _imported(source: str, package: str) -> list[str]:
 
 
 def test_planning_imports_nothing_above_it():
-    """planning/ may use models/, the runtimes (runtime/, gptq/), hardware/ and errors, never the wizard,
-    settings or applications (lazy imports inside functions included)."""
+    """planning/ may use models/, the runtimes (runtime/, gptq/), hardware/, errors and the bottom row's helpers
+    (units, arguments), never the wizard, settings or applications (lazy imports inside functions included)."""
     import localchat.planning
 
     allowed = ("localchat.models", "localchat.runtime", "localchat.gptq", "localchat.hardware", "localchat.errors",
-               "localchat.planning")
+               "localchat.units", "localchat.arguments", "localchat.planning")
     assert _imported("from ..tune.profile import x\nfrom .. import config", "localchat.planning") == [
         "localchat.tune.profile", "localchat.config"]  # the check can fail
     for source in Path(localchat.planning.__file__).parent.glob("*.py"):

@@ -37,7 +37,7 @@ def test_a_checkpoint_is_priced_by_the_same_memory_model_as_a_gguf_file(catalog)
     model = catalog["qwen2.5-7b"]
     assert checkpoint.format == "gptq" and gguf.format == "gguf"
     assert checkpoint.quant == "gptq-int4" and checkpoint.file == "Qwen2.5-7B-Instruct-GPTQ-Int4"
-    assert checkpoint.placement == "gpu" and checkpoint.draft is None
+    assert checkpoint.layout == "gpu" and checkpoint.draft is None
     gpu = checkpoint.devices[0]
     # Weights from the checkpoint's size (torch keeps them all on the GPU, embeddings too); the KV cache
     # and the compute scratch as for the GGUF file at the same context.
@@ -64,7 +64,7 @@ def test_a_measured_torch_efficiency_moves_the_prediction_and_speed_decides_at_e
 def test_a_checkpoint_too_big_for_the_gpu_is_not_offered(catalog):
     small = nvidia_box("GTX 1650", 4, 128e9, 6)
     result = plan(small, only(catalog, "qwen2.5-7b", "Q4_K_M", "gptq-int4"), Wants(n_ctx=4096, gptq_extra=True))
-    assert result.format == "gguf" and result.placement == "partial"
+    assert result.format == "gguf" and result.layout == "partial"
     assert "gptq-int4" not in [a.quant for a in result.alternatives]
 
 

@@ -175,17 +175,31 @@ def test_adaptive_budget_shrinks_when_mixed_steps_are_slow_and_grows_back():
     assert fixed.current == 32
 
 
-def test_prefill_only_steps_shrink_when_prompt_tokens_get_expensive():
+def test_a_document_read_alone_goes_in_whole_batches_and_a_chat_waits_one_step():
     sched = Scheduler(n_ctx=8192, n_seq_max=4, n_batch=512)
     doc = seq("doc", list(range(5000)))
     sched.add(doc)
-    assert sched.schedule().rows[0].end == 512  # no cost measured yet: a whole batch
-    for cost, expected in ((0.001, 250), (0.010, 25), (0.100, 8), (0.0001, 512)):
-        doc.prompt_token_seconds = cost  # what the engine measured in the sequence's last step
-        assert sched.budget.idle_tokens(doc) == expected
-    doc.prompt_token_seconds = 0.004
-    step = sched.schedule()
-    assert step.rows[0].end - step.rows[0].start == 62  # 250 ms at 4 ms a token, not n_batch
+    sizes = [r.end - r.start for r in run_step(sched).rows]
+    sizes += [r.end - r.start for r in run_step(sched).rows]
+    assert sizes == [512, 512]  # nothing decoding: the full batch, however late in the document
+    chat = seq("chat", range(9000, 9020), max_tokens=50)
+    sched.add(chat)  # arrives mid-read: the very next step reads it whole
+    assert ("chat", 20) in [(r.seq.id, r.end - r.start) for r in run_step(sched).rows]
+
+
+def test_the_budget_beside_decoding_follows_the_measured_cost_of_a_prompt_token():
+    budget = StepBudget(n_batch=512, latency_factor=3.0)
+    budget.record(1, 1, 0.010)  # a decode-only step: 10 ms
+    budget.record(5, 1, 0.014)  # 4 prompt tokens beside it cost 4 ms: 1 ms a token
+    assert budget.current == 8  # at most twice the last budget a step, on the way to the target
+    budget.record(9, 1, 0.018)
+    budget.record(17, 1, 0.026)
+    assert budget.current == 20  # (3 - 1) x 10 ms of room at 1 ms a token
+    for _ in range(10):  # late in a long document each token costs 4 ms
+        budget.record(21, 1, 0.090)
+    assert budget.current == 5
+    budget.record(6, 1, 0.0101)  # a step whose prompt tokens seemed free does not open the whole batch
+    assert budget.current <= 10
 
 
 def test_the_tail_of_a_long_document_keeps_to_the_budget_beside_a_streaming_chat():

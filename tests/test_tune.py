@@ -65,7 +65,7 @@ def test_wizard_measures_keeps_and_saves(model_path, own_profile_home) -> None:
     assert status["layer-split"].startswith("not possible") and status["draft-gpu"].startswith("not possible")
     assert {status["single"], status["pd-split"]} <= {"measured", "kept"} and "kept" in status.values()
     kept = next(row for row in profile.placements if row["status"] == "kept")
-    assert profile.placement == ("pd-split" if kept["placement"] == "pd-split" else "cpu")
+    assert profile.layout == ("pd-split" if kept["placement"] == "pd-split" else "cpu")
     assert kept["placement"] in profile.placement_reason and "placement:" in text
     assert next(r for r in profile.placements if r["placement"] == "pd-split")["kv_transfer_bytes"] > 0
 

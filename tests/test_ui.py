@@ -120,11 +120,73 @@ def test_stop_cancels_and_keeps_the_partial_answer(ui: RunningUI):
     assert reply.stats["completion_tokens"] < 200
 
 
-def test_expected_user_errors_are_toasts_without_a_traceback_in_the_log():
-    from localchat.ui.layout import user_error
+def test_a_message_after_stop_reuses_the_chat_read_so_far(ui: RunningUI):
+    from localchat.ui.chat import ChatCore, Sampling
 
-    error = user_error("there is no message to edit yet.")
-    assert error.message == "there is no message to edit yet." and error.print_exception is False
+    core = ChatCore(ui.runtime, ui.store)
+    sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=300)
+    notes = " ".join(f"Note {i}: barge {i * 3} moored at pier {i % 11}." for i in range(90))  # no earlier test's
+    conv = core.add_user_turn(None, notes + "\nList every barge, one per line.", [], "", sampling)
+    for i, _ in enumerate(core.answer(conv, sampling)):
+        if i == 8:  # well into the answer
+            core.stop(conv)
+    stopped = ui.store.get(conv).messages[-1]
+    assert stopped.stats["finish_reason"] == "cancelled" and stopped.stats["completion_tokens"] > 2
+    prior = stopped.stats["prompt_tokens"] + stopped.stats["completion_tokens"]
+    core.add_user_turn(conv, "Which pier is barge 9 at?", [], "", Sampling(temperature=0.0, top_p=1.0, max_tokens=8))
+    list(core.answer(conv, sampling))
+    # The stopped answer's prompt and the tokens it generated are reused, not read again.
+    assert ui.store.get(conv).messages[-1].stats["cached_tokens"] >= prior - 4
+
+
+def test_an_attached_document_is_read_before_the_question_and_a_detach_ends_the_read(ui: RunningUI, tmp_path: Path,
+                                                                                    monkeypatch):
+    from localchat.ui.chat import ChatCore, Sampling
+    from localchat.ui.pre_read import PreReader
+
+    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    core = ChatCore(ui.runtime, ui.store)
+    reader = PreReader(core)
+    sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=16)
+    doc = tmp_path / "ledger.txt"
+    doc.write_text("\n".join(f"Ledger line {i}: account {i * 19 % 1000} paid {i * 7 % 300} crowns." for i in range(70))
+                   + "\nThe auditor is called Mirela.")
+    stored = [str(store_upload(doc))]
+    # Attached, then detached mid-read: the read ends (and what it read stays resident).
+    lines = []
+    for line in reader.follow("tab", reader.start("tab", None, stored, "", sampling.max_tokens)):
+        lines.append(line)
+        if line.startswith("reading the document"):
+            reader.start("tab", None, [], "", sampling.max_tokens)  # the chip's ×
+    assert lines[-1] == "" and any(x.startswith("reading the document… ") for x in lines)
+    # Attached again and read whole before the question: the question costs only its own tokens.
+    lines = list(reader.follow("tab", reader.start("tab", None, stored, "", sampling.max_tokens)))
+    assert lines[-1] == ""
+    conv = core.add_user_turn(None, "Who is the auditor?", stored, "", sampling)
+    list(core.answer(conv, sampling))
+    stats = ui.store.get(conv).messages[-1].stats
+    assert stats["cached_tokens"] >= stats["prompt_tokens"] - 24, stats
+
+
+def test_the_live_speed_never_says_zero_while_text_streams(ui: RunningUI):
+    from localchat.ui.chat import ChatCore, Sampling
+
+    core = ChatCore(ui.runtime, ui.store)
+    sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=24)
+    conv = core.add_user_turn(None, "Write one sentence about rivers.", [], "", sampling)
+    shown = list(core.answer(conv, sampling))
+    live = [s for s in shown if "generating" in s]
+    assert live and not any("generating, 0 tokens/s" in s for s in live)
+
+
+def test_the_model_picker_lists_each_file_once(model_path: Path):
+    from localchat.ui.models_panel import model_choices
+
+    # The file in localchat's models folder is also the catalog's smollm2-135m: one entry, not two.
+    for current in (str(model_path), "smollm2-135m"):
+        values = [value for _, value in model_choices(current)]
+        assert values[0] == current
+        assert not {str(model_path), "smollm2-135m"} <= set(values), values
 
 
 def test_stop_while_reading_shows_only_stopped(ui: RunningUI):
@@ -164,6 +226,23 @@ def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(u
     conv = core.add_user_turn(None, "Which shipment came last?", [stored], "", sampling)
     mode = ui.store.get(conv).messages[-1].stats["mode"]
     assert ("they fit" in meter) == (mode == "whole"), (meter, mode)
+
+
+def test_the_chip_the_meter_and_the_reply_count_a_document_alike(ui: RunningUI, tmp_path: Path, monkeypatch):
+    from localchat.ui.chat import ChatCore, Sampling
+
+    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    core = ChatCore(ui.runtime, ui.store)
+    doc = tmp_path / "notes.md"
+    doc.write_text("\n\n".join(f"## Part {i}\n\nThe crate of part {i} weighs {i * 3} kilograms." for i in range(12)))
+    stored = str(store_upload(doc))
+    (name, chip), = core.attachment_counts([stored])
+    # The prompt form: each section's source marker counts, which the bare text lacks.
+    assert chip > core.count_tokens(core.documents([stored])[0].text)
+    assert f"{chip:,} of" in core.meter([stored], 64)
+    conv = core.add_user_turn(None, "How heavy is the crate of part 7?", [stored], "",
+                              Sampling(temperature=0.0, top_p=1.0, max_tokens=64))
+    assert f"{name} whole ({chip:,} tokens)" == ui.store.get(conv).messages[-1].stats["included"]
 
 
 def test_the_status_panel_gives_the_models_own_size(ui: RunningUI):

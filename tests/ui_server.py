@@ -34,6 +34,14 @@ def serve_in_thread(app) -> tuple[str, uvicorn.Server, threading.Thread]:
     return url_of(sock), server, thread
 
 
+def stop_servers(running: list[tuple[str, uvicorn.Server, threading.Thread]]) -> None:
+    """Stop servers started by serve_in_thread, all at once, then wait for each."""
+    for _, server, _ in running:
+        server.should_exit = True
+    for _, _, thread in running:
+        thread.join(10)
+
+
 @dataclass(slots=True)
 class RunningUI:
     url: str

@@ -59,14 +59,16 @@ class ServeOptions:
         if self.port is not None and not 0 <= self.port <= 65535:
             raise ConfigError(f"--port {self.port} is not a port; use 1-65535 (0: any free port).")
         if self.api_key is not None and not self.api_key.strip():
-            raise ConfigError("--api-key is empty; give a long random key (e.g. from `openssl rand -hex 24`).")
+            raise ConfigError("the API key is empty; set LOCALCHAT_API_KEY to a long random key (e.g. from "
+                              "`openssl rand -hex 24`).")
         if not is_loopback(host) and not self.listen:
-            raise ConfigError(f"--host {host} would expose the API beyond this machine; add --listen and "
-                              "--api-key KEY if that is what you want.")
+            raise ConfigError(f"--host {host} would expose the API beyond this machine; add --listen and set "
+                              "LOCALCHAT_API_KEY if that is what you want.")
         self.origins()
         if self.listen and not self.api_key:
-            raise ConfigError("--listen exposes the API to the network, so it needs --api-key KEY; clients "
-                              "then send 'Authorization: Bearer KEY'.")
+            raise ConfigError("--listen exposes the API to the network, so it needs a key: set LOCALCHAT_API_KEY "
+                              "in the environment (--api-key shows it in the process list); clients then send "
+                              "'Authorization: Bearer KEY'.")
         return host
 
 

@@ -20,6 +20,7 @@ from ..runtime.sampling import SamplingParams
 from .bridge import StreamBridge, wait_for_disconnect
 from .chat_output import ChoiceOutput
 from .constraints import constrain, grammar_of, raw_grammar, response_grammar
+from .embeddings import embedding_card, embeddings_response
 from .schemas import ChatBody, CompletionBody, parse
 from .tool_parser import ToolCallParser
 from .wire import error_body, sse
@@ -67,9 +68,13 @@ class LocalService:
                                 "aliases": sorted(self.aliases - {self.model_name})}}
 
     async def models(self, request: HTTPRequest) -> Response:
+        # The chat model only: clients offer every listed model for chat. An embedding model is found by name.
         return JSONResponse({"object": "list", "data": [self._card()]})
 
     async def model(self, model_id: str, request: HTTPRequest) -> Response:
+        card = embedding_card(model_id, self.created)
+        if card is not None:
+            return JSONResponse(card)
         self._check_model(model_id)
         return JSONResponse(self._card())
 
@@ -78,6 +83,10 @@ class LocalService:
 
     async def completions(self, data: Any, request: HTTPRequest) -> Response:
         return await self._generate(parse(CompletionBody, data), "text", request)
+
+    async def embeddings(self, data: Any, request: HTTPRequest) -> Response:
+        """The embedding model's vectors (or, named in `model`, the served model's in embedding mode)."""
+        return await embeddings_response(data, self.aliases, getattr(self.engine.worker, "model_path", None))
 
     async def aclose(self) -> None:
         """Stop prompts still being prepared (shutdown must not wait on them); the engine is not ours."""

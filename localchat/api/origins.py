@@ -11,7 +11,9 @@ closed here, in front of the API and the window alike:
   server's own pages, from an origin named with --cors-origin, or from no browser at all; a
   /v1 POST must be JSON, which a page cannot send to another origin without a CORS preflight.
 
-CORS stays off unless an origin is named; then Starlette's CORSMiddleware answers for it.
+CORS stays off unless an origin is named; then Starlette's CORSMiddleware answers for it. No other
+origin gets a CORS header from anything behind the guard (the window's own framework answers any
+localhost origin, with credentials): a page elsewhere on this machine cannot read what GET returns.
 """
 
 from __future__ import annotations
@@ -75,18 +77,21 @@ class OriginGuard:
 
     async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
         if scope["type"] in ("http", "websocket"):
-            refusal = self.refusal(scope)
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            refusal = self.refusal(scope, headers)
             if refusal is not None:
                 if scope["type"] == "websocket":
                     await send({"type": "websocket.close", "code": 1008})
                     return
                 await refusal(scope, receive, send)
                 return
+            origin = headers.get("origin")
+            if scope["type"] == "http" and origin is not None and origin not in self.policy.cors_origins:
+                send = _without_cors(send)
         await self.app(scope, receive, send)
 
-    def refusal(self, scope: Scope) -> Any:
-        """The error response for a request this server must not serve, or None."""
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    def refusal(self, scope: Scope, headers: dict[str, str]) -> Any:
+        """The error response for a request this server must not serve, or None (`headers` by lower-case name)."""
         host = headers.get("host", "")
         if not self.policy.host_ok(host):
             return error_response(403, f"this server answers only to its own address (127.0.0.1 or localhost), "
@@ -109,6 +114,16 @@ class OriginGuard:
                 return error_response(415, f"the request body must be JSON, sent with 'Content-Type: "
                                       f"application/json' (got {kind or 'none'!r}).", code="unsupported_media_type")
         return None
+
+
+def _without_cors(send: Callable) -> Callable:
+    """`send` with every Access-Control-* header dropped from the response: no origin is allowed by it."""
+    async def sending(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [(k, v) for k, v in message.get("headers", [])
+                                              if not k.lower().startswith(b"access-control-")]}
+        await send(message)
+    return sending
 
 
 def install(app: Any, policy: OriginPolicy) -> None:

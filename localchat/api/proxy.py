@@ -52,6 +52,9 @@ class ProxyService:
         body = await request.body()
         return await self._forward(request, "POST", "/v1/completions", body, _wants_stream(data))
 
+    async def embeddings(self, data: Any, request: HTTPRequest) -> Response:
+        return await self._forward(request, "POST", "/v1/embeddings", await request.body(), stream=False)
+
     async def aclose(self) -> None:
         await self.client.aclose()
 

@@ -31,6 +31,7 @@ class Service(Protocol):
     async def model(self, model_id: str, request: HTTPRequest) -> Response: ...
     async def chat(self, data: Any, request: HTTPRequest) -> Response: ...
     async def completions(self, data: Any, request: HTTPRequest) -> Response: ...
+    async def embeddings(self, data: Any, request: HTTPRequest) -> Response: ...
     async def aclose(self) -> None: ...
 
 
@@ -116,11 +117,18 @@ def build_router(service: Service, api_key: str | None = None, prefix: str = "/v
             return await service.completions(await read_json(request), request)
         return await guarded(request, handle)
 
+    @router.post("/embeddings")
+    async def embeddings(request: HTTPRequest) -> Response:
+        async def handle() -> Response:
+            return await service.embeddings(await read_json(request), request)
+        return await guarded(request, handle)
+
     @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
     async def unknown(request: HTTPRequest, path: str) -> Response:
         async def handle() -> Response:
             return error_response(404, f"there is no {request.method} {request.url.path} here; this server offers "
-                                  f"GET {prefix}/models, POST {prefix}/chat/completions and POST {prefix}/completions.",
+                                  f"GET {prefix}/models, POST {prefix}/chat/completions, POST {prefix}/completions and "
+                                  f"POST {prefix}/embeddings.",
                                   code="unknown_url")
         return await guarded(request, handle)
 

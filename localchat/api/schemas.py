@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -147,6 +147,15 @@ class CompletionBody(_Sampled):
         return Request(prompt=prompt, sampling=self.sampling(defaults))
 
 
+class EmbeddingsBody(_Body):
+    """POST /v1/embeddings: text, texts, a token array or token arrays (bounded in api/embeddings.py)."""
+
+    input: str | list[str] | list[int] | list[list[int]]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+
+
 def _turn(message: ChatMessage, index: int) -> dict[str, Any]:
     """One message as a plain dict: role, text, and the tool fields it carries."""
     turn: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role,
@@ -175,7 +184,10 @@ def _text(message: ChatMessage, index: int) -> str:
     return "".join(texts)
 
 
-def parse(model: type[_Sampled], data: Any) -> _Sampled:
+_B = TypeVar("_B", bound=_Body)
+
+
+def parse(model: type[_B], data: Any) -> _B:
     """Validate a decoded JSON body; the first problem becomes a RequestError naming its field."""
     if not isinstance(data, dict):
         raise RequestError("the request body must be a JSON object.")
@@ -191,7 +203,7 @@ def parse(model: type[_Sampled], data: Any) -> _Sampled:
         raise RequestError(f"{param or 'body'}: {error['msg']}{value}.", param or None) from None
 
 
-_FIELDS = {name for body in (ChatBody, CompletionBody, ChatMessage, TextPart, StreamOptions)
+_FIELDS = {name for body in (ChatBody, CompletionBody, ChatMessage, TextPart, StreamOptions, EmbeddingsBody)
            for name in body.model_fields}
 
 

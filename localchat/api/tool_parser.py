@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Union
 
 from ..errors import EngineError
 from .tool_formats import ToolFormat
@@ -246,13 +246,3 @@ def _partial_suffix(text: str, marker: str) -> int:
             return n
     return 0
 
-
-def parse_all(fmt: ToolFormat, names: set[str], text: str) -> tuple[str, list[ToolCall]]:
-    """A whole answer: its content and its calls (raises ToolCallError on a broken call)."""
-    parser = ToolCallParser(fmt, names)
-    pieces = parser.feed(text) + parser.finish()
-    return "".join(p for p in pieces if isinstance(p, str)), parser.calls
-
-
-def arguments_of(call: ToolCall) -> Any:
-    return json.loads(call.arguments)

@@ -1,4 +1,5 @@
-"""GPTQ checkpoints on a torch worker (the optional `gptq` extra: torch, safetensors, tokenizers).
+"""GPTQ checkpoints: their format, loader, torch model and kernels, quantizer (the optional `gptq` extra:
+torch, safetensors, tokenizers). The torch worker that runs them is runtime/torch_worker.py.
 
 This module imports neither torch nor the other extras, so the engine can ask is_gptq_folder()
 of any path and a listing can say what is missing without paying for the import.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
 from ..errors import ModelLoadError
 
@@ -37,12 +37,9 @@ def extra_installed() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in EXTRA_MODULES)
 
 
-def open_worker(folder: str | Path, config: Any = None):
-    """A TorchWorker for a GPTQ checkpoint folder; a clear error when the extra is missing."""
+def require_extra(folder: str | Path) -> None:
+    """Before a GPTQ checkpoint folder is loaded: a clear error when the extra is missing."""
     if not extra_installed():
         missing = ", ".join(m for m in EXTRA_MODULES if importlib.util.find_spec(m) is None)
         raise ModelLoadError(f"{folder} is a GPTQ checkpoint, which {NEEDS_EXTRA} ({missing} not installed); "
                              f"{INSTALL_HINT}, or use a GGUF file of the model.")
-    from .worker import TorchWorker
-
-    return TorchWorker(folder, config)

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from ..arguments import Parser
+from ..units import rate_text, size_text
 from . import GPUInfo, HardwareInfo
 from .bandwidth import measure_gpu_bandwidth, measure_host_bandwidth
 
@@ -240,8 +242,8 @@ def probe(measure: bool = True, timeout: float = 60.0) -> HardwareInfo:
     return info
 
 
-def _gb(n: float | None, unit: str = "GB") -> str:
-    return "?" if not n else f"{n / 1e9:.1f} {unit}"
+def _size(n: float | None) -> str:
+    return size_text(n or None)  # 0: not read
 
 
 def format_table(info: HardwareInfo, extra_rows: list[tuple[str, str]] = ()) -> str:
@@ -250,11 +252,11 @@ def format_table(info: HardwareInfo, extra_rows: list[tuple[str, str]] = ()) -> 
             ("CPU", f"{info.cpu_model}, {info.physical_cores} cores / {info.logical_cores} threads"
                     + (f", {info.cpu_max_mhz / 1000:.1f} GHz" if info.cpu_max_mhz else "")),
             ("ISA", " ".join(info.cpu_flags) or "-"),
-            ("RAM", f"{_gb(info.ram_total)} total, {_gb(info.ram_available)} available, "
-                    f"{_gb(info.ram_bandwidth, 'GB/s')} measured")]
+            ("RAM", f"{_size(info.ram_total)} total, {_size(info.ram_available)} available, "
+                    f"{rate_text(info.ram_bandwidth)} measured")]
     for gpu in info.gpus:
-        details = [f"{_gb(gpu.memory_total)} ({_gb(gpu.memory_free)} free)",
-                   f"{_gb(gpu.spec_bandwidth, 'GB/s')} spec", f"{_gb(gpu.measured_bandwidth, 'GB/s')} measured"]
+        details = [f"{_size(gpu.memory_total)} ({_size(gpu.memory_free)} free)",
+                   f"{rate_text(gpu.spec_bandwidth)} spec", f"{rate_text(gpu.measured_bandwidth)} measured"]
         if gpu.compute_capability:
             details.append(f"compute {gpu.compute_capability}")
         if gpu.pcie_gen:
@@ -270,7 +272,7 @@ def format_table(info: HardwareInfo, extra_rows: list[tuple[str, str]] = ()) -> 
 
 def main(argv: list[str] | None = None, extra_rows: Callable[[], list[tuple[str, str]]] | None = None) -> int:
     """`localchat probe [--json] [--no-measure]`; `extra_rows` adds lines to the table."""
-    parser = argparse.ArgumentParser(prog="localchat probe", description="Show what this machine has.")
+    parser = Parser(prog="localchat probe", description="Show what this machine has.")
     parser.add_argument("--json", action="store_true", help="print JSON (input for `localchat plan --hardware`)")
     parser.add_argument("--no-measure", action="store_true", help="skip the bandwidth measurements")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .extract import Document
+from .document import Document
 
 CountTokens = Callable[[str], int]
 

@@ -13,8 +13,9 @@ import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from .extract import (DEFAULT_MAX_BYTES, BrokenDocumentError, Document, DocumentError,
-                      DocumentTooLargeError, extract)
+from ..units import size_text
+from .document import BrokenDocumentError, Document, DocumentError, DocumentTooLargeError
+from .extract import DEFAULT_MAX_BYTES, extract
 
 EXTRACT_SECONDS = 60.0
 EXTRACT_MEMORY_BYTES = 2 * 1024**3  # address space of the child, Python and the parsers included
@@ -36,7 +37,7 @@ def extract_isolated(path: str | os.PathLike[str], *, name: str | None = None, m
                                 "save it again in its own program (or as PDF) and attach that, or attach a part.")
         outcome, value = receiver.recv()
     except EOFError:  # the child died without a word: killed for memory, or its parser crashed
-        raise DocumentTooLargeError(f"{name}: reading it needed more than {memory // 2**20:,} MB of memory "
+        raise DocumentTooLargeError(f"{name}: reading it needed more than {size_text(memory)} of memory "
                                     "or crashed the reader; attach a smaller or re-saved copy.") from None
     finally:
         if child.is_alive():
@@ -60,7 +61,7 @@ def _extract_in_child(sender: Connection, path: str, name: str, max_bytes: int, 
     except DocumentError as exc:
         result = ("error", exc)
     except MemoryError:
-        result = ("error", DocumentTooLargeError(f"{name}: reading it needed more than {memory // 2**20:,} MB "
+        result = ("error", DocumentTooLargeError(f"{name}: reading it needed more than {size_text(memory)} "
                                                  "of memory; attach a smaller or re-saved copy."))
     except Exception as exc:  # a parser bug on odd input is a broken document to the user
         result = ("error", BrokenDocumentError(f"{name}: could not be read ({type(exc).__name__}); save it "

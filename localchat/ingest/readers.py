@@ -1,24 +1,31 @@
-"""The binary document readers behind extract(): PDF pages and DOCX headings (text formats: text_sections.py).
+"""The readers behind extract(), one per document kind (kinds.py names them): PDF pages, DOCX headings,
+and the text formats decoded and cut into sections (text_sections.py).
 
-Every reader is bounded: a zip may unpack only to a multiple of its own size, a PDF is read up to a
-page and character cap.
+Every reader takes (name, bytes, max_bytes), returns the sections in reading order and the warnings
+for the user (extract() makes the Document), and is bounded: a zip may unpack only to a multiple of its
+own size, a PDF is read up to a page and character cap, text is read in linear time.
 """
 
 from __future__ import annotations
 
 import io
 import zipfile
+from typing import Callable
 
-from .extract import (BrokenDocumentError, Document, DocumentTooLargeError,
-                      EncryptedDocumentError, Section)
-from .text_sections import START_ANCHOR, heading_anchor
+from ..units import size_text
+from .decode import decode_text
+from .document import BrokenDocumentError, DocumentTooLargeError, EncryptedDocumentError, Section
+from .text_sections import START_ANCHOR, heading_anchor, html_sections, line_sections, markdown_sections
+
+Read = tuple[list[Section], list[str]]  # the sections in reading order, and warnings for the user
+Reader = Callable[[str, bytes, int], Read]  # (the file's name, its bytes, the size limit)
 
 # A Word file of text unpacks to 5-20x its size; a zip bomb to thousands of times.
 MAX_UNPACK_RATIO, MIN_UNPACK_BYTES, MAX_ZIP_ENTRIES = 40, 16 * 1024 * 1024, 10_000
 MAX_PDF_PAGES, MAX_PDF_CHARS = 2_000, 20_000_000
 
 
-def read_pdf(name: str, data: bytes) -> Document:
+def read_pdf(name: str, data: bytes, max_bytes: int) -> Read:
     """One section per page with text; pages are numbered as a viewer counts them (1-based)."""
     from pypdf import PdfReader
     from pypdf.errors import DependencyError
@@ -71,10 +78,10 @@ def read_pdf(name: str, data: bytes) -> Document:
     if failed:
         warnings.append(f"{name}: could not read {_pages(failed)}; the rest was read. To include "
                         f"them, {fix}.")
-    return Document(name=name, kind="pdf", sections=sections, warnings=warnings)
+    return sections, warnings
 
 
-def read_docx(name: str, data: bytes, *, max_bytes: int) -> Document:
+def read_docx(name: str, data: bytes, max_bytes: int) -> Read:
     """One section per heading (Title / Heading N styles), tables as `a | b | c` rows."""
     import docx
     from docx.table import Table
@@ -90,7 +97,7 @@ def read_docx(name: str, data: bytes, *, max_bytes: int) -> Document:
     # A small .docx can unpack to gigabytes (a zip bomb); refuse before parsing.
     allowed = min(4 * max_bytes, max(MIN_UNPACK_BYTES, MAX_UNPACK_RATIO * len(data)))
     if unpacked > allowed or len(entries) > MAX_ZIP_ENTRIES:
-        raise DocumentTooLargeError(f"{name}: unpacks to {unpacked // (1024 * 1024)} MB in {len(entries):,} parts, "
+        raise DocumentTooLargeError(f"{name}: unpacks to {size_text(unpacked)} in {len(entries):,} parts, "
                                     "far more than a Word file of its size holds; open it in Word, save it "
                                     "again (or split it) and attach that.")
     sections: list[Section] = []
@@ -113,7 +120,7 @@ def read_docx(name: str, data: bytes, *, max_bytes: int) -> Document:
         raise BrokenDocumentError(f"{name}: the Word file is damaged ({_short(exc)}); open it in "
                                   "Word or LibreOffice, save it again and attach the new copy.") from None
     sections.append(Section("\n\n".join(p for p in paragraphs if p), anchor))
-    return Document(name=name, kind="docx", sections=sections)
+    return sections, []
 
 
 def _table_rows(table) -> list[str]:
@@ -138,3 +145,16 @@ def _short(exc: Exception) -> str:
 def _pages(numbers: list[int]) -> str:
     shown = ", ".join(str(n) for n in numbers[:10])
     return ("page " if len(numbers) == 1 else "pages ") + shown + (" and more" if len(numbers) > 10 else "")
+
+
+def text_reader(sections: Callable[[str], list[Section]], html: bool = False) -> Reader:
+    """The reader of a text kind: decode the bytes (an HTML file may name its charset), then cut the text."""
+    def read(name: str, data: bytes, max_bytes: int) -> Read:
+        text, warnings = decode_text(name, data, html=html)
+        return sections(text), warnings
+    return read
+
+
+read_html = text_reader(html_sections, html=True)
+read_markdown = text_reader(markdown_sections)
+read_lines = text_reader(line_sections)  # plain text and source code

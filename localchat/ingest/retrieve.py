@@ -6,16 +6,24 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
+
+import numpy as np
 
 from .chunking import (DEFAULT_CHUNK_TOKENS, Chunk, CountTokens, chunk_document, describe_anchors,
                        estimate_tokens)
-from .extract import Document
+from .document import Document
+from .vectors import Embedder, VectorStore
 
 _CONTEXT_HEAD = "Documents:\n\n"
 _RETRIEVED_HEAD = "Excerpts from the attached documents (they are too long to show in full):\n\n"
 _SUMMARY_ANCHORS = 12  # places named per document in summary(); to_dict() lists them all
 _RRF_K = 60  # the usual constant of reciprocal rank fusion; damps the weight of the very top ranks
+# BM25's share of the fused rank. A question that shares a common word ("lamp", "water") with dozens
+# of passages gets a noisy word ranking; at half weight it still lifts a passage that names the
+# question's rare terms (a name, a date), and no longer buries one that says the same in other
+# words (docs/benchmarks.md, "Retrieval": both kinds of question, both weights).
+BM25_WEIGHT = 0.5
 # No tokenizer packs this many characters into one token; longer texts need not be counted.
 _MAX_CHARS_PER_TOKEN = 32
 _WORD = re.compile(r"\w+")
@@ -24,12 +32,6 @@ a an and are as at be been but by can could did do does for from had has have he
 in into is it its me my no not of on or our she so than that the their them then there these they
 this those to was we were what when where which who whom why will with would you your
 """.split())
-
-
-class Embedder(Protocol):
-    """Turns texts into vectors; cache inside it, since chunks are embedded on every question."""
-
-    def embed(self, texts: Sequence[str]) -> Sequence[Sequence[float]]: ...
 
 
 @dataclass(slots=True)
@@ -53,6 +55,7 @@ class Selection:
     documents: list[Document]
     num_tokens: int  # of build_context(self), by the count_tokens given to select()
     budget_tokens: int
+    ranking: str = ""  # how retrieved chunks were ranked: "hybrid" (meaning and words) or "bm25" (words)
 
     def summary(self) -> str:
         """One line saying what was included, e.g. "report.pdf: p. 3, p. 7 (4 of 52 chunks)"."""
@@ -76,6 +79,7 @@ class Selection:
         """A JSON-ready account of what was included."""
         return {
             "mode": self.mode,
+            **({"ranking": self.ranking} if self.ranking else {}),
             "num_tokens": self.num_tokens,
             "budget_tokens": self.budget_tokens,
             "documents": [
@@ -95,15 +99,17 @@ def marker(name: str, anchor: str) -> str:
 
 def select(question: str, documents: Sequence[Document], budget_tokens: int,
            count_tokens: CountTokens = estimate_tokens, *, embedder: Embedder | None = None,
-           chunk_tokens: int | None = None) -> Selection:
-    """Fit build_prompt(question, ...) into budget_tokens: whole documents if all fit, else the best chunks."""
+           vectors: VectorStore | None = None, chunk_tokens: int | None = None) -> Selection:
+    """Fit build_prompt(question, ...) into budget_tokens: whole documents if all fit, else the best chunks.
+
+    With an `embedder`, chunks are ranked by meaning and words together (hybrid), else by words (BM25);
+    `vectors` keeps the chunks' vectors, so each chunk is embedded once, not on every question."""
     docs = list(documents)
     # The instructions name one marker as an example; reserve room for the longest one it can be.
     longest = max((d.name for d in docs), key=len, default="")
     overhead = count_tokens(_instructions(marker(longest, "§ " + "x" * 60), question))
     budget = budget_tokens - overhead
-    whole_blocks = [_whole_block(doc) for doc in docs]
-    costs = [_count(block, count_tokens, budget) + 1 for block in whole_blocks]  # +1: the separator
+    costs = [document_tokens(doc, count_tokens, budget) for doc in docs]
     total = count_tokens(_CONTEXT_HEAD) + sum(costs)
     if total <= budget:
         parts = [DocumentPart(d.name, d.kind, True, c) for d, c in zip(docs, costs)]
@@ -114,7 +120,7 @@ def select(question: str, documents: Sequence[Document], budget_tokens: int,
     chunked = [chunk_document(doc, size, count_tokens) for doc in docs]
     pool = [(d, c) for d, chunks in enumerate(chunked) for c in chunks]
     blocks = [_chunk_block(c) for _, c in pool]
-    ranking = _rank(question, blocks, pool, embedder)
+    ranking = rank_chunks(question, docs, pool, embedder, vectors)
     spent = count_tokens(_RETRIEVED_HEAD)
     chosen: list[int] = []
     for i in ranking:
@@ -132,7 +138,18 @@ def select(question: str, documents: Sequence[Document], budget_tokens: int,
         mine = [pool[i][1] for i in chosen if pool[i][0] == d]
         parts.append(DocumentPart(doc.name, doc.kind, False, sum(c.num_tokens for c in mine),
                                   len(chunks), mine))
-    return Selection("retrieved", parts, docs, spent, budget_tokens)
+    return Selection("retrieved", parts, docs, spent, budget_tokens, "hybrid" if embedder else "bm25")
+
+
+def document_tokens(doc: Document, count_tokens: CountTokens, budget: int | None = None) -> int:
+    """The tokens a document takes in the prompt when it goes in whole: its text with the source
+    markers before each section and the separator after it. The attachment chip, the meter and the
+    reply's "whole (N tokens)" all count it so. Past `budget`, a count that cannot fit it is enough."""
+    block = _whole_block(doc)
+    # Tokenizing a 50 MB document only to learn that it does not fit is wasted seconds.
+    if budget is not None and len(block) > budget * _MAX_CHARS_PER_TOKEN:
+        return max(budget, 0) + 2
+    return count_tokens(block) + 1  # +1: the separator between documents
 
 
 def build_context(selection: Selection) -> str:
@@ -188,34 +205,47 @@ def _terms(text: str) -> list[str]:
     return terms
 
 
-def _rank(question: str, blocks: list[str], pool: list[tuple[int, Chunk]],
-          embedder: Embedder | None) -> list[int]:
-    """Indices into pool, best first."""
+def rank_chunks(question: str, docs: Sequence[Document], pool: Sequence[tuple[int, Chunk]],
+                embedder: Embedder | None = None, vectors: VectorStore | None = None,
+                bm25_weight: float = BM25_WEIGHT) -> list[int]:
+    """Indices into `pool` ((document index, chunk) pairs), best first: BM25 over each chunk as the
+    prompt shows it, fused with the cosine of the question's and the chunks' vectors when there is an
+    embedder (weighted reciprocal rank fusion: ranks, not scores, so neither scale dominates)."""
     # Ties (all zeros, say) go to the first chunk of each document, then the second...
     spread = [(c.index, d) for d, c in pool]
-    scores = bm25_scores(question, blocks)
+    scores = bm25_scores(question, [_chunk_block(c) for _, c in pool])
     by_bm25 = sorted(range(len(pool)), key=lambda i: (-scores[i], spread[i]))
     if embedder is None:
         matched = [i for i in by_bm25 if scores[i] > 0]
         # With no word in common there is nothing to rank by; show the beginnings.
         return matched or by_bm25
-    vectors = list(embedder.embed([question, *blocks]))
-    query, rest = vectors[0], vectors[1:]
-    cosines = [_cosine(query, v) for v in rest]
+    cosines = _cosines(question, docs, pool, embedder, vectors)
     by_cosine = sorted(range(len(pool)), key=lambda i: (-cosines[i], spread[i]))
     fused = [0.0] * len(pool)
     # BM25's result list holds only the chunks that share a word with the question; a chunk
     # it did not find must not gain from its place among the zero scores.
-    for ranking in ([i for i in by_bm25 if scores[i] > 0], by_cosine):
+    for weight, ranking in ((bm25_weight, [i for i in by_bm25 if scores[i] > 0]), (1.0, by_cosine)):
         for rank, i in enumerate(ranking):
-            fused[i] += 1.0 / (_RRF_K + rank + 1)
+            fused[i] += weight / (_RRF_K + rank + 1)
     return sorted(range(len(pool)), key=lambda i: (-fused[i], spread[i]))
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else 0.0
+def _cosines(question: str, docs: Sequence[Document], pool: Sequence[tuple[int, Chunk]], embedder: Embedder,
+             vectors: VectorStore | None) -> list[float]:
+    """The cosine of the question's vector with each chunk's, the chunks' from `vectors` when given."""
+    rows: list[Any] = [None] * len(pool)
+    for d, doc in enumerate(docs):
+        mine = [i for i, (owner, _) in enumerate(pool) if owner == d]
+        texts = [pool[i][1].text for i in mine]
+        found = vectors.vectors(embedder, doc, texts) if vectors is not None else embedder.embed(texts)
+        for i, vector in zip(mine, found):
+            rows[i] = vector
+    if not rows:
+        return []
+    matrix = np.asarray(rows, dtype=np.float32)
+    query = np.asarray(embedder.embed([question])[0], dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(query) or 1.0)
+    return (matrix @ query / np.where(norms > 0, norms, 1.0)).tolist()
 
 
 def _whole_block(doc: Document) -> str:
@@ -224,13 +254,6 @@ def _whole_block(doc: Document) -> str:
 
 def _chunk_block(chunk: Chunk) -> str:
     return f"{marker(chunk.document, chunk.label)}\n{chunk.text}"
-
-
-def _count(text: str, count_tokens: CountTokens, budget: int) -> int:
-    # Tokenizing a 50 MB document only to learn that it does not fit is wasted seconds.
-    if len(text) > budget * _MAX_CHARS_PER_TOKEN:
-        return max(budget, 0) + 1
-    return count_tokens(text)
 
 
 def _first_marker(selection: Selection) -> str:

@@ -1,4 +1,5 @@
-"""Text formats cut into sections for extract(): Markdown and HTML by heading, plain text and source by lines.
+"""Text formats cut into sections for their readers (readers.py): Markdown and HTML by heading, plain text
+and source by lines.
 
 Every reader is linear in its input (no backtracking regexes on document text); each section's
 anchor names where it starts.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from .extract import Section
+from .document import Section
 
 START_ANCHOR = "beginning"
 # Text and source files are cut into line ranges so that a citation points somewhere useful.

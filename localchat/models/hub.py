@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 from tqdm import tqdm
 
 from ..errors import DownloadError
+from ..units import size_text
 from .hub_errors import explain_hub_error
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 DISK_MARGIN = 256 * 2**20
 CHUNK = 1 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_SHA1 = re.compile(r"[0-9a-f]{40}")  # a git commit, or the git blob id the hub gives a small file as its ETag
 
 
 class DownloadInterrupted(Exception):
@@ -95,6 +97,14 @@ def hub_file_info(repo: str, filename: str, revision: str = "main") -> HubFile:
             f"{endpoint} answered for {repo}/{filename} without the hub's file headers (X-Repo-Commit, ETag); "
             "it does not look like a model hub. Check HF_ENDPOINT and any proxy settings."
         )
+    # The commit and the ETag name folders and files in the cache: only checksums may (never "../../x").
+    if (not _SHA1.fullmatch(meta.commit_hash) or not (_SHA256.fullmatch(meta.etag) or _SHA1.fullmatch(meta.etag))
+            or (meta.size is not None and meta.size < 0)):
+        raise DownloadError(
+            f"{endpoint} answered for {repo}/{filename} with file headers a model hub does not send (commit "
+            f"{meta.commit_hash[:80]!r}, ETag {meta.etag[:80]!r}, size {meta.size}); nothing was downloaded. "
+            "Check HF_ENDPOINT and any proxy settings."
+        )
     return HubFile(repo=repo, filename=filename, revision=revision, commit=meta.commit_hash,
                    etag=meta.etag, size=meta.size, url=meta.location)
 
@@ -102,6 +112,11 @@ def hub_file_info(repo: str, filename: str, revision: str = "main") -> HubFile:
 def download_hub_file(repo: str, filename: str, *, revision: str = "main", sha256: str | None = None,
                       progress: Progress | None = None) -> Path:
     """A hub file in the hub cache: fetched (resuming any earlier partial copy) and verified when needed."""
+    parts = filename.split("/")
+    if "\\" in filename or any(part in ("", ".", "..") for part in parts):
+        # A name from a repo listing becomes a path in the cache: it must stay inside its snapshot folder.
+        raise DownloadError(f"{repo} names a file {filename[:120]!r} that is not a plain path inside the repo; "
+                            "it was not downloaded. Pick another repo.")
     cached = cached_hub_file(repo, filename, revision)
     if cached is not None:
         return cached
@@ -116,7 +131,7 @@ def download_hub_file(repo: str, filename: str, *, revision: str = "main", sha25
     blob = _repo_folder(hub_cache_dir(), repo) / "blobs" / info.etag
     if not blob.is_file():
         _fetch_blob(info, blob, sha256, progress)
-    return _link_into_cache(info)
+    return _link_into_cache(info, blob)
 
 
 def _fetch_blob(info: HubFile, blob: Path, sha256: str | None, progress: Progress | None) -> None:
@@ -186,21 +201,40 @@ def _download(info: HubFile, partial: Path, progress: Progress | None) -> dict[s
         except DownloadInterrupted:
             raise
         except Exception as exc:
-            kept = f" {sink.done / 1e6:.0f} MB are kept; run the same command again to resume." if sink.done else ""
+            kept = f" {size_text(sink.done)} are kept; run the same command again to resume." if sink.done else ""
             raise explain_hub_error(exc, hub_endpoint(), info.repo, info.filename, info.revision, kept) from None
         return sink.hexdigests()
 
 
-def _link_into_cache(info: HubFile) -> Path:
-    """Let the hub client itself add the snapshot link and ref for a blob that is already in place."""
-    from huggingface_hub import hf_hub_download
-
+def _link_into_cache(info: HubFile, blob: Path) -> Path:
+    """The snapshot entry and ref of a verified blob, laid out as the hub client lays them out (so every hub
+    tool finds the file). Made here from the checked names: the hub client would ask the hub again, and a
+    second answer could name another blob, or a path outside the cache."""
+    folder = _repo_folder(hub_cache_dir(), info.repo)
+    pointer = folder / "snapshots" / info.commit / info.filename
     try:
-        path = hf_hub_download(info.repo, info.filename, revision=info.revision,
-                               cache_dir=str(hub_cache_dir()), endpoint=hub_endpoint())
-    except Exception as exc:
-        raise explain_hub_error(exc, hub_endpoint(), info.repo, info.filename, info.revision) from None
-    return Path(path)
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        if not pointer.exists():
+            partial = pointer.with_name(f"{pointer.name}.{os.getpid()}.link")
+            partial.unlink(missing_ok=True)
+            try:
+                partial.symlink_to(os.path.relpath(blob, pointer.parent))
+            except OSError:  # no symlinks here (Windows without developer mode): a hard link, else a copy
+                try:
+                    os.link(blob, partial)
+                except OSError:
+                    shutil.copyfile(blob, partial)
+            os.replace(partial, pointer)
+        if info.revision != info.commit:  # a branch or tag: the ref says which commit it meant
+            ref = folder / "refs" / info.revision
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            written = ref.with_name(f"{ref.name}.{os.getpid()}.tmp")
+            written.write_text(info.commit, encoding="utf-8")
+            os.replace(written, ref)
+    except OSError as exc:
+        raise DownloadError(f"{info.repo}/{info.filename} was downloaded, but adding it to the hub cache at "
+                            f"{folder} failed ({exc}); check that folder's permissions and free space.") from None
+    return pointer
 
 
 def check_disk_space(needed: int, where: Path, what: str = "the download") -> None:
@@ -211,14 +245,10 @@ def check_disk_space(needed: int, where: Path, what: str = "the download") -> No
     free = shutil.disk_usage(probe).free
     if free < needed + DISK_MARGIN:
         raise DownloadError(
-            f"not enough disk space for {what}: it needs {_gb(needed + DISK_MARGIN)} free (the file plus a "
-            f"{_gb(DISK_MARGIN)} margin) at {where}, but only {_gb(free)} is free. Free some space, or set "
+            f"not enough disk space for {what}: it needs {size_text(needed + DISK_MARGIN)} free (the file plus a "
+            f"{size_text(DISK_MARGIN)} margin) at {where}, but only {size_text(free)} is free. Free some space, or set "
             "HF_HUB_CACHE to a folder on a bigger disk."
         )
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 class _SilentBar(tqdm):

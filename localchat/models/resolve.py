@@ -1,4 +1,5 @@
-"""A model name (catalog key[:QUANT]), a GGUF path or a model the user already has -> a local file."""
+"""A model name (catalog key[:QUANT], or an embedding model's), a GGUF path or a model the user already has
+-> a local file."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Callable
 
 from ..errors import ModelNotFoundError
 from ..gptq import is_gptq_folder
-from .catalog import ModelFacts, load_catalog
+from .catalog import ModelFacts, ModelFile, load_catalog
 from .checkpoints import folder_missing
 from .download import cached_file, fetch_model_file
+from .embedding import load_embedding_catalog
 from .importers import find_local_model, import_model
 
 
@@ -41,6 +43,9 @@ def resolve_model(
 ) -> Path:
     """A model name (catalog key[:QUANT]), a GGUF path or a GPTQ checkpoint folder -> a local file (a
     checkpoint: its folder), fetching it when needed."""
+    if not name.strip():
+        raise ModelNotFoundError("the model name is empty: give a catalog name (`localchat models` lists them) or "
+                                 "a path to a .gguf file.")
     path = Path(name).expanduser()
     if path.is_file():
         return path.resolve()
@@ -61,6 +66,10 @@ def resolve_model(
     catalog = catalog if catalog is not None else load_catalog()
     key, quant = split_name(name)
     entry = catalog.get(key)
+    embedding = load_embedding_catalog().get(key) if entry is None else None
+    if embedding is not None:
+        model_file = embedding.file
+        return cached_file(model_file) or _fetch(name, model_file, fetch, progress)
     if entry is None:
         # Not a catalog name: maybe a model the user already has in LM Studio, Ollama or the hub cache.
         local = find_local_model(name)
@@ -70,9 +79,10 @@ def resolve_model(
             f"unknown model '{name}'. Use a catalog name ({', '.join(sorted(catalog))}) or a path to a .gguf file."
         )
     model_file = entry.file_for(quant)
-    local = cached_file(model_file)
-    if local is not None:
-        return local
+    return cached_file(model_file) or _fetch(name, model_file, fetch, progress)
+
+
+def _fetch(name: str, model_file: ModelFile, fetch: bool, progress: Callable[[int, int], None] | None) -> Path:
     if not fetch:
         raise ModelNotFoundError(f"{name} is not downloaded yet; run `localchat pull {name}`.")
     return fetch_model_file(model_file, progress=progress)

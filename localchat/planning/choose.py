@@ -1,5 +1,5 @@
-"""The launch's layout: the placement the settings name, with `auto` resolved as the README says (the
-tuned profile's placement when it holds for this model, else the planner's pick for this machine)."""
+"""The launch's arrangement of workers: the placement the settings name, with `auto` resolved as the README
+says (the tuned profile's placement when it holds for this model, else the planner's pick for this machine)."""
 
 from __future__ import annotations
 
@@ -46,13 +46,13 @@ def planned(hardware: HardwareInfo, n_ctx: int, model: Path, draft: Path | None 
     except (LocalchatError, OSError) as exc:
         log.info("the planner finds no layout for %s (%s); one worker it is", Path(model).name, exc)
         return None
-    chosen = placement_of(result.placement)
+    chosen = placement_of(result.layout)
     return Pick(chosen.name, result.n_gpu_layers, result.main_gpu, result.gpu_indices() if chosen.names_gpus else "")
 
 
-def choose_layout(placement: str, base: WorkerConfig, model: Path, draft: Path | None = None, devices: str = "",
+def choose_arrangement(placement: str, base: WorkerConfig, model: Path, draft: Path | None = None, devices: str = "",
                   hardware: Callable[[], HardwareInfo | None] | None = None, tuned: str | None = None) -> Arrangement:
-    """The engine's workers for `placement`. `auto`: `tuned` (the profile's placement, given when the
+    """The engine's workers for `placement`. `auto`: `tuned` (the profile's layout, given when the
     profile holds for this model), else the planner's pick for this model on `hardware()`, whose layer
     count counts where `base` offloads none. The hardware is read only where the placement needs it."""
     read = hardware or (lambda: None)

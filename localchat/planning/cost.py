@@ -1,14 +1,17 @@
-"""The planner's cost model: device budgets, and roofline speed and memory of each placement's layouts."""
+"""The planner's cost model: device budgets, and roofline speed and memory of each placement's layouts
+(a layout: where one model's layers go, "cpu", "gpu", "partial"...; its placement: how the workers run it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts
+from ..runtime.acceptance import expected_tokens
+from ..units import rate_text
 from .fit import N_UBATCH, budget, fits, gpu_budget, usage
 from .placements import Parts, layout_named, layouts, takes_draft
+from .site import Device, Site
 
 DECODE_FILL = 2048             # context tokens already present when decode speed is quoted
 MIN_DRAFT_SPEEDUP = 1.15       # below this a draft costs memory for noise-level gain
@@ -31,21 +34,6 @@ ENGINE_STEP_OVERHEAD = 1e-3
 
 
 @dataclass(slots=True)
-class Device:
-    """A place for layers: its budget in bytes, bandwidth in bytes/s and matmul FLOP/s."""
-
-    name: str
-    kind: str                  # cpu | gpu
-    index: int
-    free: int
-    budget: int
-    bandwidth: float
-    flops: float
-    unified: bool = False
-    stream: float = 0.0        # CPU: what its cores stream while they also compute (see CORE_BANDWIDTH)
-
-
-@dataclass(slots=True)
 class Option:
     """One feasible way to run one model+quant, with its predicted memory and speed."""
 
@@ -53,7 +41,7 @@ class Option:
     quant: str
     n_ctx: int
     type_kv: str
-    placement: str
+    layout: str                    # the planner's layout (placements.py): where the layers go
     n_gpu_layers: int
     main_gpu: int
     tensor_split: list[float]
@@ -80,7 +68,7 @@ def devices_of(hw: HardwareInfo, eff: dict[str, float]) -> tuple[list[Device], l
     if not bandwidth:
         apple = [g.bandwidth for g in hw.gpus if g.unified and g.bandwidth]
         bandwidth = apple[0] if apple else 20e9
-        warnings.append(f"host bandwidth not measured; assuming {bandwidth / 1e9:.0f} GB/s.")
+        warnings.append(f"host bandwidth not measured; assuming {rate_text(bandwidth)}.")
     cpu = Device("cpu", "cpu", -1, hw.ram_available, budget(hw.ram_available, "cpu"),
                  bandwidth * eff["bandwidth"], hw.physical_cores * ghz * 1e9 * per_cycle, hw.unified_memory,
                  stream=hw.physical_cores * CORE_BANDWIDTH * eff["bandwidth"])
@@ -95,35 +83,6 @@ def devices_of(hw: HardwareInfo, eff: dict[str, float]) -> tuple[list[Device], l
                               gpu_budget(gpu, hw.ram_available), gpu.bandwidth * eff["bandwidth"],
                               flops, gpu.unified))
     return devices, warnings
-
-
-@dataclass(slots=True)
-class Site:
-    """What a planner layout sees: one model+quant at one context and KV type, and the devices."""
-
-    model: ModelFacts
-    quant: str
-    n_ctx: int
-    type_kv: str
-    cpu: Device
-    gpus: list[Device]
-    wants: Any                    # the planner's Wants
-    fitting: list[Device] = field(default_factory=list)  # GPUs that hold the whole model
-
-    def use(self, device: Device, n_layers: int, head: bool, whole_file: bool = False) -> dict:
-        """The fit model's bytes of these layers on `device`, with its budget."""
-        return {"device": device.name, **usage(self.model, self.quant, self.n_ctx, self.type_kv, n_layers, head,
-                                               whole_file), "budget": device.budget, "free": device.free}
-
-    def embeddings_on_host(self) -> dict:
-        """The token embedding stays in RAM whatever runs on the GPUs (llama.cpp keeps it there)."""
-        host = self.use(self.cpu, 0, False)
-        weights = self.model.embedding_bytes(self.quant)
-        return {**host, "weights": weights, "total": weights}
-
-    @property
-    def per_layer(self) -> int:
-        return self.model.layer_bytes(self.quant) + self.model.kv_bytes(self.n_ctx, self.type_kv, 1)
 
 
 def gpu_indices(names: list[str]) -> str:
@@ -174,18 +133,17 @@ def _layouts(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices: l
     return found
 
 
-def _draft(model: ModelFacts, quant: str, parts: list, use: list[dict], placement: str, n_ctx: int,
+def _draft(model: ModelFacts, quant: str, parts: list, use: list[dict], layout: str, n_ctx: int,
            type_kv: str, devices: list[Device], catalog: dict[str, ModelFacts], wants, eff: dict) -> dict | None:
     """The best draft setup for a layout (pays or not), or None when no draft can be placed."""
-    from ..runtime.speculative import expected_tokens  # here: `localchat plan` loads no llama.cpp otherwise
     draft = catalog.get(model.draft or "")
-    if draft is None or draft.key == model.key or not takes_draft(placement):
+    if draft is None or draft.key == model.key or not takes_draft(layout):
         return None
     d_quant = "Q8_0" if "Q8_0" in draft.files else draft.default_quant
     main = parts[-1][0]
     # The target's own device first, then each draft site of the vocabulary beside this layout.
-    sites = [(main, placement)] + [(d, site.name) for _, site in layouts() if site.draft_on
-                                   for d in site.draft_on(placement, devices, use)]
+    sites = [(main, layout)] + [(d, site.name) for _, site in layouts() if site.draft_on
+                                for d in site.draft_on(layout, devices, use)]
     # A measured acceptance (the tune wizard's, for this target and its pairing) beats the assumed one.
     measured = wants.measured_acceptance.get(model.key)
     alpha = min(max(wants.draft_acceptance if measured is None else measured, 0.0), 0.95)
@@ -204,7 +162,7 @@ def _draft(model: ModelFacts, quant: str, parts: list, use: list[dict], placemen
                         + k * t_draft), k) for k in range(1, 9)]
         speedup, k = max(speedups)
         return {"pays": speedup >= MIN_DRAFT_SPEEDUP, "speedup": speedup, "draft": draft.key, "quant": d_quant,
-                "device": where.name, "placement": label, "k": k, "need": need, "acceptance": alpha,
+                "device": where.name, "layout": label, "k": k, "need": need, "acceptance": alpha,
                 "measured": measured is not None}
     return None
 
@@ -215,32 +173,32 @@ def _how(spec: dict) -> str:
 
 def options_for(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices: list[Device],
                 catalog: dict[str, ModelFacts], wants) -> list[Option]:
-    """Every feasible placement of one model+quant at one context and KV type, with speeds and reasons."""
+    """Every feasible layout of one model+quant at one context and KV type, with speeds and reasons."""
     eff = {**DEFAULT_EFFICIENCY, **wants.efficiency}
     # Decode is quoted with `fill` tokens cached; prefill over a prompt of that length, whose
     # tokens attend over fill/2 cached tokens on average.
     fill = min(wants.decode_fill, n_ctx)
     found = []
-    for placement, parts, shared in _layouts(model, quant, n_ctx, type_kv, devices, wants):
+    for layout, parts, shared in _layouts(model, quant, n_ctx, type_kv, devices, wants):
         usage = [dict(u) for u in shared]
         t1 = step_time(model, quant, parts, 1, type_kv, eff, fill) + ENGINE_STEP_OVERHEAD
         prefill = N_UBATCH / step_time(model, quant, parts, N_UBATCH, type_kv, eff, fill // 2)
         gpu_layers = sum(n for d, n, _ in parts if d.kind == "gpu")
-        split = [n / model.n_layer for d, n, _ in parts if d.kind == "gpu"] if placement == "layer-split" else []
+        split = [n / model.n_layer for d, n, _ in parts if d.kind == "gpu"] if layout == "layer-split" else []
         why = "" if len(devices) > 1 else " (no usable GPU)"
-        text = layout_named(placement).why.format(
+        text = layout_named(layout).why.format(
             why=why, L=model.n_layer, dev=parts[0][0].name, k=parts[0][1],
             split=":".join(str(n) for _, n, _ in parts))
-        option = Option(model.key, quant, n_ctx, type_kv, placement, gpu_layers + (1 if gpu_layers == model.n_layer else 0),
+        option = Option(model.key, quant, n_ctx, type_kv, layout, gpu_layers + (1 if gpu_layers == model.n_layer else 0),
                         max(parts[0][0].index, 0), split, usage, 1 / t1, prefill, 1 / t1,
-                        reasons=[f"placement {placement}: {text}"])
+                        reasons=[f"layout {layout}: {text}"])
         if type_kv != "f16":
             option.reasons.append(f"KV cache {type_kv}: an f16 cache of {n_ctx} tokens would not fit.")
-        spec = _draft(model, quant, parts, usage, placement, n_ctx, type_kv, devices, catalog, wants, eff)
+        spec = _draft(model, quant, parts, usage, layout, n_ctx, type_kv, devices, catalog, wants, eff)
         option.draft_speedup = spec["speedup"] if spec else 0.0
         if spec and spec["pays"]:
             option.draft, option.draft_quant, option.draft_device = spec["draft"], spec["quant"], spec["device"]
-            option.n_draft, option.placement = spec["k"], spec["placement"]
+            option.n_draft, option.layout = spec["k"], spec["layout"]
             option.decode_tps = option.plain_decode_tps * spec["speedup"]
             target = next((u for u in usage if u["device"] == spec["device"]), None)
             if target is None:

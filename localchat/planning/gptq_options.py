@@ -13,8 +13,9 @@ import dataclasses
 
 from .. import gptq
 from ..models.catalog import ModelFacts
-from .cost import ENGINE_STEP_OVERHEAD, LAYER_OVERHEAD, Device, Option, step_time
+from .cost import ENGINE_STEP_OVERHEAD, LAYER_OVERHEAD, Option, step_time
 from .fit import N_UBATCH, fits, usage
+from .site import Device
 
 # The torch worker runs eagerly: about ten kernel launches per layer and step and no CUDA graphs, where
 # llama.cpp's graph pays LAYER_OVERHEAD["gpu"].
@@ -66,7 +67,7 @@ def gptq_options(model: ModelFacts, quant: str, n_ctx: int, devices: list[Device
         eager = L * (TORCH_LAYER_OVERHEAD - LAYER_OVERHEAD["gpu"])
         t1 = step_time(model, quant, [(torch_gpu, L, True)], 1, "f16", eff, fill) + eager + ENGINE_STEP_OVERHEAD
         prefill = N_UBATCH / (step_time(model, quant, [(torch_gpu, L, True)], N_UBATCH, "f16", eff, fill // 2) + eager)
-        why = (f"placement gpu: the GPTQ {checkpoint.bits}-bit checkpoint runs whole on {gpu.name} on the torch worker "
+        why = (f"layout gpu: the GPTQ {checkpoint.bits}-bit checkpoint runs whole on {gpu.name} on the torch worker "
                f"(the gptq extra), at {rate:g} of llama.cpp's roofline speed "
                + ("(measured by `localchat tune`)." if "torch_gptq" in eff else "(assumed)."))
         return [Option(model.key, quant, n_ctx, "f16", "gpu", L + 1, max(gpu.index, 0), [], [use], 1 / t1, prefill,

@@ -1,6 +1,8 @@
 """The one vocabulary of placements. Each placement is declared once, at the bottom: its name (the
-setting, the flag value, the tuned profile's word), its help line, the planner's layouts that run
-as it (where the layers go and why) and how it arranges the engine's workers, or why it cannot.
+setting, the flag value), its help line, the planner's layouts that run as it (where the layers go
+and why: "cpu", "gpu", "partial"... the planner's and the tuned profile's word) and how it arranges
+the engine's workers, or why it cannot. A placement says how workers run a model; a layout, where one
+model's layers go: `single` runs as the layouts cpu, gpu and partial.
 
 Settings, flags, the profile, the wizard, the planner and the launch all read PLACEMENTS, so adding
 a placement is a change in this module plus its test. Pure: no llama.cpp, no probing.
@@ -10,18 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from ..errors import PlacementError
 from ..hardware import GPUInfo, HardwareInfo
+from ..runtime.worker_types import WorkerConfig, default_threads
+from ..units import size_text
 from .fit import N_UBATCH, ModelSize, fits, gpu_budget
-
-if TYPE_CHECKING:
-    from ..runtime.worker import WorkerConfig
-    from .cost import Device, Site
+from .site import Device, Site
 
 ALL_LAYERS = -1
-GiB = 2**30
 
 
 @dataclass(slots=True)
@@ -94,8 +94,8 @@ def _check_fits(ask: Ask, gpu: GPUInfo, need: int, what: str) -> None:
     room = gpu_budget(gpu)
     if need > room:
         raise PlacementError(
-            f"--placement {ask.placement}: {what} needs {need / GiB:.1f} GiB on GPU {gpu.index} ({gpu.name}), "
-            f"which has {room / GiB:.1f} GiB to spare. Choose a smaller model or context, or --placement single.")
+            f"--placement {ask.placement}: {what} needs {size_text(need)} on GPU {gpu.index} ({gpu.name}), "
+            f"which has {size_text(room)} to spare. Choose a smaller model or context, or --placement single.")
 
 
 _WHOLE_GPU = {"n_gpu_layers": ALL_LAYERS, "split_mode": "none"}
@@ -112,8 +112,6 @@ def _arrange_single(ask: Ask) -> Arrangement:
 def _arrange_pd_split(ask: Ask) -> Arrangement:
     base = ask.base
     if not ask.gpus:  # two CPU workers stand in for two devices: each gets half the cores
-        from ..runtime.worker import default_threads
-
         threads = max(1, (base.n_threads or default_threads()) // 2)
         half = dataclasses.replace(base, n_threads=threads, n_gpu_layers=0)
         return Arrangement("pd-split", half, prefill=half,
@@ -131,8 +129,8 @@ def _arrange_layer_split(ask: Ask) -> Arrangement:
     _need_two(ask, "the layers are spread over them")
     room = sum(gpu_budget(g) for g in ask.gpus)
     if ask.need > room:
-        raise PlacementError(f"--placement layer-split: the model and its KV cache need {ask.need / GiB:.1f} GiB; "
-                             f"the GPUs have {room / GiB:.1f} GiB to spare together.")
+        raise PlacementError(f"--placement layer-split: the model and its KV cache need {size_text(ask.need)}; "
+                             f"the GPUs have {size_text(room)} to spare together.")
     total_free = sum(g.memory_free for g in ask.gpus)
     split = tuple(g.memory_free / total_free for g in ask.gpus)
     worker = dataclasses.replace(ask.base, n_gpu_layers=ALL_LAYERS, split_mode="layer", main_gpu=ask.gpus[0].index,
@@ -215,11 +213,13 @@ def _spare_gpus(beside: str, devices: list[Device], use: list[dict]) -> list[Dev
 
 # --- the vocabulary ------------------------------------------------------------------------------------
 
+ON_CPU = Layout("cpu", "runs on the CPU from RAM{why}.", _on_cpu)
+ON_GPU = Layout("gpu", "all {L} layers and the KV cache fit on {dev}.", _on_one_gpu)
+PARTIAL = Layout("partial", "{dev} holds {k} of {L} layers; the rest run on the CPU from RAM.", _gpu_and_cpu)
+
 AUTO = Placement("auto", "the tuned profile's placement (`localchat tune`), else the planner's pick", None)
-SINGLE = Placement("single", "one worker: on the CPU, or n_gpu_layers of the layers on one GPU", _arrange_single, (
-    Layout("cpu", "runs on the CPU from RAM{why}.", _on_cpu),
-    Layout("gpu", "all {L} layers and the KV cache fit on {dev}.", _on_one_gpu),
-    Layout("partial", "{dev} holds {k} of {L} layers; the rest run on the CPU from RAM.", _gpu_and_cpu)))
+SINGLE = Placement("single", "one worker: on the CPU, or n_gpu_layers of the layers on one GPU", _arrange_single,
+                   (ON_CPU, ON_GPU, PARTIAL))
 LAYER_SPLIT = Placement(
     "layer-split", "the layers spread over two GPUs by free memory: a model too big for one GPU",
     _arrange_layer_split, (Layout("layer-split", "too big for one GPU: layers split {split} over the GPUs.",
@@ -243,6 +243,19 @@ _BY_NAME = {p.name: p for p in _DECLARED} | {lay.name: p for p in _DECLARED for 
 def placement_of(name: str) -> Placement:
     """The placement a setting or a planner layout names ("partial" runs as single); KeyError if none."""
     return _BY_NAME[name]
+
+
+def layout_for(placement: str, n_gpu_layers: int, n_layer: int) -> str:
+    """The layout `placement` runs a model of `n_layer` layers as, `n_gpu_layers` of them offloaded (the
+    planner counts the output head as one more): a split's one layout, or where one worker's layers are."""
+    found = _BY_NAME[placement]
+    if found.name != placement or found.arrange is None:
+        raise KeyError(placement)
+    if found is not SINGLE:
+        return found.layouts[0].name
+    if n_gpu_layers == 0:
+        return ON_CPU.name
+    return ON_GPU.name if n_gpu_layers < 0 or n_gpu_layers > n_layer else PARTIAL.name
 
 
 def layouts() -> list[tuple[Placement, Layout]]:

@@ -10,11 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..arguments import Parser
 from ..errors import ConfigError, ModelNotFoundError
 from ..hardware import DESCRIPTION_HELP, HardwareInfo
 from ..models.catalog import ModelFacts, load_catalog as load_facts
-from .cost import DECODE_FILL, DEFAULT_EFFICIENCY, Device, Option, devices_of, gpu_indices, options_for
+from ..units import size_text
+from .cost import DECODE_FILL, DEFAULT_EFFICIENCY, Option, devices_of, gpu_indices, options_for
 from .gptq_options import gptq_options, not_offered, unavailable
+from .placements import placement_of
+from .site import Device
 
 # Quality is a model's log2 size in billions, plus a family bonus (newer training, same size),
 # minus the quant's loss; one unit ~ doubling the parameters. Penalties follow llama.cpp's
@@ -70,7 +74,7 @@ class Alternative:
 
     model: str
     quant: str
-    placement: str
+    layout: str
     n_ctx: int
     predicted_decode_tps: float
     quality: float
@@ -86,7 +90,7 @@ class Plan:
     quant: str
     file: str
     size: int
-    placement: str
+    layout: str                   # the planner's layout (placements.py): where the layers go
     n_ctx: int
     type_k: str
     type_v: str
@@ -152,7 +156,7 @@ def _candidates(catalog: dict[str, ModelFacts], devices: list[Device], wants: Wa
                 options = options_at(model, quant, n_ctx, "f16", devices, catalog, wants)
                 # A q8_0 cache only where it buys a placement the f16 cache cannot have.
                 options += [o for o in options_at(model, quant, n_ctx, "q8_0", devices, catalog, wants)
-                            if o.placement not in {f.placement for f in options}]
+                            if o.layout not in {f.layout for f in options}]
                 for option in options:
                     option.quality = (quality(model, quant) + KV_PENALTY[option.type_kv]
                                       - (SHORT_CONTEXT_PENALTY if n_ctx < DEFAULT_CONTEXTS[0] and not wants.n_ctx else 0))
@@ -170,7 +174,7 @@ def _choose(options: list[Option], wants: Wants) -> tuple[Option, bool]:
     tied = [o for o in pool if o.quality >= best_quality - SPEED_TIE]
     # Serving several chats (or long prompts), a PD split beats a draft: decode never waits on a prefill.
     split_first = wants.concurrency > 1 or wants.long_prompts
-    return max(tied, key=lambda o: (split_first and o.placement == "pd-split", o.decode_tps, o.quality)), bool(fast)
+    return max(tied, key=lambda o: (split_first and o.layout == "pd-split", o.decode_tps, o.quality)), bool(fast)
 
 
 def _grow_context(chosen: Option, catalog: dict[str, ModelFacts], devices: list[Device], wants: Wants) -> Option:
@@ -179,7 +183,7 @@ def _grow_context(chosen: Option, catalog: dict[str, ModelFacts], devices: list[
         if n_ctx <= chosen.n_ctx or n_ctx > model.n_ctx_train:
             continue
         for option in options_at(model, chosen.quant, n_ctx, chosen.type_kv, devices, catalog, wants):
-            if option.placement == chosen.placement and option.draft == chosen.draft and \
+            if option.layout == chosen.layout and option.draft == chosen.draft and \
                     option.plain_decode_tps >= min(wants.min_decode_tps, chosen.plain_decode_tps * 0.95):
                 option.quality = chosen.quality
                 option.reasons.append(f"n_ctx {n_ctx}: memory is left over, so the context grows from "
@@ -224,7 +228,7 @@ def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | 
         if (option.model, option.quant) in seen:
             continue
         seen.add((option.model, option.quant))
-        alternatives.append(Alternative(option.model, option.quant, option.placement, option.n_ctx,
+        alternatives.append(Alternative(option.model, option.quant, option.layout, option.n_ctx,
                                         round(option.decode_tps, 1), round(option.quality, 2),
                                         _why_not(option, chosen, wants)))
         if len(alternatives) == 3:
@@ -232,7 +236,7 @@ def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | 
     file = model.files[chosen.quant]
     return Plan(
         model=model.key, name=model.name, quant=chosen.quant, file=file.file, size=file.size,
-        placement=chosen.placement, n_ctx=chosen.n_ctx, type_k=chosen.type_kv, type_v=chosen.type_kv,
+        layout=chosen.layout, n_ctx=chosen.n_ctx, type_k=chosen.type_kv, type_v=chosen.type_kv,
         n_gpu_layers=chosen.n_gpu_layers, main_gpu=chosen.main_gpu, tensor_split=chosen.tensor_split,
         draft=chosen.draft, draft_quant=chosen.draft_quant, draft_device=chosen.draft_device, n_draft=chosen.n_draft,
         devices=[DeviceUse(**u) for u in chosen.usage], predicted_decode_tps=round(chosen.decode_tps, 1),
@@ -243,17 +247,17 @@ def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | 
 
 def format_plan(result: Plan) -> str:
     """A readable plan."""
-    gb = lambda n: f"{n / 1e9:.1f} GB"  # noqa: E731
     what = "GPTQ checkpoint folder " if result.format == "gptq" else ""
-    lines = [f"model      {result.name} {result.quant}  ({what}{result.file}, {gb(result.size)})",
-             f"placement  {result.placement}  n_gpu_layers={result.n_gpu_layers}  n_ctx={result.n_ctx}  "
-             f"type_k/type_v={result.type_k}",
+    lines = [f"model      {result.name} {result.quant}  ({what}{result.file}, {size_text(result.size)})",
+             f"layout     {result.layout} (--placement {placement_of(result.layout).name})  "
+             f"n_gpu_layers={result.n_gpu_layers}  n_ctx={result.n_ctx}  type_k/type_v={result.type_k}",
              f"draft      {result.draft + ' ' + (result.draft_quant or '') + ' on ' + (result.draft_device or '') if result.draft else 'none'}",
              f"speed      decode {result.predicted_decode_tps} tok/s, prefill {result.predicted_prefill_tps} tok/s (predicted)"]
-    lines += [f"memory     {u.device}: {gb(u.total)} of {gb(u.free)} free (weights {gb(u.weights)}, KV {gb(u.kv)}, "
-              f"compute {gb(u.compute)}, draft {gb(u.draft)})" for u in result.devices]
+    lines += [f"memory     {u.device}: {size_text(u.total)} of {size_text(u.free)} free (weights "
+              f"{size_text(u.weights)}, KV {size_text(u.kv)}, compute {size_text(u.compute)}"
+              + (f", draft {size_text(u.draft)})" if u.draft else ")") for u in result.devices]
     lines += ["why"] + [f"  - {r}" for r in result.reasons]
-    lines += ["alternatives"] + [f"  - {a.model} {a.quant} ({a.placement}, {a.predicted_decode_tps} tok/s): {a.why_not}"
+    lines += ["alternatives"] + [f"  - {a.model} {a.quant} ({a.layout}, {a.predicted_decode_tps} tok/s): {a.why_not}"
                                  for a in result.alternatives]
     lines += [f"warning    {w}" for w in result.warnings]
     return "\n".join(lines)
@@ -272,8 +276,8 @@ class Measured:
 def main(argv: list[str] | None = None, measured: Callable[[HardwareInfo], Measured | None] | None = None) -> int:
     """`localchat plan [--json] [--hardware FILE.json] [--context N] [--model FAMILY]`; `measured` gives
     this machine's tuned corrections when it has some (the command passes the tuned profile's)."""
-    parser = argparse.ArgumentParser(prog="localchat plan", description="Plan the best model for a machine.",
-                                     epilog=DESCRIPTION_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="localchat plan", description="Plan the best model for a machine.",
+                    epilog=DESCRIPTION_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("--hardware", type=Path,
                         help="plan for the machine this JSON file describes (format below; this machine's: "

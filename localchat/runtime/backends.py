@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import llama_cpp
 
 from .. import paths
+from ..errors import EngineError, ModelLoadError
 from .cpu_variants import (MODULE_SUFFIXES, CpuBackend, lib_dir, ggml_library, machine_key, ranked, remember,
                            remembered, variant_modules, variant_name)
 
@@ -32,31 +34,7 @@ PROOF_MIN_BYTES = 32 << 20  # below this a model's verdict says nothing of other
 
 MODEL_FAILED = 86  # the child's exit code when the model itself would not load (not abort()'s 3 on Windows)
 PROVE_FLAG = "--localchat-prove-cpu"  # how a desktop bundle's own program is asked to prove (entry.py)
-
-
-def prove_in_child(argv: list[str]) -> int:
-    """The child's side: load the variant and the model, run a prompt batch and single decode steps."""
-    import signal
-
-    from ..errors import LocalchatError
-
-    module, model, crash = Path(argv[0]), argv[1], argv[2:] == ["crash"]
-    mark_proving(module, exact=module.parent.name == "exact")
-    if crash:  # the fault a broken kernel causes, for tests of the fallback (no such CPU here)
-        os.kill(os.getpid(), signal.SIGILL)
-    from .worker import BatchRow, Worker, WorkerConfig
-
-    try:
-        worker = Worker(model, WorkerConfig(n_ctx=256, n_batch=64, n_seq_max=1, n_threads=2,
-                                            deterministic=module.parent.name == "exact"))
-    except LocalchatError:
-        return MODEL_FAILED
-    token = worker.bos_token if worker.bos_token >= 0 else 1
-    worker.decode([BatchRow(0, [token] * 64, 0, want_logits=True)])
-    for pos in range(64, 67):
-        worker.decode([BatchRow(0, [token], pos, want_logits=True)])
-    worker.close()
-    return 0
+PROVE_MODULE = "localchat.runtime.cpu_proof"  # the child's side of a proof
 
 
 def prove(module: Path, model: Path, crash: bool = False) -> str | None:
@@ -65,7 +43,7 @@ def prove(module: Path, model: Path, crash: bool = False) -> str | None:
     import subprocess
 
     base = [sys.executable, PROVE_FLAG] if getattr(sys, "frozen", False) \
-        else [sys.executable, "-m", "localchat.runtime.backends"]
+        else [sys.executable, "-m", PROVE_MODULE]
     try:
         done = subprocess.run([*base, str(module), str(model), *(["crash"] if crash else [])],
                               capture_output=True, timeout=PROVE_TIMEOUT_S)
@@ -93,25 +71,30 @@ def _signal_name(number: int) -> str:
 
 def _proof_model(model: Path) -> tuple[Path, bool]:
     """What a proof runs, and whether its verdict holds for other models: the model at hand, or the
-    smallest model file in the models folder that is big enough to say something. A big model pages
-    in every weight; a tiny one (a random-weight test file) may take none of the fast paths, as
-    ggml's AMX kernels run only on quantized matrices of some size."""
+    smallest model file in the models folder that can say something. A big model pages in every
+    weight; a tiny one (a random-weight test file) or one of float weights (a .F16 file: the
+    embedding model, a derived quant level) may take none of the fast paths, as ggml's AMX kernels
+    run only on quantized matrices of some size."""
     try:
         size = model.stat().st_size
-        if PROOF_MIN_BYTES <= size <= PROOF_MAX_BYTES:
+        if _telling(model):
             return model, True
-        fit = min((p for p in paths.models_dir().glob("*.gguf")
-                   if PROOF_MIN_BYTES <= p.stat().st_size <= PROOF_MAX_BYTES),
+        fit = min((p for p in paths.models_dir().glob("*.gguf") if _telling(p)),
                   key=lambda p: p.stat().st_size, default=None)
     except OSError:
         return model, False
-    return (fit, True) if fit else (model, size > PROOF_MAX_BYTES)
+    return (fit, True) if fit else (model, size > PROOF_MAX_BYTES and not _FLOAT_WEIGHTS.search(model.name))
+
+
+_FLOAT_WEIGHTS = re.compile(r"[.-](F16|BF16|F32)\.gguf$", re.IGNORECASE)  # how float-weight files are named
+
+
+def _telling(path: Path) -> bool:
+    return PROOF_MIN_BYTES <= path.stat().st_size <= PROOF_MAX_BYTES and not _FLOAT_WEIGHTS.search(path.name)
 
 
 def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset()) -> CpuBackend:
     """The best variant that this CPU runs, proven once per machine; remembered in the cache dir."""
-    from ..errors import ModelLoadError
-
     candidates = ranked(exact)
     if not candidates:
         if exact and ranked(False):
@@ -151,18 +134,14 @@ def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset(
                          "localchat (`bash scripts/setup.sh`) and report this with `localchat probe`.")
 
 
-_lock = threading.Lock()  # choosing, switching and counting models happen as one
-_active: CpuBackend | None = None
-_active_reg: int | None = None
-_models = 0  # models loaded in this process: the kernels may change only while there are none
-
-
 def _load_module(module: Path) -> int:
     # Before llama_backend_init: with nothing registered it would load whatever ggml finds beside
     # the executable or in the current folder, and llama.cpp takes the first CPU device registered.
     reg = ggml_library().ggml_backend_load(str(module).encode())
     if not reg:
-        raise RuntimeError(f"llama.cpp could not load its CPU kernels from {module}")
+        raise ModelLoadError(f"llama.cpp could not load its CPU kernels from {module}; reinstall localchat "
+                             "(`bash scripts/setup.sh`), or choose another variant with LOCALCHAT_CPU_VARIANT "
+                             "(`localchat probe` lists them).")
     llama_cpp.llama_backend_init()
     return reg
 
@@ -178,13 +157,82 @@ def _load_other_backends(exact: bool) -> None:
             lib.ggml_backend_load(str(module).encode())
 
 
+class Kernels:
+    """The CPU kernels this process runs and the models loaded on them: ggml's backend registry is one
+    per process, so there is one of these (`KERNELS`), and the functions below are its methods."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # choosing, switching and counting models happen as one
+        self.backend: CpuBackend | None = None
+        self._registration: int | None = None
+        self._models = 0  # models loaded in this process: the kernels may change only while there are none
+
+    def acquire(self, exact: bool, model: Path) -> CpuBackend:
+        """Before loading a model: make this process run the CPU kernels of its mode (chosen on first
+        use) and count the model in; `release()` when it is freed.
+
+        A process switches kernels only while no model is loaded: llama.cpp binds a model to the CPU
+        backend registered when it was loaded. Until then a default-mode model runs on the exact kernels
+        already in use (slower, still correct); a deterministic one beside fast kernels is refused.
+        """
+        with self._lock:
+            backend = self._activate(exact, model)
+            self._models += 1
+            return backend
+
+    def release(self) -> None:
+        with self._lock:
+            self._models -= 1
+
+    def activate(self, exact: bool, model: Path) -> CpuBackend:
+        """The kernels for code that loads models itself (the bindings' `Llama` in benchmarks)."""
+        with self._lock:
+            return self._activate(exact, model)
+
+    def _activate(self, exact: bool, model: Path) -> CpuBackend:
+        active = self.backend
+        if active is not None and (active.exact == exact or active.variant == "built-in"):
+            return active
+        if active is not None and self._models:
+            if active.exact:  # exact kernels serve the default mode too, only slower
+                return active
+            raise EngineError("this process already runs models with the default mode's fast kernels; a "
+                              "deterministic model needs a process of its own (close the loaded models first).")
+        backend = choose(exact, model)
+        if self._registration is not None:
+            ggml_library().ggml_backend_unload(self._registration)
+            self._registration = None
+        elif backend.variant != "built-in":
+            _load_other_backends(exact)
+        if backend.variant != "built-in":
+            self._registration = _load_module((lib_dir() / "exact" if exact else lib_dir()) / backend.module)
+        elif active is None:  # a single CPU module (a GPU build without variants), or nothing to load
+            lib = ggml_library()
+            lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+            lib.ggml_backend_load_all_from_path(str(lib_dir()).encode())
+            llama_cpp.llama_backend_init()
+        self.backend = backend
+        log.info("CPU kernels: %s (%s)", backend.variant, backend.reason)
+        return backend
+
+    def mark_proving(self, module: Path, exact: bool) -> None:
+        """In a proving child (cpu_proof.py): load just this variant and use it."""
+        self._registration = _load_module(module)
+        self.backend = CpuBackend(variant_name(module), exact, module.name, "being proven")
+
+
+KERNELS = Kernels()
+acquire, release, activate, mark_proving = KERNELS.acquire, KERNELS.release, KERNELS.activate, KERNELS.mark_proving
+
+
 def active() -> CpuBackend | None:
-    return _active
+    """The kernels this process runs, once a model (or a proof) chose them."""
+    return KERNELS.backend
 
 
 def describe(exact: bool = False) -> str:
     """The CPU kernels a model would run on, in words, without loading or proving anything."""
-    backend = _active if _active is not None and _active.exact == exact else None
+    backend = KERNELS.backend if KERNELS.backend is not None and KERNELS.backend.exact == exact else None
     candidates = ranked(exact)
     if backend is None and candidates:
         backend = remembered(machine_key(variant_modules(exact)), exact)
@@ -194,73 +242,3 @@ def describe(exact: bool = False) -> str:
         return "built in (this llama.cpp build has no CPU variants to choose from)"
     return (f"{variant_name(candidates[0])} (the best of {len(candidates)} variants this CPU supports; "
             "proven in a test run at the first model load)")
-
-
-def acquire(exact: bool, model: Path) -> CpuBackend:
-    """Before loading a model: make this process run the CPU kernels of its mode (chosen on first
-    use) and count the model in; `release()` when it is freed.
-
-    A process switches kernels only while no model is loaded: llama.cpp binds a model to the CPU
-    backend registered when it was loaded. Until then a default-mode model runs on the exact kernels
-    already in use (slower, still correct); a deterministic one beside fast kernels is refused.
-    """
-    global _models
-    with _lock:
-        backend = _activate(exact, model)
-        _models += 1
-        return backend
-
-
-def release() -> None:
-    global _models
-    with _lock:
-        _models -= 1
-
-
-def activate(exact: bool, model: Path) -> CpuBackend:
-    """The kernels for code that loads models itself (the bindings' `Llama` in benchmarks)."""
-    with _lock:
-        return _activate(exact, model)
-
-
-def _activate(exact: bool, model: Path) -> CpuBackend:
-    global _active, _active_reg
-    if _active is not None and (_active.exact == exact or _active.variant == "built-in"):
-        return _active
-    if _active is not None and _models:
-        if _active.exact:  # exact kernels serve the default mode too, only slower
-            return _active
-        from ..errors import EngineError
-
-        raise EngineError("this process already runs models with the default mode's fast kernels; a "
-                          "deterministic model needs a process of its own (close the loaded models first).")
-    backend = choose(exact, model)
-    if _active_reg is not None:
-        ggml_library().ggml_backend_unload(_active_reg)
-        _active_reg = None
-    elif backend.variant != "built-in":
-        _load_other_backends(exact)
-    if backend.variant != "built-in":
-        _active_reg = _load_module((lib_dir() / "exact" if exact else lib_dir()) / backend.module)
-    elif _active is None:  # a single CPU module (a GPU build without variants), or nothing to load
-        lib = ggml_library()
-        lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-        lib.ggml_backend_load_all_from_path(str(lib_dir()).encode())
-        llama_cpp.llama_backend_init()
-    _active = backend
-    log.info("CPU kernels: %s (%s)", backend.variant, backend.reason)
-    return backend
-
-
-def mark_proving(module: Path, exact: bool) -> None:
-    """In a proving child: load just this variant and use it."""
-    global _active, _active_reg
-    _active_reg = _load_module(module)
-    _active = CpuBackend(variant_name(module), exact, module.name, "being proven")
-
-
-if __name__ == "__main__":
-    # Through the package's own module object, which the worker's import shares (not __main__).
-    from localchat.runtime.backends import prove_in_child as run
-
-    sys.exit(run(sys.argv[1:]))

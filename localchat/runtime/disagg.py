@@ -10,31 +10,19 @@ is left for the decode side, so the logits the first answer token is sampled fro
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import EngineError, KVHandoverError, LocalchatError
 from .events import PrefillProgress
 from .kv_slots import KVOp, KVSlots
-from .sequence import Sequence
+from .sequence import KVHandover, Sequence
 from .worker import BatchRow, Worker
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class KVHandover:
-    """The KV state of a prompt's first `num_tokens` tokens, exported from the prefill worker."""
-
-    fingerprint: str
-    num_tokens: int
-    data: ctypes.Array  # llama.cpp's serialised state, in host memory
-    export_ms: float
 
 
 Deliver = Callable[[str, "KVHandover | None", "LocalchatError | None"], None]
@@ -218,6 +206,8 @@ def load_handover(worker: Worker, seq: Sequence, make_room: Callable[[], None]) 
     if not loaded:
         make_room()
         loaded = worker.import_seq(seq.slot, handover.data)
+    if loaded and handover.num_state_tokens > handover.num_tokens:
+        worker.seq_remove(seq.slot, handover.num_tokens, -1)
     seq.transfer_ms += (time.perf_counter() - t0) * 1000
     if not loaded:
         log.warning("no free run of %d KV cells for %s; its prompt is prefilled on the decode worker",

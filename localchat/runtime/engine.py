@@ -14,19 +14,19 @@ from typing import Any, Callable
 from .. import gptq
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
 from .chat_template import ChatTemplate
-from .disagg import KVHandover, PDSplit
+from .disagg import PDSplit
 from .draft_model import DraftModel
 from .events import Failed, PrefillProgress, Stream
+from .kv_disk import Hit, KVDiskCache
 from .prompt_lookup import PromptLookup
 from .resample import Resampled
 from .sampling import SamplingParams
 from .scheduler import Scheduler
-from .sequence import Sequence
+from .sequence import KVHandover, Sequence
 from .speculative import Drafter, SpecConfig, Speculator, StepCosts
 from .step import StepRunner
 from .step_meter import StepMeter
 from .text_output import TextOutput
-from .threads import ThreadTuner
 from .worker import Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,28 @@ class EngineConfig:
     # Target step cost by width (tokens -> ms) measured earlier on this machine (the wizard's table):
     # the speculator starts from it instead of timing steps at every start. None: measure.
     step_costs: dict[int, float] | None = None
+    # Where long prompt prefixes' KV state is saved and restored from (kv_disk.py); None: nowhere.
+    kv_disk_dir: Path | None = None
+    kv_disk_bytes: int = 4 << 30
+
+
+# A saved state is restored only when it spares this many prompt tokens beyond what is resident:
+# below that, reading them is about as quick as reading the file.
+RESTORE_MIN_GAIN = 256
 
 
 _ids = itertools.count(1)
+
+
+def _open_target(model_path: str | Path, config: EngineConfig) -> Worker:
+    """The target model's worker: a GPTQ checkpoint folder runs on the torch worker (the optional gptq
+    extra), a GGUF file on llama.cpp."""
+    if not gptq.is_gptq_folder(model_path):
+        return Worker(model_path, config.worker, config.on_load_progress)
+    gptq.require_extra(model_path)
+    from .torch_worker import TorchWorker  # here: torch is imported only for a checkpoint
+
+    return TorchWorker(model_path, config.worker)
 
 
 class Engine:
@@ -74,8 +93,9 @@ class Engine:
     def __init__(self, worker: Worker, step_budget: int = 0, drafter: Drafter | None = None,
                  spec_config: SpecConfig | None = None, prefill_worker: Worker | None = None,
                  handover_min_tokens: int = 128, adapt_threads: bool = True,
-                 step_costs: dict[int, float] | None = None) -> None:
+                 step_costs: dict[int, float] | None = None, kv_disk: KVDiskCache | None = None) -> None:
         self.worker = worker
+        self.kv_disk = kv_disk
         self.n_ctx = worker.n_ctx
         self.scheduler = Scheduler(worker.n_ctx, worker.config.n_seq_max, worker.config.n_batch, step_budget)
         self.template = ChatTemplate(
@@ -90,7 +110,7 @@ class Engine:
             self.speculator = Speculator(drafter, StepCosts(step_costs), spec_config or SpecConfig())
         self.meter = StepMeter(worker, self.scheduler.budget, self.speculator.costs if self.speculator else None,
                                adapt_threads)
-        self.runner = StepRunner(worker, self.scheduler, self.speculator, self.meter, self._by_id)
+        self.runner = StepRunner(worker, self.scheduler, self.speculator, self.meter, self._by_id, kv_disk)
         self.pd: PDSplit | None = None
         if prefill_worker is not None:
             self.pd = PDSplit(prefill_worker, worker, self._handed_over, handover_min_tokens)
@@ -107,9 +127,7 @@ class Engine:
         config = config or EngineConfig()
         loaded: list[Worker] = []
         try:
-            # A GPTQ checkpoint folder runs on the torch worker (the optional gptq extra).
-            worker = gptq.open_worker(model_path, config.worker) if gptq.is_gptq_folder(model_path) \
-                else Worker(model_path, config.worker, config.on_load_progress)
+            worker = _open_target(model_path, config)
             loaded.append(worker)
             drafter: Drafter | None = PromptLookup() if config.lookup else None
             if config.draft_path is not None:
@@ -119,8 +137,11 @@ class Engine:
             if config.prefill is not None:
                 prefill = Worker(model_path, config.prefill)
                 loaded.append(prefill)
+            identity = getattr(worker, "state_identity", None)  # llama.cpp workers: their KV state can be saved
+            kv_disk = KVDiskCache(config.kv_disk_dir, identity, config.kv_disk_bytes) \
+                if config.kv_disk_dir is not None and identity else None
             return cls(worker, config.step_budget, drafter, config.spec, prefill, config.handover_min_tokens,
-                       config.adapt_threads, config.step_costs)
+                       config.adapt_threads, config.step_costs, kv_disk)
         except LocalchatError:
             for each in loaded:
                 each.close()
@@ -182,7 +203,7 @@ class Engine:
         return stream
 
     def cancel(self, request_id: str) -> None:
-        """Stop a request at the next step boundary; its KV is freed. Unknown ids are ignored."""
+        """Stop a request at the next step boundary; what it read stays for prefix reuse. Unknown ids are ignored."""
         self._inbox.put(("cancel", request_id))
 
     def close(self) -> None:
@@ -197,6 +218,8 @@ class Engine:
         self.worker.close()
         if self.speculator is not None:
             self.speculator.drafter.close()
+        if self.kv_disk is not None:
+            self.kv_disk.close()
 
     def close_when_done(self) -> threading.Thread:
         """Close once every request submitted so far has ended, from a thread of its own (returned):
@@ -220,10 +243,6 @@ class Engine:
     @step_log.setter
     def step_log(self, log: list[tuple[float, float, int, int]] | None) -> None:
         self.meter.step_log = log
-
-    @property
-    def tuners(self) -> dict[int, ThreadTuner] | None:
-        return self.meter.tuners
 
     def __enter__(self) -> "Engine":
         return self
@@ -262,6 +281,8 @@ class Engine:
     def _take(self, kind: str, item: Any) -> None:
         if kind == "submit":
             self._by_id[item.id] = item
+            if self._restore(item):
+                return
             if self.pd is not None and self.pd.offer(item, self.scheduler.kv):
                 item.t_start = time.perf_counter()
                 item.stream.put(PrefillProgress(0, item.num_prompt))
@@ -272,9 +293,13 @@ class Engine:
             if seq is not None:
                 if self.pd is not None:
                     self.pd.cancel(item)
-                self.runner.end(seq, "cancelled", keep_kv=False)
+                # What was read (and generated) stays resident: the next turn of a stopped answer,
+                # or the same document asked again, starts from it instead of reading it anew.
+                self.runner.end(seq, "cancelled", keep_kv=True)
         elif kind == "handover":
             self._receive(*item)
+        elif kind == "restored":
+            self._restored(*item)
         elif kind == "drain":
             self._draining = True
 
@@ -296,6 +321,32 @@ class Engine:
             return
         seq.kv_import = handover
         seq.transfer_ms, seq.transfer_bytes = handover.export_ms, len(handover.data)
+        if self.kv_disk is not None and self.kv_disk.wants(handover.num_tokens):
+            self.kv_disk.save(seq.tokens[:handover.num_tokens], handover.data)
+        self.scheduler.add(seq)
+
+    def _restore(self, seq: Sequence) -> bool:
+        """Start reading a saved state of the prompt's prefix, when it spares reading enough of it."""
+        if self.kv_disk is None:
+            return False
+        hit = self.kv_disk.lookup(seq.tokens)
+        _, resident = self.scheduler.kv.best_prefix(seq.tokens)
+        if hit is None or hit.num_tokens - resident < RESTORE_MIN_GAIN:
+            return False
+        t0 = time.perf_counter()
+        self.kv_disk.read_later(hit.entry, lambda data: self._inbox.put(
+            ("restored", (seq.id, hit, data, time.perf_counter() - t0))))
+        return True
+
+    def _restored(self, request_id: str, hit: Hit, data, seconds: float) -> None:
+        """The saved state was read (None: it failed its checks, and the prompt is read instead)."""
+        seq = self._by_id.get(request_id)
+        if seq is None:
+            return  # cancelled meanwhile
+        if data is not None:
+            seq.kv_import = KVHandover(self.worker.fingerprint, hit.num_tokens, data, export_ms=seconds * 1000,
+                                       num_state_tokens=len(hit.entry.tokens))
+            seq.transfer_ms, seq.transfer_bytes = seconds * 1000, len(data)
         self.scheduler.add(seq)
 
     def _fail_all(self, error: LocalchatError) -> None:

@@ -53,7 +53,7 @@ class Stats:
     prefill_tokens_per_s: float
     total_ms: float
     spec: "SpecStats | None" = None
-    kv_transfer_ms: float = 0.0  # PD split: exporting and loading the prompt's KV state
+    kv_transfer_ms: float = 0.0  # moving the prompt's KV state: PD split, a state restored from disk
     kv_transfer_bytes: int = 0
     resampled: tuple[str, ...] = ()  # the schema keyword each resample of the answer was for (resample.py)
     resample_ms: float = 0.0  # the time those resamples took

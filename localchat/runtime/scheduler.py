@@ -48,31 +48,23 @@ class StepBudget:
     Fixed when configured; otherwise it adapts so a mixed step costs about `latency_factor` times
     a decode-only step, measured on this machine: streaming chats stay fluid beside a long prefill.
 
-    With nothing decoding a step may prefill up to n_batch tokens, but no more than fit in
-    `idle_step_seconds` at the sequence's last measured cost per prompt token: late in a long
-    document one token's attention costs far more than early on, and a chat that arrives must not
-    wait seconds for a step to end before its own prompt is read.
+    With nothing decoding a step reads a whole batch (n_batch tokens): that is the speed llama.cpp's
+    kernels are built for (below 64 tokens its flash attention falls back to a per-row kernel, and
+    small matrix products waste the cores), and a chat that arrives waits at most that one step.
     """
 
-    def __init__(self, n_batch: int, fixed: int = 0, latency_factor: float = 2.5, minimum: int = 1,
-                 idle_step_seconds: float = 0.25, idle_minimum: int = 8) -> None:
+    def __init__(self, n_batch: int, fixed: int = 0, latency_factor: float = 2.5, minimum: int = 1) -> None:
         self.n_batch = n_batch
         self.fixed = fixed
         self.latency_factor = latency_factor
         self.minimum = min(minimum, n_batch)
         self.current = fixed or min(4, n_batch)
-        self.decode_seconds: float | None = None
-        self.idle_step_seconds = idle_step_seconds
-        self.idle_minimum = min(idle_minimum, n_batch)
-
-    def idle_tokens(self, seq: Sequence) -> int:
-        """Prompt tokens of `seq` for a step with nothing decoding."""
-        cost = seq.prompt_token_seconds
-        if self.fixed or not cost:
-            return self.n_batch
-        return max(self.idle_minimum, min(self.n_batch, int(self.idle_step_seconds / cost)))
+        self.decode_seconds: float | None = None  # a decode-only step
+        self.token_seconds: float | None = None  # a prompt token in a step beside decoding rows
 
     def record(self, num_tokens: int, num_decode_rows: int, seconds: float) -> None:
+        """Learn from a step that carried decoding rows: a decode-only step sets the reference
+        cost; a mixed one the cost of a prompt token beside them, from which the budget follows."""
         if num_decode_rows == 0:
             return
         if num_tokens == num_decode_rows:  # a decode-only step: the reference cost
@@ -81,11 +73,14 @@ class StepBudget:
             return
         if self.fixed or self.decode_seconds is None:
             return
-        target = self.latency_factor * self.decode_seconds
-        if seconds > target:
-            self.current = max(self.minimum, int(self.current * 0.7))
-        elif seconds < 0.7 * target:
-            self.current = min(self.n_batch, int(self.current * 1.25) + 1)
+        # A prompt token's cost grows with the context read so far: the average follows it. A few
+        # tokens' cost hides in the noise of the decode step's, so the budget at most doubles a step:
+        # one step past the target is the most a too-low estimate costs, and it corrects the estimate.
+        per_token = max(seconds - self.decode_seconds, 1e-6) / (num_tokens - num_decode_rows)
+        prev = self.token_seconds
+        self.token_seconds = per_token if prev is None else 0.5 * prev + 0.5 * per_token
+        room = (self.latency_factor - 1) * self.decode_seconds
+        self.current = max(self.minimum, min(self.n_batch, int(room / self.token_seconds), 2 * self.current))
 
 
 class Scheduler:
@@ -159,8 +154,7 @@ class Scheduler:
         is_short = {s.id: s.num_pending <= short and s.num_computed == s.prefill_start for s in prefilling}
         interactive = bool(decoding) or any(is_short.values())
         room = self.n_batch - len(rows)
-        budget = min(self.budget.current if interactive else self.budget.idle_tokens(prefilling[0]), room) \
-            if prefilling else 0
+        budget = min(self.budget.current if interactive else self.n_batch, room) if prefilling else 0
         for seq in prefilling:
             if is_short[seq.id]:
                 take = min(seq.num_pending, room)  # a short prompt is finished in one step

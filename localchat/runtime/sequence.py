@@ -9,9 +9,24 @@ from typing import TYPE_CHECKING
 from .events import SpecStats, Stats, Stream, TokenLogprob
 from .text_output import TextOutput
 
-if TYPE_CHECKING:  # the scheduler stays free of llama_cpp, which these modules import
-    from .disagg import KVHandover
+if TYPE_CHECKING:  # the scheduler stays free of llama_cpp, which sampling imports
+    import ctypes
+
     from .sampling import Sampler
+
+
+@dataclass(slots=True)
+class KVHandover:
+    """The KV state of a prompt's first `num_tokens` tokens, exported from the prefill worker (disagg.py)
+    or read from disk (kv_disk.py)."""
+
+    fingerprint: str
+    num_tokens: int
+    data: ctypes.Array  # llama.cpp's serialised state, in host memory
+    export_ms: float
+    # Tokens the state holds, when more than `num_tokens` (a saved prefix that the prompt shares
+    # only in part): the rest is dropped once it is loaded. 0: the same as num_tokens.
+    num_state_tokens: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -41,7 +56,6 @@ class Sequence:
     kv_import: KVHandover | None = None  # a KVHandover whose state becomes this sequence's prompt KV on admission
     transfer_ms: float = 0.0  # time spent moving KV state between workers (PD split)
     transfer_bytes: int = 0
-    prompt_token_seconds: float = 0.0  # cost of one prompt token in its last prefill-only step
     t_submit: float = field(default_factory=time.perf_counter)
     t_start: float = 0.0
     t_first_token: float = 0.0

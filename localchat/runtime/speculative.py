@@ -13,17 +13,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .acceptance import expected_tokens
 from .events import SpecStats
 from .scheduler import Row
 from .sequence import Sequence
 from .worker import BatchRow, Worker
-
-
-def expected_tokens(acceptance: float, k: int) -> float:
-    """Tokens a step yields with k drafts when each draft is accepted with probability `acceptance`."""
-    if acceptance >= 1.0:
-        return k + 1.0
-    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
 
 
 class StepCosts:

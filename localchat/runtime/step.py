@@ -10,6 +10,7 @@ import time
 
 from .disagg import load_handover
 from .events import Done, PrefillProgress, TextDelta
+from .kv_disk import KVDiskCache
 from .kv_slots import Import, KVOp
 from .scheduler import Row, Scheduler, Step
 from .sequence import Sequence
@@ -22,13 +23,14 @@ class StepRunner:
     """Steps the scheduler's sequences; `live` maps the engine's request ids to their sequences."""
 
     def __init__(self, worker: Worker, scheduler: Scheduler, speculator: Speculator | None, meter: StepMeter,
-                 live: dict[str, Sequence]) -> None:
+                 live: dict[str, Sequence], kv_disk: KVDiskCache | None = None) -> None:
         self.worker = worker
         self.n_ctx = worker.n_ctx
         self.scheduler = scheduler
         self.speculator = speculator
         self.meter = meter
         self.live = live
+        self.kv_disk = kv_disk
 
     def step(self) -> None:
         """Plan a step, run its KV operations, decode its rows and deliver what came of them."""
@@ -73,6 +75,9 @@ class StepRunner:
             self._verify(seq, row.start, index, draft)
             return
         seq.num_computed = row.end
+        if row.end == seq.num_prompt and self.kv_disk is not None and self.kv_disk.wants(seq.num_prompt - seq.num_cached):
+            # The prompt is read and nothing generated yet: its cells are exactly the prompt's.
+            self.kv_disk.save(seq.tokens[:seq.num_prompt], self.worker.export_seq(seq.slot))
         if row.want_logits:
             token = self.worker.sample(seq.sampler, index)
             if self.speculator is not None and seq.is_decoding:

@@ -35,9 +35,6 @@ class StepMeter:
             tuner.record(self.worker.threads[width > 1], seconds, t0 + seconds)
         self.steps += 1
         self.budget.record(step.num_tokens, step.num_decode_rows, seconds)
-        if step.num_decode_rows == 0:  # prompt tokens alone: their cost grows with the context read so far
-            for row in step.rows:
-                row.seq.prompt_token_seconds = seconds / step.num_tokens
         if self.costs is not None and step.num_decode_rows == len(step.rows):
             self.costs.record(width, seconds)
         if self.step_log is not None:

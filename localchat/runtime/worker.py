@@ -6,10 +6,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
-import os
-from dataclasses import dataclass
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 import llama_cpp
 
@@ -20,51 +18,9 @@ from .kv_slots import Copy, Remove
 from .events import TokenLogprob
 from .logprobs import token_logprob
 from .sampling import Sampler, SamplingParams, logits_at
+from .worker_types import BatchRow, WorkerConfig, default_threads
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class WorkerConfig:
-    """How a worker loads its model: llama.cpp's names for llama.cpp's knobs."""
-
-    n_ctx: int = 8192
-    n_batch: int = 512
-    n_seq_max: int = 8
-    n_threads: int = 0
-    n_gpu_layers: int = 0
-    main_gpu: int = 0
-    split_mode: str = "none"  # none: all offloaded layers on main_gpu | layer: spread by tensor_split
-    tensor_split: tuple[float, ...] = ()  # share of the layers per GPU, for split_mode "layer"
-    flash_attn: bool = True
-    # The same greedy tokens however a prompt is batched, chunked, reused or threaded. The default
-    # mode takes the fastest kernels, whose rounding depends on the batch: llamafile's sgemm and
-    # repacked weights serve several rows with other kernels than one, and ggml's CPU flash
-    # attention on an F16 cache tiles ubatches of 64+ tokens and splits a lone token's attention
-    # over the threads. Deterministic runs the CPU kernels built without llamafile, plain weights
-    # and a Q8_0 (else BF16) KV cache, for which flash attention has one per-row kernel whatever
-    # the batch and the thread count.
-    deterministic: bool = False
-
-
-@dataclass(slots=True)
-class BatchRow:
-    """Tokens of one sequence that go into one llama_decode, starting at position `pos`."""
-
-    seq_id: int
-    tokens: list[int]
-    pos: int
-    want_logits: bool  # logits for the last token of the row
-    all_logits: bool = False  # logits for every token of the row (verifying drafts)
-
-
-def default_threads() -> int:
-    try:
-        import psutil
-
-        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    except ImportError:
-        return os.cpu_count() or 1
 
 
 def check_gguf_file(path: Path) -> None:
@@ -78,6 +34,31 @@ def check_gguf_file(path: Path) -> None:
             f"{path} is not a GGUF model file; use a .gguf file, "
             "for example one from `localchat models`."
         )
+
+
+def tokenize(vocab: llama_cpp.llama_vocab_p, text: str, add_special: bool, parse_special: bool) -> list[int]:
+    """Token ids of `text` in a llama.cpp vocabulary."""
+    data = text.encode("utf-8")
+    capacity = len(data) + 8
+    buf = (llama_cpp.llama_token * capacity)()
+    n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
+    if n < 0:  # buffer too small: llama.cpp says how many it needs
+        capacity = -n
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
+    return list(buf[:n])
+
+
+def model_meta(model: llama_cpp.llama_model_p, key: str) -> str | None:
+    """A GGUF metadata value of a loaded model as a string, or None."""
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    if n < 0:
+        return None
+    if n >= len(buf):
+        buf = ctypes.create_string_buffer(n + 1)
+        llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace")
 
 
 class Worker:
@@ -177,15 +158,7 @@ class Worker:
         return tokens
 
     def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        buf = (llama_cpp.llama_token * capacity)()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
-        if n < 0:  # buffer too small: llama.cpp says how many it needs
-            capacity = -n
-            buf = (llama_cpp.llama_token * capacity)()
-            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
-        return list(buf[:n])
+        return tokenize(self.vocab, text, add_special, parse_special)
 
     def token_bytes(self, token: int, special: bool = False) -> bytes:
         """The raw bytes of one token (may be part of a UTF-8 character)."""
@@ -205,14 +178,7 @@ class Worker:
 
     def meta(self, key: str) -> str | None:
         """A GGUF metadata value as a string, or None."""
-        buf = ctypes.create_string_buffer(1 << 16)
-        n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
-        if n < 0:
-            return None
-        if n >= len(buf):
-            buf = ctypes.create_string_buffer(n + 1)
-            llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace")
+        return model_meta(self.model, key)
 
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self.model, None)
@@ -231,13 +197,15 @@ class Worker:
 
     def _fingerprint(self, cparams) -> str:
         """What must agree for one context's KV state to be valid in another: the same weights
-        (size, parameter count, description, first MiB of the file), n_ctx and the KV cell types."""
+        (size, parameter count, description, first MiB of the file), n_ctx and the KV cell types.
+        Sets `state_identity`, the same without n_ctx: what a state saved to disk must match."""
         digest = hashlib.sha256()
         with self.model_path.open("rb") as handle:
             digest.update(handle.read(1 << 20))
         weights = f"{self.model_path.stat().st_size}:{llama_cpp.llama_model_n_params(self.model)}:{self.describe()}"
         digest.update(weights.encode())
         kv = "/".join(GGML_TYPE_NAMES.get(t, f"type {t}") for t in (cparams.type_k, cparams.type_v))
+        self.state_identity = f"model {digest.hexdigest()[:16]}, KV {kv}"
         return f"model {digest.hexdigest()[:16]}, n_ctx {self.n_ctx}, KV {kv}"
 
     # -- computation --------------------------------------------------------------------------
@@ -299,8 +267,12 @@ class Worker:
         stay in position order wherever it runs. A whole-cache save and restore packs them."""
         size = llama_cpp.llama_state_seq_get_size(self.ctx, -1)
         buf = (ctypes.c_uint8 * size)()
-        assert llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, -1) == size
-        assert llama_cpp.llama_state_seq_set_data(self.ctx, buf, size, -1) == size
+        saved = llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, -1)
+        if saved != size:
+            raise EngineError(f"llama.cpp saved {saved} of the KV cache's {size} bytes while packing it")
+        restored = llama_cpp.llama_state_seq_set_data(self.ctx, buf, size, -1)
+        if restored != size:
+            raise EngineError(f"llama.cpp restored {restored} of the KV cache's {size} bytes while packing it")
 
     def seq_copy(self, src: int, dst: int, start: int = 0, end: int = -1) -> None:
         """Let `dst` share the cells of `src` over [start, end): no data is copied."""
@@ -329,9 +301,6 @@ class Worker:
                 self.seq_copy(src, seq_id, start, end)
             case _:
                 raise AssertionError(f"a worker cannot run {op!r}")
-
-    def seq_pos_max(self, seq_id: int) -> int:
-        return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)
 
     def close(self) -> None:
         if getattr(self, "ctx", None):

@@ -9,7 +9,7 @@ from ..models.catalog import ModelFacts
 from ..planning.cost import DECODE_FILL, DEFAULT_EFFICIENCY, devices_of
 from ..planning.planner import Wants, options_at
 
-# Which efficiency factors set the decode and the prefill speed of a placement.
+# Which efficiency factors set the decode and the prefill speed of a layout.
 _DECODE_KEYS = {"cpu": ("bandwidth", "cpu_decode_compute", "cpu_attention")}
 _PREFILL_KEYS = {"cpu": ("cpu_prefill_compute",)}
 _GPU_DECODE_KEYS = ("bandwidth",)
@@ -22,7 +22,7 @@ EFFICIENCY_RANGE = (0.01, 4.0)
 class Prediction:
     """What the planner expects of a model+quant at a context, without a draft."""
 
-    placement: str
+    layout: str
     decode_tps: float
     prefill_tps: float
     weights: int
@@ -39,7 +39,7 @@ class Prediction:
 
 
 def predict(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, quant: str, n_ctx: int,
-            efficiency: dict[str, float] | None = None, placement: str | None = None,
+            efficiency: dict[str, float] | None = None, layout: str | None = None,
             fill: int = DECODE_FILL, acceptance: dict[str, float] | None = None) -> Prediction | None:
     """The planner's numbers for one model+quant at n_ctx (f16 KV), decode at `fill` cached tokens
     (a draft at the measured `acceptance` by target key, where given), or None when it cannot be placed."""
@@ -47,30 +47,30 @@ def predict(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, qu
                   measured_acceptance=dict(acceptance or {}))
     devices, _ = devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})
     options = options_at(catalog[key], quant, n_ctx, "f16", devices, catalog, wants)
-    # A placement named after its draft ("draft-on-second-gpu") is still the same layout underneath.
-    matching = [o for o in options if placement in (None, o.placement)] or options
+    # A layout named after its draft ("draft-on-second-gpu") falls back to the layout underneath it.
+    matching = [o for o in options if layout in (None, o.layout)] or options
     if not matching:
         return None
     option = matching[0]
     use = option.usage
-    return Prediction(option.placement, option.plain_decode_tps, option.prefill_tps,
+    return Prediction(option.layout, option.plain_decode_tps, option.prefill_tps,
                       sum(u["weights"] for u in use), sum(u["kv"] for u in use), sum(u["compute"] for u in use),
                       option.n_gpu_layers, [u["device"] for u in use], option.draft_speedup)
 
 
 def corrections(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, quant: str, n_ctx: int,
-                placement: str, decode_tps: float, prefill_tps: float,
+                layout: str, decode_tps: float, prefill_tps: float,
                 base: dict[str, float] | None = None, fill: int = DECODE_FILL) -> dict[str, float]:
     """Efficiency factors under which the planner predicts the measured speeds for this file."""
     eff = {**DEFAULT_EFFICIENCY, **(base or {})}
-    cpu = placement == "cpu"
+    cpu = layout == "cpu"
     decode_keys = _DECODE_KEYS["cpu"] if cpu else _GPU_DECODE_KEYS
     prefill_keys = _PREFILL_KEYS["cpu"] if cpu else _GPU_PREFILL_KEYS
     low, high = EFFICIENCY_RANGE
     # Speed is not linear in one factor (max of two bounds plus per-layer overhead): a few
     # multiplicative rounds converge to within a percent.
     for _ in range(8):
-        now = predict(hardware, catalog, key, quant, n_ctx, eff, placement, fill)
+        now = predict(hardware, catalog, key, quant, n_ctx, eff, layout, fill)
         if now is None or now.decode_tps <= 0 or now.prefill_tps <= 0:
             break
         ratios = [(decode_keys, decode_tps / now.decode_tps if decode_tps > 0 else 1.0),

@@ -10,6 +10,7 @@ from ..errors import LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts
 from ..planning.planner import Plan, Wants, plan, quality
+from ..units import size_text
 from .calibrate import Prediction, predict
 from .measure import Measurement
 
@@ -23,7 +24,7 @@ class Candidate:
     key: str
     quant: str
     n_ctx: int
-    placement: str
+    layout: str                   # the planner's layout: where the layers go
     quality: float
     predicted: Prediction | None
     status: str = "not tried"
@@ -36,7 +37,7 @@ class Candidate:
 
     def summary(self) -> dict:
         """What the profile keeps of a candidate."""
-        found = {"model": self.key, "quant": self.quant, "n_ctx": self.n_ctx, "placement": self.placement,
+        found = {"model": self.key, "quant": self.quant, "n_ctx": self.n_ctx, "layout": self.layout,
                  "status": self.status}
         if self.predicted:
             found |= {"predicted_decode_tps": round(self.predicted.decode_tps, 1),
@@ -48,30 +49,26 @@ class Candidate:
         return found
 
 
-def _mb(n: float) -> str:
-    return f"{n / 1e6:.0f} MB"
-
-
 def candidates_of(result: Plan, hardware: HardwareInfo, facts: dict[str, ModelFacts], wants: Wants) -> list[Candidate]:
     """The plan's choice, then its alternatives, each with the planner's predicted memory and speed."""
-    ranked = [(result.model, result.quant, result.n_ctx, result.placement)]
-    ranked += [(a.model, a.quant, a.n_ctx, a.placement) for a in result.alternatives]
+    ranked = [(result.model, result.quant, result.n_ctx, result.layout)]
+    ranked += [(a.model, a.quant, a.n_ctx, a.layout) for a in result.alternatives]
     # GGUF files only: a GPTQ checkpoint is measured against the kept model's GGUF afterwards (formats.py).
     ranked = [r for r in ranked if not facts[r[0]].files[r[1]].is_checkpoint]
-    return [Candidate(key, quant, n_ctx, placement, quality(facts[key], quant),
-                      predict(hardware, facts, key, quant, n_ctx, wants.efficiency, placement,
+    return [Candidate(key, quant, n_ctx, layout, quality(facts[key], quant),
+                      predict(hardware, facts, key, quant, n_ctx, wants.efficiency, layout,
                               wants.decode_fill))
-            for key, quant, n_ctx, placement in ranked]
+            for key, quant, n_ctx, layout in ranked]
 
 
 def print_candidates(candidates: list[Candidate], out: TextIO) -> None:
-    print(f"  {'#':<2} {'model':<24} {'quant':<7} {'placement':<10} {'n_ctx':>6} {'memory':>9} {'decode':>10} "
+    print(f"  {'#':<2} {'model':<24} {'quant':<7} {'layout':<10} {'n_ctx':>6} {'memory':>9} {'decode':>10} "
           f"{'prefill':>10}", file=out)
     for i, c in enumerate(candidates, 1):
         p = c.predicted
-        memory, decode, prefill = ((_mb(p.memory), f"{p.decode_tps:.1f}/s", f"{p.prefill_tps:.0f}/s") if p
+        memory, decode, prefill = ((size_text(p.memory), f"{p.decode_tps:.1f}/s", f"{p.prefill_tps:.0f}/s") if p
                                    else ("?", "?", "?"))
-        print(f"  {i:<2} {c.key:<24} {c.quant:<7} {c.placement:<10} {c.n_ctx:>6} {memory:>9} {decode:>10} "
+        print(f"  {i:<2} {c.key:<24} {c.quant:<7} {c.layout:<10} {c.n_ctx:>6} {memory:>9} {decode:>10} "
               f"{prefill:>10}", file=out)
 
 
@@ -94,7 +91,7 @@ def _obtain(c: Candidate, entries: dict[str, ModelFacts], download: bool, out: T
         c.status = "not downloaded (--no-download)"
         return False
     model_file = entries[c.key].files[c.quant]
-    print(f"fetching {c.label} ({_mb(model_file.size)}) ...", file=out, flush=True)
+    print(f"fetching {c.label} ({size_text(model_file.size)}) ...", file=out, flush=True)
     try:
         c.path = fetch_model_file(model_file)
     except LocalchatError as exc:

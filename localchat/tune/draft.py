@@ -7,6 +7,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..runtime.acceptance import expected_tokens
+
 PROMPTS = ("Write a short story about a lighthouse keeper.", "Explain how rain forms, step by step.")
 # Drafting a fixed length every step gives every drafted position a fair trial; the adaptive
 # controller drafts little where drafts do not pay, which would leave acceptance barely sampled.
@@ -39,8 +41,6 @@ class DraftMeasurement:
 def acceptance_from(tokens_per_pass: float, k: float) -> float:
     """The per-token acceptance a for which k drafts yield `tokens_per_pass` tokens per target pass
     (the runtime's `expected_tokens`, the model the planner's draft decision uses)."""
-    from ..runtime.speculative import expected_tokens
-
     if k <= 0 or tokens_per_pass <= 1.0:
         return 0.0
     if tokens_per_pass >= k + 1:

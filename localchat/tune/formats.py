@@ -20,6 +20,7 @@ from ..models.catalog import ModelFacts
 from ..planning.cost import DEFAULT_EFFICIENCY, devices_of
 from ..planning.gptq_options import TORCH_GPTQ_EFFICIENCY, unavailable
 from ..planning.planner import SPEED_TIE, Wants, quality
+from ..units import size_text
 from ..workloads import document, greedy
 from .calibrate import EFFICIENCY_RANGE, predict
 
@@ -102,7 +103,7 @@ def _fetch_offered(model: ModelFacts, entries: dict[str, ModelFacts], hardware: 
         return []
     quant = min(fitting)[1]
     model_file = entries[model.key].files[quant]
-    print(f"fetching {model.key}:{quant} ({model_file.size / 1e6:.0f} MB) to measure it ...", file=out, flush=True)
+    print(f"fetching {model.key}:{quant} ({size_text(model_file.size)}) to measure it ...", file=out, flush=True)
     try:
         return [(quant, fetch_model_file(model_file))]
     except LocalchatError as exc:

@@ -38,7 +38,10 @@ class Profile:
     model: str
     quant: str
     path: str
-    placement: str
+    # The planner's layout it runs as (placements.py: "cpu", "partial", "pd-split"...), which names
+    # its placement (the `placement` setting it supplies). Profiles written before this field had its
+    # name call it "placement" (from_dict reads them); there it may also be a placement's own name.
+    layout: str
     n_ctx: int
     n_threads: int
     n_gpu_layers: int = 0
@@ -81,6 +84,8 @@ class Profile:
         """Build from `to_dict` output; keys from a newer version are ignored."""
         if not isinstance(data, dict):
             raise TypeError("the profile must be a JSON object")
+        if "layout" not in data and "placement" in data:  # a profile from before the field was renamed
+            data = {**data, "layout": data["placement"]}
         kinds = {f.name: f.type for f in dataclasses.fields(cls)}
         for name, value in data.items():
             wanted = _SIMPLE.get(kinds.get(name, ""))
@@ -88,11 +93,11 @@ class Profile:
                 raise TypeError(f"'{name}' is {value!r}, not {kinds[name]}")
         return cls(**{k: v for k, v in data.items() if k in kinds})
 
-    def step_costs(self, layout: Arrangement) -> dict[int, float] | None:
-        """The measured decode step ms by width, where `layout` runs the worker they were measured on
+    def step_costs(self, arrangement: Arrangement) -> dict[int, float] | None:
+        """The measured decode step ms by width, where `arrangement` runs the worker they were measured on
         (one worker, this profile's threads and GPU layers); None elsewhere."""
-        worker = layout.worker
-        same = (layout.placement == "single" and layout.prefill is None and layout.draft is None
+        worker = arrangement.worker
+        same = (arrangement.placement == "single" and arrangement.prefill is None and arrangement.draft is None
                 and (worker.n_threads, worker.n_gpu_layers) == (self.n_threads, self.n_gpu_layers))
         return {int(width): ms for width, ms in self.step_ms.items()} if same and self.step_ms else None
 
@@ -161,11 +166,10 @@ def current_profile(hardware: HardwareInfo) -> Profile | None:
 def profile_settings(profile: Profile) -> dict[str, Any]:
     """The settings a current profile supplies, by Settings field name."""
     try:
-        # The profile names a placement, or the planner's finer layout of one ("partial" runs as single).
-        placement = placement_of(profile.placement).name
+        placement = placement_of(profile.layout).name  # "partial" runs as single
     except KeyError:
-        raise ConfigError(f"the tuned profile {profile_path()} names the unknown placement '{profile.placement}'; "
-                          "run `localchat tune` again.") from None
+        raise ConfigError(f"the tuned profile {profile_path()} runs an unknown placement '{profile.layout}' (no "
+                          "placement has that layout); run `localchat tune` again.") from None
     # The exact file that was measured, by path: a catalog name could resolve to another quant later.
     found: dict[str, Any] = {"model": profile.path, "n_ctx": profile.n_ctx, "n_threads": profile.n_threads,
                              "n_gpu_layers": profile.n_gpu_layers, "step_budget": profile.step_budget,

@@ -10,16 +10,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, TextIO
 
+from ..arguments import Parser
 from ..errors import LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
 from ..hardware.probe import probe
 from ..models.catalog import ModelFacts, load_catalog
 from ..planning.cost import DECODE_FILL, gpu_indices
-from ..planning.placements import placement_of
+from ..planning.placements import layout_for, placement_of
 from ..planning.planner import SPEED_TIE, Wants, plan
 from ..models.resolve import catalog_draft
 from ..models.sizes import apply_to_entries, refresh_sizes
 from ..runtime.worker import WorkerConfig
+from ..units import size_text
 from .calibrate import corrections, predict
 from .candidates import Candidate, candidates_of, gather, print_candidates
 from .chart import ChartRow, save_chart
@@ -81,7 +83,7 @@ def _measure_draft(best: Candidate, entries: dict[str, ModelFacts], hardware: Ha
         print(f"  draft {key}: not measured ({exc})", file=out)
         return None
     # The draft chats run at a short context (a prompt and n_tokens): predict at that fill too.
-    predicted = predict(hardware, facts, best.key, best.quant, best.n_ctx, efficiency, best.placement,
+    predicted = predict(hardware, facts, best.key, best.quant, best.n_ctx, efficiency, best.layout,
                         fill=n_tokens, acceptance={best.key: found.acceptance})
     return key, found, predicted.draft_speedup if predicted else 0.0
 
@@ -93,13 +95,19 @@ def _print_table(measured: list[Candidate], best: Candidate, spec: Speculation |
         mark = "*" if c is best else " "
         decode = f"{p.decode_tps:.0f}/{m.decode_tps:.0f} tok/s" if p else f"?/{m.decode_tps:.0f} tok/s"
         prefill = f"{p.prefill_tps:.0f}/{m.prefill_tps:.0f} tok/s" if p else f"?/{m.prefill_tps:.0f} tok/s"
-        memory = f"{p.memory / 1e6:.0f}/{m.memory.total / 1e6:.0f} MB" if p else f"?/{m.memory.total / 1e6:.0f} MB"
+        memory = f"{size_text(p.memory if p else None)}/{size_text(m.memory.total)}"
         print(f"{mark} {c.label:<26} {decode:>18} {prefill:>19} {memory:>20}", file=out)
     if spec:
         key, d, predicted = spec
         print(f"  {'+ draft ' + key:<26} acceptance {d.acceptance:.0%} ({d.tokens_per_pass:.2f} tokens per target "
               f"pass at k={d.k:g}); decode {d.plain_tps:.0f} -> {d.draft_tps:.0f} tok/s with it: {d.speedup:.2f}x "
               f"measured, {predicted:.2f}x predicted" + ("" if d.identical else "; OUTPUT DIFFERED"), file=out)
+
+
+def machine_line(hardware: HardwareInfo) -> str:
+    """The wizard's first line: the machine it tunes, its memory in the units `localchat probe` shows."""
+    return (f"hardware: {hardware.cpu_model}, {hardware.physical_cores} cores, {size_text(hardware.ram_total)} RAM"
+            + "".join(f"; {g.name} {size_text(g.memory_total)}" for g in hardware.gpus))
 
 
 def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | None = None, download: bool = True,
@@ -116,8 +124,7 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     sized = refresh_sizes(entries, network=download if refresh is None else refresh)
     facts = sized.facts
     apply_to_entries(entries, sized)
-    print(f"hardware: {hardware.cpu_model}, {hardware.physical_cores} cores, {hardware.ram_total / 2**30:.0f} GiB RAM"
-          + "".join(f"; {g.name} {g.memory_total / 2**30:.0f} GiB" for g in hardware.gpus), file=out)
+    print(machine_line(hardware), file=out)
     for note in sized.reasons + sized.warnings:
         print(f"  {note}", file=out)
     first = plan(hardware, facts, wants)
@@ -155,7 +162,7 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     best = _keep_best(measured, wants)
     best.status = "kept"
     m = best.measurement
-    efficiency = corrections(hardware, facts, best.key, best.quant, best.n_ctx, best.placement,
+    efficiency = corrections(hardware, facts, best.key, best.quant, best.n_ctx, best.layout,
                              m.decode_tps, m.prefill_tps, base=wants.efficiency, fill=m.decode_fill)
     p = best.predicted
     runs, format_reason, torch_rate = race(hardware, facts, entries, best.key, best.quant, best.path, m.n_ctx,
@@ -166,25 +173,25 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     checkpoint = next((r for r in runs if r.format == "gptq" and r.status == "kept"), None)
     spec = _measure_draft(best, entries, hardware, facts, efficiency, draft_tokens, out) if not checkpoint else None
     _print_table(measured, best, spec, out)
-    placement, placements, placement_reason = best.placement, [], "not measured"
+    layout, placements, placement_reason = best.layout, [], "not measured"
     if checkpoint:  # the torch worker runs on one device: there is no placement to choose
-        placement = "gpu" if any(not g.unified for g in hardware.gpus) else "cpu"
+        layout = "gpu" if any(not g.unified for g in hardware.gpus) else "cpu"
         placement_reason = "not measured: the GPTQ checkpoint runs on the torch worker, on one device"
     elif placement_doc_tokens:
-        planned = placement_of(best.placement).name
+        planned = placement_of(best.layout).name
         base = WorkerConfig(n_ctx=m.n_ctx, n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0)
         kept, placements, placement_reason = tune_placement(
             best.path, hardware, base, planned, Path(spec[1].draft_path) if spec else None, placement_doc_tokens, out)
         print(f"placement: {placement_reason}", file=out)
-        if kept != planned:  # the planner's layout did not win: the profile names the placement that did
-            placement = kept
+        if kept != planned:  # the planner's layout did not win: the profile keeps the layout the winner runs
+            layout = layout_for(kept, p.n_gpu_layers if p else 0, facts[best.key].n_layer)
     profile = Profile(
         fingerprint=fingerprint(hardware), hardware=f"{hardware.cpu_model}, {hardware.physical_cores} cores",
-        model=best.key, quant=best.quant, path=str(best.path), placement=placement, n_ctx=m.n_ctx,
+        model=best.key, quant=best.quant, path=str(best.path), layout=layout, n_ctx=m.n_ctx,
         n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0,
         step_budget=_step_budget(m),
-        devices=gpu_indices(p.devices) if p and placement == best.placement
-        and placement_of(placement).names_gpus else "",
+        devices=gpu_indices(p.devices) if p and layout == best.layout
+        and placement_of(layout).names_gpus else "",
         placements=placements, placement_reason=placement_reason,
         prefill_tps=m.prefill_tps, decode_tps=m.decode_tps,
         predicted_prefill_tps=round(p.prefill_tps, 1) if p else 0.0,
@@ -221,7 +228,7 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
         drawn_by = f"no chart ({exc})"
     save_profile(profile, path)
     print(f"\nkept {profile.model} {profile.quant}: {profile.decode_tps:.1f} tok/s decode, {profile.prefill_tps:.0f} "
-          f"tok/s prefill, {profile.memory['total'] / 1e6:.0f} MB; step budget {profile.step_budget or 'adaptive'}",
+          f"tok/s prefill, {size_text(profile.memory['total'])}; step budget {profile.step_budget or 'adaptive'}",
           file=out)
     print("planner corrections: " + ", ".join(f"{k} {v:g}" for k, v in efficiency.items()), file=out)
     print(f"profile: {path}\nchart:   {profile.chart or drawn_by}", file=out)
@@ -230,8 +237,7 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
 
 def main(argv: list[str] | None = None) -> int:
     """`localchat tune [--json] [--no-download]`."""
-    parser = argparse.ArgumentParser(prog="localchat tune",
-                                     description="Measure this machine and keep the fastest good model.")
+    parser = Parser(prog="localchat tune", description="Measure this machine and keep the fastest good model.")
     parser.add_argument("--json", action="store_true", help="print the saved profile as JSON (progress on stderr)")
     parser.add_argument("--no-download", dest="download", action="store_false",
                         help="only consider model files already here (and keep the catalog's file sizes "

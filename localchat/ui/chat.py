@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import ContextOverflowError, LocalchatError
-from ..ingest import Document, Selection, build_prompt, select
+from ..ingest import Document, Selection, VectorStore, build_prompt, document_tokens, select
 from ..ingest.fit import document_budget
+from ..models.embedding import shared_models
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Request
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
@@ -43,6 +44,8 @@ class ChatCore:
         self._documents_lock = threading.Lock()
         self._turns: dict[str, threading.Lock] = {}  # conversation id -> held while a turn is answered
         self._turns_lock = threading.Lock()
+        # Chunk vectors beside the chats: a document is embedded once, whatever is asked of it.
+        self.vectors = VectorStore(store.path.parent / "vectors.sqlite3")
 
     # -- documents ------------------------------------------------------------------------
 
@@ -64,8 +67,9 @@ class ChatCore:
         return docs
 
     def attachment_counts(self, paths: list[str]) -> list[tuple[str, int]]:
-        """Each attached document's name and its length in tokens (the chips above the message box)."""
-        return [(doc.name, self.count_tokens(doc.text)) for doc in self.documents(paths)]
+        """Each attached document's name and its length in tokens as the prompt holds it (the chips above
+        the message box; the meter and the reply's "whole (N tokens)" count the same)."""
+        return [(doc.name, document_tokens(doc, self.count_tokens)) for doc in self.documents(paths)]
 
     def meter(self, paths: list[str], max_tokens: int, conv_id: str | None = None) -> str:
         """The token meter: the attached documents against the context, and whole or retrieved.
@@ -91,7 +95,9 @@ class ChatCore:
         messages = self.engine_messages(conv) if conv is not None else []
         history = self.runtime.engine.prompt_tokens(Request(messages=messages or [{"role": "user", "content": ""}]))
         budget = document_budget(self.runtime.engine.n_ctx, len(history), max_tokens)
-        return select(question, docs, budget, self.count_tokens)
+        # The meter asks with no question: it needs only whole-or-not, not the chunks' vectors.
+        embedder = shared_models().default() if question.strip() else None
+        return select(question, docs, budget, self.count_tokens, embedder=embedder, vectors=self.vectors)
 
     # -- conversations --------------------------------------------------------------------
 
@@ -224,9 +230,10 @@ class ChatCore:
                     t_first = t_first or now
                     if now - last_draw >= _REDRAW_S:
                         last_draw = now
-                        rate = (num_deltas - 1) / (now - t_first) if now > t_first else 0.0
+                        # A rate needs two tokens: the first alone would read "0 tokens/s" while text shows.
+                        rate = (num_deltas - 1) / (now - t_first) if num_deltas > 1 and now > t_first else 0.0
                         yield render.reply_markdown("".join(parts), {}, included,
-                                                    f"generating, {rate:.0f} tokens/s")
+                                                    f"generating, {rate:.0f} tokens/s" if rate else "generating")
                 elif isinstance(event, PrefillProgress):
                     if first_done < 0:
                         first_done, started = event.done, now

@@ -17,6 +17,7 @@ from .uploads import ACCEPTED, discard_received, store_upload
 @dataclass(slots=True)
 class Composer:
     attached: gr.HTML  # the chips and the meter
+    reading: gr.Markdown  # "reading the document… n/N" while the attached documents are read ahead
     message: gr.Textbox
     attach: gr.UploadButton
     send: gr.Button
@@ -26,6 +27,7 @@ class Composer:
 def build_composer() -> Composer:
     """The composer's components, in page order (inside the Blocks being built)."""
     attached = gr.HTML("", elem_id="attachments", padding=False)
+    reading = gr.Markdown("", elem_id="reading")
     with gr.Row(equal_height=True, elem_id="composer"):
         attach = gr.UploadButton("Attach", file_count="multiple", file_types=ACCEPTED, scale=0, min_width=70,
                                  elem_id="attach", variant="secondary")
@@ -34,7 +36,7 @@ def build_composer() -> Composer:
                              max_lines=8, min_width=110, elem_id="message")
         send = gr.Button("Send", variant="primary", scale=1, min_width=80, elem_id="send")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=80, elem_id="stop")
-    return Composer(attached, message, attach, send, stop)
+    return Composer(attached, reading, message, attach, send, stop)
 
 
 def chips(counts: list[tuple[str, int]]) -> str:

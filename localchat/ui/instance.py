@@ -21,6 +21,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 from .. import __version__
+from ..key_options import key_flag
 from ..paths import data_dir, log_dir, private_file
 from ..api.app import bind_socket, url_of
 from ..api.origins import LOOPBACK_NAMES
@@ -65,15 +66,6 @@ def log_to_file(verbose: bool = False) -> Path:
     return path
 
 
-SECRET_FLAGS = ("--api-key", "--backend-key")
-OTHER_FLAGS = ("--backend",)  # options whose names begin a secret one's
-
-
-def _secret(flag: str) -> bool:
-    # argparse takes any unambiguous prefix (`--api KEY`), so a prefix hides its value too.
-    return len(flag) > 4 and flag not in OTHER_FLAGS and any(s.startswith(flag) for s in SECRET_FLAGS)
-
-
 def redacted(argv: list[str]) -> list[str]:
     """A command line fit for a log: the values of key options replaced by ***."""
     shown, hide_next = [], False
@@ -81,11 +73,11 @@ def redacted(argv: list[str]) -> list[str]:
         flag = arg.split("=", 1)[0]
         if hide_next:
             shown.append("***")
-        elif _secret(flag) and "=" in arg:
+        elif key_flag(flag) and "=" in arg:
             shown.append(flag + "=***")
         else:
             shown.append(arg)
-        hide_next = not hide_next and _secret(arg)
+        hide_next = not hide_next and key_flag(arg) is not None
     return shown
 
 
@@ -98,8 +90,10 @@ def running_instance() -> Instance | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     # The record is a file anyone with access to the data dir could write: trust it only when it
-    # names a live localchat process of this user and a loopback address on the recorded port.
-    if found.pid == os.getpid() or not _ours(found) or not _loopback_url(found) or not _answers(found.url):
+    # names a live localchat process of this user, a loopback address on the recorded port, and that
+    # very process listens on that port.
+    if (found.pid == os.getpid() or not _ours(found) or not _loopback_url(found) or not _listens(found)
+            or not _answers(found.url)):
         return None
     return found
 
@@ -112,6 +106,24 @@ def _ours(found: Instance) -> bool:
         same_user = os.name != "posix" or process.uids().real == os.getuid()
         # A recycled pid belongs to a process started after the record was written.
         return same_user and process.create_time() <= found.started + 1 and "localchat" in " ".join(process.cmdline())
+    except (psutil.Error, OSError):
+        return False
+
+
+def _listens(found: Instance) -> bool:
+    """Whether the recorded process itself listens on the recorded port.
+
+    The operating system says which process owns a listening socket; a server's answer could not
+    (any program can answer like localchat, and a forged record may name a real window's pid
+    beside the port of such a program)."""
+    import psutil
+
+    try:
+        process = psutil.Process(found.pid)
+        # psutil 6 renamed connections() to net_connections().
+        sockets = getattr(process, "net_connections", None) or process.connections
+        return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == found.port
+                   for s in sockets(kind="inet"))
     except (psutil.Error, OSError):
         return False
 

@@ -18,17 +18,13 @@ from . import versions
 from .chat import ChatCore
 from .session import SHOWN_SETTINGS, Sampling
 from .models_panel import ModelsPanel, model_choices
+from .pre_read import PreReader
 from .settings_panel import build_settings_panel, follow_load, resize, sampling_of
 from .tuning import TuneJob, tuned_summary
 
 log = logging.getLogger(__name__)
 
 NARROW_PX = 800  # below this width the sidebar starts closed: it would cover the chat
-
-
-def user_error(message: str) -> gr.Error:
-    """A toast for an expected user error: Gradio would print a traceback for each one otherwise."""
-    return gr.Error(message, print_exception=False)
 
 
 def when(timestamp: float, now: float | None = None) -> str:
@@ -48,6 +44,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
     """The Blocks app; `defaults` and `system_prompt` are the settings of a new conversation."""
     defaults = defaults or Sampling()
     store = core.store
+    pre_reader = PreReader(core)
 
     def conversations(selected: str | None = None, query: str = "") -> dict[str, Any]:
         found = store.search(query.strip()) if query and query.strip() else store.list()
@@ -61,6 +58,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
     with gr.Blocks(title="localchat", analytics_enabled=False, fill_height=True) as demo:
         conv_id = gr.State(None)
         pending = gr.State([])  # stored paths of the documents attached to the next message
+        drafts = gr.State({})  # conversation id ("" for a new chat) -> its unsent message
         last_chat = gr.BrowserState(None, storage_key="localchat-last-chat")  # reopened on reload
         width = gr.Number(visible=False)  # the window's width, read by the page-load script
         with gr.Sidebar(open=True) as sidebar:
@@ -75,8 +73,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                 with gr.Row():
                     delete_yes = gr.Button("Delete", variant="stop", size="sm", elem_id="delete-yes")
                     delete_no = gr.Button("Keep it", size="sm", elem_id="delete-cancel")
-            model = gr.Dropdown(label="Model", choices=model_choices(core.runtime.model), value=core.runtime.model,
-                                allow_custom_value=True, elem_id="model")
+            # Filled on page load: the page's config (GET /config) would list every model file's path here.
+            model = gr.Dropdown(label="Model", choices=[], value=None, allow_custom_value=True, elem_id="model")
             status = gr.Markdown(elem_id="status")
             theme_btn = gr.Button("Dark / light", size="sm", elem_id="theme-toggle")
             # Open where the machine is not tuned (checked again on every page load).
@@ -113,7 +111,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         # An expected error is a warning toast and the outputs stay as they were: a raised error
         # would also paint every output of the event with a red "Error" badge.
 
-        def respond(text: str, cid: str | None, docs: list[str], sys_prompt: str, *values: float) -> Iterator[tuple]:
+        def respond(request: gr.Request, text: str, cid: str | None, docs: list[str], sys_prompt: str,
+                    *values: float) -> Iterator[tuple]:
             text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
             if not text.strip():
                 yield (gr.skip(),) * 8
@@ -125,6 +124,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                 gr.Warning(str(exc))
                 yield (gr.skip(),) * 8
                 return
+            # The question takes over what the read-ahead has read so far, and reads the rest itself.
+            pre_reader.stop(request.session_hash)
             if core.busy(cid):
                 gr.Info("Sent once the answer in progress ends.")
             # The box is cleared once, now; the updates that stream the answer leave it alone.
@@ -138,6 +139,15 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                            gr.skip(), gr.skip())
                     return
                 yield from stream_reply(cid, sampling)
+
+        def read_ahead(docs: list[str], cid: str | None, sys_prompt: str, tokens: float,
+                       request: gr.Request) -> Iterator[str]:
+            """Read the attached documents before the question (pre_read.py); a newer change ends it."""
+            stream = pre_reader.start(request.session_hash, cid, docs or [], sys_prompt or "", int(tokens))
+            if stream is None:
+                yield ""
+                return
+            yield from pre_reader.follow(request.session_hash, stream)
 
         def stream_reply(cid: str, sampling: Sampling, earlier: list | None = None) -> Iterator[tuple]:
             """Called with the conversation's turn held; `earlier`: the answers a regenerate keeps."""
@@ -211,20 +221,12 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                 return *view(cid), gr.skip(), gr.skip(), conversations(cid)  # a first turn's branch names the chat
             return (gr.skip(),) * 5
 
-        def edit_last(cid: str | None, mx: float) -> tuple:
+        def edit_last(cid: str | None) -> None:
+            """The page opened the last user message's own edit box (the pencil's: an edit forks the chat
+            and the old branch stays); here only the toast when there is none."""
             conv = store.get(cid) if cid else None
-            users = [i for i, m in enumerate(conv.messages) if m.role == "user"] if conv else []
-            if not users:
+            if conv is None or not any(m.role == "user" for m in conv.messages):
                 gr.Warning("there is no message to edit yet.")
-                return (gr.skip(),) * 5
-            core.stop(cid)
-            with core.turn(conv.id):  # the stopped answer is saved first, then dropped with its question
-                conv = store.get(conv.id)
-                users = [i for i, m in enumerate(conv.messages) if m.role == "user"]
-                last = conv.messages[users[-1]]
-                store.truncate(conv.id, users[-1])
-            docs = list(last.stats.get("documents", []))
-            return *view(conv.id), last.content, docs, composing.shown(core, docs, mx, conv.id)
 
         def load(cid: str | None) -> tuple:
             conv = store.get(cid) if cid else None
@@ -233,6 +235,21 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
             s = conv.settings
             return (*view(conv.id), conv.id, conv.system_prompt,
                     *(s.get(name, getattr(defaults, name)) for name in SHOWN_SETTINGS), [], "")
+
+        def switch_draft(drafts: dict[str, str], leaving: str | None, draft: str, opening: str | None) -> tuple:
+            """The message box keeps an unsent draft per chat: the one left is kept, the one opened comes back."""
+            drafts = dict(drafts or {})
+            if draft and draft.strip():
+                drafts[leaving or ""] = draft
+            else:
+                drafts.pop(leaving or "", None)
+            return drafts.pop(opening or "", ""), drafts
+
+        def open_chat(cid: str | None, leaving: str | None, draft: str, drafts: dict[str, str]) -> tuple:
+            return *load(cid), *switch_draft(drafts, leaving, draft, cid)
+
+        def open_new_chat(leaving: str | None, draft: str, drafts: dict[str, str]) -> tuple:
+            return *new_chat(), *switch_draft(drafts, leaving, draft, None)
 
         def new_chat() -> tuple:
             return [], "[]", None, system_prompt, *(getattr(defaults, name) for name in SHOWN_SETTINGS), [], "", \
@@ -299,19 +316,26 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         stop_btn.click(core.stop, [conv_id], None, queue=False, api_name=False)
         regen_btn.click(regenerate, [conv_id, *sliders], reply_outputs,
                         api_name=False, concurrency_limit=8)
-        edit_btn.click(edit_last, [conv_id, max_tokens], [*chat_outputs, message, pending, meter], api_name=False)
+        edit_btn.click(edit_last, [conv_id], None, api_name=False,
+                       js="(cid) => { const pencils = document.querySelectorAll(\"#chat button[aria-label='Edit']\");"
+                          " if (pencils.length) pencils[pencils.length - 1].click(); return [cid]; }")
         compose.attach.upload(functools.partial(composing.attach, core), [compose.attach, pending, max_tokens, conv_id],
                               [pending, meter, compose.attach], api_name=False)
+        # "multiple": a detach or a chat switch runs at once and ends the read-ahead in flight.
+        pending.change(read_ahead, [pending, conv_id, system, max_tokens], [compose.reading], api_name=False,
+                       trigger_mode="multiple", concurrency_limit=8, show_progress="hidden")
         action_go.click(act, [action, conv_id, pending, max_tokens], [*chat_outputs, pending, meter, convs], api_name=False,
                         js="(request, ...rest) => [window.localchatAction || '', ...rest]")
         settings_btn.click(None, None, None, js="() => localchatToggleSettings()", api_name=False)
         panel.reload.click(functools.partial(resize, core), [panel.n_ctx], [panel.n_ctx, panel.note, status],
                            api_name=False, concurrency_limit=1)
         chat_state = [*chat_outputs, conv_id, *settings_inputs, pending, meter]
-        convs.input(load, [convs], chat_state, api_name=False)
-        new_btn.click(new_chat, None, [*chat_state, convs], api_name=False)
-        # The chat's own clear icon starts a new chat; the stored one stays in the list.
-        chatbot.clear(new_chat, None, [*chat_state, convs], api_name=False)
+        convs.input(open_chat, [convs, conv_id, message, drafts], [*chat_state, message, drafts], api_name=False)
+        new_btn.click(open_new_chat, [conv_id, message, drafts], [*chat_state, convs, message, drafts], api_name=False)
+        # The chat's own trash icon deletes, as the sidebar's Delete does: it asks first, the chat shown
+        # again meanwhile (the icon blanks the view in the page before it asks the server anything).
+        chatbot.clear(lambda cid: (*view(cid), gr.update(visible=cid is not None)), [conv_id],
+                      [*chat_outputs, delete_row], api_name=False)
         theme_btn.click(None, None, None, js="() => localchatToggleTheme()", api_name=False)
         prev_btn.click(lambda cid: show_version(cid, -1), [conv_id], chat_outputs, api_name=False)
         next_btn.click(lambda cid: show_version(cid, +1), [conv_id], chat_outputs, api_name=False)

@@ -21,6 +21,7 @@ from ..planning.cost import DEFAULT_EFFICIENCY, devices_of
 from ..planning.gptq_options import unavailable
 from ..planning.planner import Plan, Wants, plan
 from ..tune.profile import Profile, current_profile
+from ..units import size_text as _size
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,8 @@ def machine() -> HardwareInfo:
 
 
 def size_text(n: int, exact: bool = True) -> str:
-    """Bytes as the window shows them; `≈` marks a hub listing's rounded figure."""
-    text = f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-    return text if exact else "≈" + text
+    """Bytes as localchat writes them (units.py); `≈` marks a hub listing's rounded figure."""
+    return _size(n) if exact else "≈" + _size(n)
 
 
 def shown_profile(hardware: HardwareInfo) -> Profile | None:
@@ -94,7 +94,7 @@ def verdict(hardware: HardwareInfo, catalog: dict[str, ModelFacts], key: str, qu
                                                                              min_decode_tps=0.0))
     except LocalchatError as exc:
         return Verdict("does not fit", str(exc))
-    return Verdict(f"fits: {result.placement}, {result.n_ctx // 1024}k context", " ".join(result.reasons),
+    return Verdict(f"fits: {result.layout}, {result.n_ctx // 1024}k context", " ".join(result.reasons),
                    result.predicted_decode_tps)
 
 
@@ -150,6 +150,11 @@ def catalog_rows(catalog: dict[str, ModelFacts], hardware: HardwareInfo, downloa
     return rows
 
 
+def file_label(model: LocalModel) -> str:
+    """A local file as it is listed: Ollama's blobs are named by their digest, so by Ollama's own model name."""
+    return model.name if model.source == "ollama" else model.path.name
+
+
 def local_models() -> list[LocalModel]:
     """The GGUF models on this machine: localchat's own folder first, then what the importers find."""
     seen: set[Path] = set()
@@ -203,8 +208,12 @@ class Download:
             self.state = "done"
         except DownloadInterrupted as stop:
             self.state = "paused" if stop.keep else "cancelled"
-        except LocalchatError as exc:
-            self.state, self.error = ("cancelled", "") if self.state == "cancelling" else ("failed", str(exc))
+        except Exception as exc:  # any failure ends the job with its reason: the window must not show it running
+            reason = str(exc)
+            if not isinstance(exc, LocalchatError):  # unforeseen: its kind says more, its traceback goes to the log
+                log.exception("downloading %s failed", self.choice)
+                reason = f"{type(exc).__name__}: {exc} (the log file has the details)"
+            self.state, self.error = ("cancelled", "") if self.state == "cancelling" else ("failed", reason)
         if self.state == "cancelled":
             self.done = 0
 

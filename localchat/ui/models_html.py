@@ -6,7 +6,8 @@ from __future__ import annotations
 from html import escape
 
 from ..models.importers import LocalModel
-from .model_browser import FOUND_IN, CatalogRow, Download, percent, size_text
+from ..units import rate_text
+from .model_browser import FOUND_IN, CatalogRow, Download, file_label, percent, size_text
 
 # Scoped to the panel; the theme's own colours keep it readable in dark mode.
 STYLE = """<style>
@@ -59,8 +60,7 @@ def local_table(models: list[LocalModel]) -> str:
     """The GGUF files found on this machine and where."""
     if not models:
         return "<p class='lc-no'>No GGUF files found here yet.</p>"
-    # Ollama's blobs are named by their digest: its own model name is the one its user knows.
-    body = "".join(f"<tr>{_cell(m.name if m.source == 'ollama' else m.path.name)}{_cell(FOUND_IN.get(m.source, m.source))}"
+    body = "".join(f"<tr>{_cell(file_label(m))}{_cell(FOUND_IN.get(m.source, m.source))}"
                    f"{_cell(size_text(m.size), 'lc-num')}{_cell(str(m.path), 'lc-path')}</tr>" for m in models)
     return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr><th>File</th><th>Found in</th>"
             f"<th>Size</th><th>Path</th></tr></thead><tbody>{body}</tbody></table></div>")
@@ -73,7 +73,7 @@ def progress_html(jobs: list[Download]) -> str:
     rows = []
     for job in jobs:
         speed = job.speed()
-        said = {"downloading": "downloading" + (f", {speed / 1e6:.1f} MB/s" if speed else ""), "pausing": "pausing…",
+        said = {"downloading": "downloading" + (f", {rate_text(speed)}" if speed else ""), "pausing": "pausing…",
                 "paused": f"paused at {percent(job)}; Resume continues from there", "cancelling": "cancelling…",
                 "cancelled": "cancelled; the partial file was deleted",
                 "done": f"downloaded to {job.path.name if job.path else ''}; choose it in the Model list",

@@ -25,18 +25,28 @@ POLL_S = 0.5  # how often a running download or load redraws its progress
 
 
 def model_choices(current: str, catalog: Callable[[], dict[str, ModelFacts]] = load_catalog) -> list[tuple[str, str]]:
-    """The model picker's entries: the current model, the catalog files present here, and every GGUF file
-    found (localchat's models folder, the hub cache, LM Studio, Ollama)."""
+    """The model picker's entries: the current model, every GGUF file found (localchat's models folder, the
+    hub cache, LM Studio, Ollama) and the catalog's files present here; each file once, under the first
+    name found for it (a catalog name and the path of its file load the same model)."""
     names = [current]
+    files: dict[str, Path] = {}  # a catalog name -> its file here
     try:
-        for key, entry in sorted(catalog().items()):
-            names += [key if q == entry.default_quant else choice_of(key, q)
-                      for q, f in entry.files.items() if f.format == "gguf" and cached_file(f)]
         names += [str(m.path) for m in local_models()]
+        for key, entry in sorted(catalog().items()):
+            for q, f in entry.files.items():
+                path = cached_file(f) if f.format == "gguf" else None
+                if path is not None:
+                    name = key if q == entry.default_quant else choice_of(key, q)
+                    names.append(name)
+                    files[name] = path
     except (LocalchatError, OSError) as exc:  # a broken catalog must not keep the window from opening
         log.warning("listing local models failed: %s", exc)
+    by_file: dict[Path | str, str] = {}
+    for name in names:
+        where = files.get(name) or (Path(name) if name.lower().endswith(".gguf") else None)
+        by_file.setdefault(where.resolve() if where is not None else name, name)
     # A file is listed by its name; the full path stays the value that loads it.
-    return [(Path(n).name if n.lower().endswith(".gguf") else n, n) for n in dict.fromkeys(names)]
+    return [(Path(n).name if n.lower().endswith(".gguf") else n, n) for n in by_file.values()]
 
 
 class ModelsPanel:

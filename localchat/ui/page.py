@@ -4,7 +4,7 @@ from __future__ import annotations
 
 CSS = """
 #chat { flex-grow: 1; }
-#meter { font-size: 0.9em; margin-top: 0.3em; color: var(--body-text-color-subdued); }
+#meter, #reading { font-size: 0.9em; margin-top: 0.3em; color: var(--body-text-color-subdued); }
 footer { display: none !important; }
 .lc-hidden { display: none !important; }
 #theme-toggle { max-width: 9em; }

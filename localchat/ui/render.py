@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..runtime.events import Stats
+from ..units import size_text
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#|])")
 _BACKTICKS = re.compile(r"`+")
@@ -173,10 +174,10 @@ def status_markdown(model: str, path: Path, description: str, n_ctx: int, placem
 
     rss = psutil.Process(os.getpid()).memory_info().rss
     try:
-        size = f"{path.stat().st_size / 1e6:,.0f} MB"
+        size = size_text(path.stat().st_size)
     except OSError:
         size = "?"
     rows = [("Model", model), ("Weights", description), ("File", f"{path.name} ({size})"),
             ("Context", f"{n_ctx:,} tokens"), ("Placement", placement), ("Speculation", speculation),
-            ("Memory", f"{rss / 2**20:,.0f} MiB resident")]
+            ("Memory", f"{size_text(rss)} resident")]
     return "\n".join(f"- **{k}:** {plain(v)}" for k, v in rows)

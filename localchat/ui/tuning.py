@@ -73,6 +73,6 @@ def tuned_summary() -> tuple[Profile | None, str]:
                        "The wizard measures this machine (a few minutes; answers are slower meanwhile) and keeps "
                        "the best model, context, placement and draft it finds.")
     draft = f", draft {profile.draft} ({profile.draft_speedup:.2f}x)" if profile.draft and profile.draft_speedup else ""
-    return profile, (f"Tuned {profile.created[:10]}: **{profile.model} {profile.quant}**, {profile.placement}, "
+    return profile, (f"Tuned {profile.created[:10]}: **{profile.model} {profile.quant}**, {profile.layout}, "
                   f"{profile.n_ctx:,} tokens of context, {profile.decode_tps:.0f} tok/s decode{draft}. "
                   f"Profile: `{Path(profile.path).name}`.")

@@ -9,12 +9,12 @@ import uuid
 from pathlib import Path
 
 from ..ingest import DEFAULT_MAX_BYTES, Document, DocumentError, DocumentTooLargeError, extract_isolated
+from ..ingest.kinds import extensions
 from ..paths import PRIVATE_FILE_MODE, data_dir, private_dir
+from ..units import size_text
 
 MAX_UPLOAD_BYTES = DEFAULT_MAX_BYTES  # 50 MB, the same limit the extractor enforces
-# The kinds the extractor reads; the browser's file picker offers these first.
-ACCEPTED = [".pdf", ".docx", ".txt", ".md", ".markdown", ".html", ".htm", ".py", ".js", ".ts", ".json",
-            ".csv", ".c", ".h", ".cpp", ".rs", ".go", ".java", ".rb", ".sh", ".toml", ".yaml", ".yml"]
+ACCEPTED = extensions()  # of every kind the extractor reads (ingest/kinds.py): the file picker offers these
 _UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
 _MAX_NAME = 120
 
@@ -47,8 +47,7 @@ def store_upload(source: str | Path, original_name: str | None = None, root: Pat
     name = safe_name(original_name or source.name)
     size = source.stat().st_size
     if size > MAX_UPLOAD_BYTES:
-        raise DocumentTooLargeError(f"{name}: is {size / 1e6:.0f} MB, over the {MAX_UPLOAD_BYTES // 2**20} MB "
-                                    "limit; attach a smaller file or only the part you need.")
+        raise too_large(name, size)
     # One random folder per upload: two files with the same name never overwrite each other.
     folder = private_dir((root or uploads_dir()) / uuid.uuid4().hex)
     target = folder / name
@@ -56,6 +55,12 @@ def store_upload(source: str | Path, original_name: str | None = None, root: Pat
     shutil.copyfile(source, target)
     os.chmod(target, PRIVATE_FILE_MODE)
     return target
+
+
+def too_large(name: str, size: int) -> DocumentTooLargeError:
+    """The error for a document over the limit."""
+    return DocumentTooLargeError(f"{name}: is {size_text(size)}, over the {size_text(MAX_UPLOAD_BYTES)} "
+                                 "limit; attach a smaller file or only the part you need.")
 
 
 def discard_received(path: str | Path) -> None:

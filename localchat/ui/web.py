@@ -17,6 +17,7 @@ from ..api.local import LocalService, served_name
 from ..api.origins import OriginPolicy, install
 from .store import Store
 from .model_import import MAX_IMPORT_BYTES
+from .received import UploadLimits, prune
 from .uploads import received_dir
 
 DEFAULT_UI_PORT = 7860
@@ -28,7 +29,9 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
                   system_prompt: str = "") -> FastAPI:
     """FastAPI with the /v1 routes first, then the chat window mounted at "/"; `system_prompt`: a new chat's."""
     # Gradio's upload route writes here (read when the app is made): our own private folder.
-    os.environ["GRADIO_TEMP_DIR"] = str(received_dir())
+    received = received_dir()
+    os.environ["GRADIO_TEMP_DIR"] = str(received)
+    prune(received)  # what an earlier run left
     import gradio as gr
 
     from .layout import build_ui
@@ -53,7 +56,8 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
         auth_message="Log in with the user 'localchat' and the API key localchat was started with.",
         max_file_size=MAX_IMPORT_BYTES, ssr_mode=False, footer_links=[], theme=theme, css=CSS,
         head=SCRIPT, mcp_server=False)
-    install(app, policy or OriginPolicy())
+    app.add_middleware(UploadLimits, folder=received)
+    install(app, policy or OriginPolicy())  # the origin guard outermost: a refused request uploads nothing
     return app
 
 

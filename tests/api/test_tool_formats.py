@@ -11,7 +11,8 @@ from family_templates import FAMILIES, FORMAT_OF
 from localchat.api.constraints import check_tools, constrain
 from localchat.api.structured import check_schema, schema_grammar
 from localchat.api.tool_formats import FORMATS, GENERIC, call_text, detect
-from localchat.api.tool_parser import ArgsDelta, CallStart, ToolCallError, ToolCallParser, parse_all
+from localchat.api.tool_formats import ToolFormat
+from localchat.api.tool_parser import ArgsDelta, CallStart, ToolCall, ToolCallError, ToolCallParser
 from localchat.errors import RequestError
 from localchat.runtime.chat_template import CHATML, ChatTemplate
 
@@ -26,6 +27,13 @@ WEATHER = {"type": "function", "function": {
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 CALLS = [("get_weather", {"city": "Paris \"<|im_end|>\"", "days": 2}), ("get_time", {})]
 ALL = {f.name: f for f in (*FORMATS, GENERIC)}
+
+
+def parse_all(fmt: ToolFormat, names: set[str], text: str) -> tuple[str, list[ToolCall]]:
+    """A whole answer: its content and its calls (raises ToolCallError on a broken call)."""
+    parser = ToolCallParser(fmt, names)
+    pieces = parser.feed(text) + parser.finish()
+    return "".join(p for p in pieces if isinstance(p, str)), parser.calls
 
 
 def test_each_family_is_detected_from_its_template():

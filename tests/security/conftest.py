@@ -34,8 +34,8 @@ def window(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
 
 
 @pytest.fixture(scope="module")
-def api(engine: Engine) -> Iterator[str]:
-    """The URL of `localchat serve`'s app (no key, loopback) on the shared engine."""
+def api(engine: Engine, embedding_model_path: Path) -> Iterator[str]:
+    """The URL of `localchat serve`'s app (no key, loopback) on the shared engine, the embedding model fetched."""
     url, server, thread = serve_in_thread(create_app(LocalService(engine, MODEL)))
     yield url
     server.should_exit = True

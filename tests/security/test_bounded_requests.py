@@ -38,6 +38,26 @@ def test_a_chunked_body_over_the_limit_is_refused_while_reading(api: str):
     assert httpx.get(api + "/v1/models", timeout=30).status_code == 200
 
 
+def test_embedding_work_is_bounded_before_any_is_done(api: str):
+    def chunks():  # an endless input: refused by the body limit while it arrives
+        yield b'{"input": "'
+        for _ in range(LIMIT // 2**20 + 2):
+            yield b"a " * 2**19
+        yield b'"}'
+
+    try:
+        r = httpx.post(api + "/v1/embeddings", content=chunks(), timeout=120, headers={"Content-Type": "application/json"})
+        assert r.status_code == 413, (r.status_code, r.text[:200])
+    except (httpx.WriteError, httpx.RemoteProtocolError):
+        pass
+    started = time.perf_counter()
+    for body, words in (({"input": ["a"] * 100_000}, "at most 256"), ({"input": "a " * 2**20}, "characters"),
+                        ({"input": [[1] * 100_000]}, "over this embedding model's")):
+        r = httpx.post(api + "/v1/embeddings", json=body, timeout=120)
+        assert r.status_code == 400 and words in r.json()["error"]["message"], r.text[:200]
+    assert time.perf_counter() - started < 30  # refused on their size, not after tokenizing or embedding
+
+
 def test_a_lone_surrogate_is_a_400(api: str):
     body = b'{"model": "%s", "messages": [{"role": "user", "content": "a\\ud800b"}]}' % MODEL.encode()
     r = httpx.post(api + "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"},

@@ -7,12 +7,16 @@ each with the advisories it closes. Raise a floor here and in pyproject.toml tog
 from __future__ import annotations
 
 import re
-import tomllib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10, which pyproject allows: tomli, a dependency there, is the same parser
+    import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,8 +16,8 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}], "m
 
 def test_a_foreign_host_name_is_refused(api: str):
     # DNS rebinding: evil.example resolves to 127.0.0.1, the browser sends its own name.
-    for path in ("/v1/models", "/v1/chat/completions"):
-        r = httpx.request("POST" if "chat" in path else "GET", api + path, json=CHAT,
+    for path in ("/v1/models", "/v1/chat/completions", "/v1/embeddings"):
+        r = httpx.request("GET" if path.endswith("models") else "POST", api + path, json=CHAT,
                           headers={"Host": "evil.example:8000"}, timeout=30)
         assert r.status_code == 403, (path, r.status_code, r.text[:200])
         assert r.json()["error"]["code"] == "host_not_allowed"
@@ -45,6 +45,15 @@ def test_a_cross_site_text_plain_post_starts_nothing(api: str, engine):
     assert r.status_code == 415 and "application/json" in r.json()["error"]["message"]
     assert engine.steps == before  # no generation ran
     assert "access-control-allow-origin" not in r.headers  # CORS is off by default
+
+
+def test_a_cross_site_embeddings_post_is_refused(api: str):
+    body = json.dumps({"input": "planted"})
+    r = httpx.post(api + "/v1/embeddings", content=body, timeout=30,
+                   headers={"Content-Type": "text/plain", "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "cross_site_request"
+    r = httpx.post(api + "/v1/embeddings", content=body, headers={"Content-Type": "text/plain"}, timeout=30)
+    assert r.status_code == 415
 
 
 def test_a_cross_origin_upload_to_the_window_is_refused(window):
@@ -82,3 +91,26 @@ def test_a_cors_origin_must_be_an_origin(origin: str):
 
     with pytest.raises(ConfigError, match="not an origin"):
         ServeOptions(cors_origins=(origin,)).policy(8000)
+
+
+def cors_headers(response: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in response.headers.items() if k.lower().startswith("access-control-")}
+
+
+def test_the_window_answers_no_other_origin_with_cors(window):
+    # Another program's page on this machine: the window's framework would allow any localhost origin,
+    # with credentials, so that page could read the window's config and what its GET routes return.
+    other = {"Origin": "http://localhost:9999"}
+    for path in ("/config", "/", "/gradio_api/info", "/v1/models"):
+        r = httpx.get(window.url + path, headers=other, timeout=30)
+        assert r.status_code == 200 and not cors_headers(r), (path, cors_headers(r))
+    preflight = httpx.options(window.url + "/gradio_api/upload", timeout=30,
+                              headers={**other, "Access-Control-Request-Method": "POST"})
+    assert not cors_headers(preflight), cors_headers(preflight)
+
+
+def test_the_window_config_names_no_model_file(window, model_path):
+    # The model picker is filled when the page loads (same origin only), not in the config any GET returns.
+    for path in ("/config", "/"):
+        text = httpx.get(window.url + path, timeout=30).text
+        assert str(model_path.parent) not in text and model_path.name not in text, path

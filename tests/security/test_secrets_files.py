@@ -108,15 +108,81 @@ def test_a_forged_instance_record_is_not_trusted(home: Path, impostor: int):
     assert instance.running_instance() is None
 
 
-def test_an_instance_record_must_name_loopback_on_its_port(home: Path, impostor: int):
-    window = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(120)", "localchat", "ui"])
+# A process whose command line reads as the window's, serving like it on a port of its own (printed first).
+WINDOW = """
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": []}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@pytest.fixture()
+def window() -> Iterator[tuple[int, int]]:
+    """(pid, port) of a live process that looks like a localchat window and listens on its port."""
+    child = subprocess.Popen([sys.executable, "-c", WINDOW, "localchat", "ui"], stdout=subprocess.PIPE, text=True)
     try:
-        record(window.pid, f"http://127.0.0.1:{impostor}", impostor)
-        assert instance.running_instance() is not None  # a well-formed record of a live window
-        record(window.pid, f"http://127.0.0.1:{impostor}", impostor + 1)
-        assert instance.running_instance() is None  # not the recorded port
-        record(window.pid, f"http://localhost.evil.example:{impostor}", impostor)
-        assert instance.running_instance() is None  # not loopback
+        yield child.pid, int(child.stdout.readline())
     finally:
-        window.kill()
-        window.wait()
+        child.kill()
+        child.wait()
+        child.stdout.close()
+
+
+def test_an_instance_record_must_name_loopback_on_its_port(home: Path, window: tuple[int, int]):
+    pid, port = window
+    record(pid, f"http://127.0.0.1:{port}", port)
+    assert instance.running_instance() is not None  # a well-formed record of a live window
+    record(pid, f"http://127.0.0.1:{port}", port + 1)
+    assert instance.running_instance() is None  # not the recorded port
+    record(pid, f"http://localhost.evil.example:{port}", port)
+    assert instance.running_instance() is None  # not loopback
+
+
+def test_a_record_naming_a_live_window_and_another_port_is_not_trusted(home: Path, window: tuple[int, int],
+                                                                       impostor: int):
+    # The pid is a live window of this user and the port answers like one, but that process does not
+    # listen there: a second start must not be sent to whatever does.
+    pid, _ = window
+    record(pid, f"http://127.0.0.1:{impostor}", impostor)
+    assert instance.running_instance() is None
+
+
+def test_a_key_on_the_command_line_is_warned_about(monkeypatch, capsys):
+    from localchat.cli import main
+
+    monkeypatch.delenv("LOCALCHAT_API_KEY", raising=False)
+    # A --host without --listen is refused before any model loads; the warning comes first.
+    for key_args in (["--api-key", KEY], ["--api=" + KEY]):
+        assert main(["serve", "--host", "192.0.2.1", *key_args]) == 1
+        err = capsys.readouterr().err
+        assert "warning" in err and "process list" in err and "LOCALCHAT_API_KEY" in err, err
+        assert KEY not in err
+    monkeypatch.setenv("LOCALCHAT_API_KEY", KEY)  # the way the help and the README say
+    assert main(["serve", "--host", "192.0.2.1"]) == 1
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_the_help_and_the_readme_steer_to_the_environment(capsys):
+    from localchat.cli import main
+
+    for command in ("serve", "ui"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert "--api-key KEY" in out and "set LOCALCHAT_API_KEY instead" in out, command
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert "LOCALCHAT_API_KEY=" in readme and "/proc/PID/cmdline" in readme

@@ -1,26 +1,59 @@
-"""The torch worker: a GPTQ (or unquantized HF) checkpoint behind the engine's Worker interface.
+"""The torch worker: a GPTQ (or unquantized HF) checkpoint (gptq/) behind the engine's Worker interface.
 
-Every sequence slot keeps its own KV cache (kv_cache.py); one decode() runs the rows of all
+Every sequence slot keeps its own KV cache (gptq/kv_cache.py); one decode() runs the rows of all
 sequences of a step in one forward. The engine, scheduler, prefix reuse, PD split and sampling
-run over it unchanged.
+run over it unchanged: sampling is llama.cpp's own sampler chain, over the logits torch computed.
+Imported only for a checkpoint folder (the optional gptq extra: torch, safetensors, tokenizers).
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 import torch
 
-from ..errors import EngineError
-from ..runtime.sampling import SamplingParams
-from ..runtime.worker import BatchRow, WorkerConfig, default_threads
-from .kv_cache import SeqCache
-from .loader import load_decoder
-from .model import Row
-from .sampling import LogitsSampler
-from .tokenizer import CheckpointTokenizer
+from ..errors import EngineError, RequestError
+from ..gptq.kv_cache import SeqCache
+from ..gptq.loader import load_decoder
+from ..gptq.model import Row
+from ..gptq.tokenizer import CheckpointTokenizer
+from .events import TokenLogprob
+from .logprobs import token_logprob
+from .sampling import Sampler, SamplingParams
+from .worker_types import BatchRow, WorkerConfig, default_threads
+
+
+class LogitsSampler(Sampler):
+    """A Sampler that reads its logits from an array instead of a llama.cpp context: the same
+    parameters, the same chain."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+        if getattr(params, "grammar", None) is not None:
+            raise RequestError("grammar-constrained output needs a GGUF model (llama.cpp's grammar sampler); "
+                               "drop the grammar or load a GGUF file.", "grammar")
+        super().__init__(params, n_vocab)
+        self._data: ctypes.Array | None = None
+
+    def sample_logits(self, logits: np.ndarray) -> int:
+        """Sample one token from float32 logits [n_vocab] and record it in the chain."""
+        if self._argmax_of:
+            return int(logits.argmax())  # the first of equal maxima, as llama.cpp's greedy sampler takes
+        n = logits.shape[0]
+        if self._data is None:
+            self._data = (llama_cpp.llama_token_data * n)()
+        view = np.ctypeslib.as_array(self._data)
+        view["id"] = np.arange(n, dtype=np.int32)
+        view["logit"] = logits
+        view["p"] = 0.0
+        candidates = llama_cpp.llama_token_data_array(self._data, n, -1, False)
+        llama_cpp.llama_sampler_apply(self._chain, ctypes.byref(candidates))
+        token = int(candidates.data[candidates.selected].id)
+        llama_cpp.llama_sampler_accept(self._chain, token)
+        return token
 
 
 class TorchWorker:
@@ -127,10 +160,8 @@ class TorchWorker:
         """The float32 logits of batch position `index` of the last decode."""
         return self._logits[index]
 
-    def logprob(self, index: int, token: int, n_top: int):
+    def logprob(self, index: int, token: int, n_top: int) -> TokenLogprob:
         """The log-probability of `token` (and the `n_top` likeliest) at batch position `index`."""
-        from ..runtime.logprobs import token_logprob
-
         return token_logprob(self._logits[index], token, n_top, self.token_bytes)
 
     def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> None:
@@ -153,9 +184,6 @@ class TorchWorker:
     def import_seq(self, seq_id: int, data: torch.Tensor) -> bool:
         self.caches[seq_id].load(data)
         return True
-
-    def seq_pos_max(self, seq_id: int) -> int:
-        return self.caches[seq_id].length - 1
 
     def close(self) -> None:
         self.caches = []

@@ -1,0 +1,191 @@
+"""Documents side by side with llama.cpp's own server: the same GGUF served by `localchat serve` and by
+`llama-server` (built from the vendored llama.cpp: `bash benchmarks/build-llama-bench.sh server`), the
+same requests through the official `openai` client, greedy, medians of repeats, in one run.
+
+    python benchmarks/serve_peer.py MODEL.gguf [--server DIR] [--repeats 3] [--doc-tokens 5000] [--output FILE.md]
+
+Rows: a document and its question (TTFT); the same document sent while another chat streams (its TTFT,
+the document's pace, and the chat's inter-token gaps); a follow-up on the same document; a document
+"attached then asked" (sent once with max_tokens 1, then the question after its read time); the same
+document after a server restart. Each repeat uses a document of its own, so nothing is cached across
+repeats except where a row is about the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from openai import OpenAI
+
+from localchat.bench_report import Report
+from localchat.workloads import document
+
+THREADS = 2
+QUESTION = "Which dock did shipment 370 leave from? Answer with the number."
+MODEL = ["?"]  # the served model id of the server running now
+SECONDS = ("doc_ttft", "busy_doc_ttft", "follow_up", "attached", "restart")  # rows timed in seconds
+CHAT = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper and the sea."}]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(slots=True)
+class Server:
+    """One server process on a loopback port; `command(port)` starts it."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+    port: int = 0
+
+    def start(self) -> OpenAI:
+        self.port = free_port()
+        argv = [a.replace("{port}", str(self.port)) for a in self.command]
+        self.process = subprocess.Popen(argv, env=os.environ | self.env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        client = OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none", max_retries=0, timeout=600)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"{self.name} exited with {self.process.returncode}: {' '.join(argv)}")
+            try:
+                MODEL[0] = client.models.list().data[0].id  # the name each server serves its file under
+                complete(client, [{"role": "user", "content": "Hi"}], 2)  # loaded and answering
+                return client
+            except Exception:
+                time.sleep(0.5)
+        raise SystemExit(f"{self.name} did not start in 300 s")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=60)
+            self.process = None
+
+
+def complete(client: OpenAI, messages: list[dict], max_tokens: int) -> None:
+    client.chat.completions.create(model=MODEL[0], messages=messages, max_tokens=max_tokens, temperature=0.0)
+
+
+def stream(client: OpenAI, messages: list[dict], max_tokens: int, gaps: list[float] | None = None) -> float:
+    """Seconds to the first content token; `gaps` gets the inter-token gaps (ms) after it."""
+    t0 = time.perf_counter()
+    first = last = 0.0
+    for chunk in client.chat.completions.create(model=MODEL[0], messages=messages, max_tokens=max_tokens,
+                                                temperature=0.0, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            now = time.perf_counter()
+            if first and gaps is not None:
+                gaps.append((now - last) * 1000)
+            first = first or now
+            last = now
+    return (first or time.perf_counter()) - t0
+
+
+def ask(doc: str) -> list[dict]:
+    return [{"role": "user", "content": f"{doc}\n\n{QUESTION}"}]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def measure(server: Server, doc_tokens: int, repeats: int, seed0: int) -> dict[str, list[float]]:
+    """Every row's numbers for one server, `repeats` times each."""
+    rows: dict[str, list[float]] = {k: [] for k in (
+        "doc_ttft", "busy_doc_ttft", "follow_up", "attached", "restart", "idle_p50", "busy_p99", "busy_max")}
+    client = server.start()
+    try:
+        for r in range(repeats):
+            seed = seed0 + 10 * r
+            doc = document(doc_tokens, seed)
+            rows["doc_ttft"].append(stream(client, ask(doc), 8))
+            rows["follow_up"].append(stream(client, ask(doc)[:1] + [
+                {"role": "assistant", "content": "Dock 6."},
+                {"role": "user", "content": "And shipment 407?"}], 8))
+            idle: list[float] = []
+            stream(client, CHAT, 64, idle)
+            rows["idle_p50"].append(statistics.median(idle))
+            busy: list[float] = []
+            chat = threading.Thread(target=stream, args=(client, CHAT, 400, busy))
+            chat.start()
+            time.sleep(1.0)  # the chat is streaming
+            rows["busy_doc_ttft"].append(stream(client, ask(document(doc_tokens, seed + 1)), 8))
+            chat.join()
+            rows["busy_p99"].append(percentile(busy, 0.99))
+            rows["busy_max"].append(max(busy))
+            warm = document(doc_tokens, seed + 2)
+            t0 = time.perf_counter()
+            complete(client, [{"role": "user", "content": warm}], 1)  # how an API client warms a document
+            read = time.perf_counter() - t0
+            time.sleep(min(read, 5.0))  # the user reads their document's title, then asks
+            rows["attached"].append(stream(client, [{"role": "user", "content": f"{warm}\n\n{QUESTION}"}], 8))
+            restart_doc = document(doc_tokens, seed + 3)
+            stream(client, ask(restart_doc), 8)
+            server.stop()
+            client = server.start()
+            rows["restart"].append(stream(client, ask(restart_doc), 8))
+    finally:
+        server.stop()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--server", type=Path, help="the folder holding llama-server (build-llama-bench.sh server)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--doc-tokens", type=int, default=5000)
+    parser.add_argument("--n-ctx", type=int, default=16384)
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    home = tempfile.mkdtemp(prefix="localchat-peer-")
+    ours = Server("localchat serve", [sys.executable, "-m", "localchat", "serve", "--model", str(args.model),
+                                      "--port", "{port}", "--n-ctx", str(args.n_ctx), "--threads", str(THREADS)],
+                  env={"LOCALCHAT_HOME": home})
+    servers = [ours]
+    if args.server is not None:
+        servers.append(Server("llama-server", [str(args.server / "llama-server"), "-m", str(args.model),
+                                               "--port", "{port}", "-c", str(args.n_ctx), "-np", "4",
+                                               "--kv-unified", "-fa", "on", "-t", str(THREADS), "--jinja"]))
+    results = {s.name: measure(s, args.doc_tokens, args.repeats, seed0=1000 * i) for i, s in enumerate(servers)}
+    report = Report()
+    report.emit(f"Documents beside llama-server: {args.model.name}, ~{args.doc_tokens}-token documents, "
+                f"medians of {args.repeats}")
+    report.emit()
+    labels = {"doc_ttft": "document + question, TTFT s", "busy_doc_ttft": "the same while a chat streams, TTFT s",
+              "follow_up": "follow-up on the same document, TTFT s", "attached": "attached then asked, TTFT s",
+              "restart": "after a restart, TTFT s", "idle_p50": "chat alone, inter-token p50 ms",
+              "busy_p99": "chat beside the read, inter-token p99 ms", "busy_max": "chat beside the read, max gap ms"}
+    names = list(results)
+    pair = len(names) == 2
+    report.emit("| row | " + " | ".join(names) + (" | speed, ours vs theirs |" if pair else " |"))
+    report.emit("|---|" + "---:|" * (len(names) + pair))
+    for key, label in labels.items():
+        medians = [statistics.median(results[n][key]) for n in names]
+        seconds = key in SECONDS
+        cells = " | ".join(f"{m:.2f}" if seconds else f"{m:.0f}" for m in medians)
+        ratio = f" | {medians[1] / medians[0]:.2f}x" if pair and seconds and medians[0] > 0 else (" | " if pair else "")
+        report.emit(f"| {label} | {cells}{ratio} |")
+    report.save(args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
