@@ -6,15 +6,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import jsonschema
+import llama_cpp
 import pytest
 
 from localchat.errors import RequestError
 from localchat.runtime.engine import Engine, EngineConfig, Request
-from localchat.runtime.events import TextDelta
-from localchat.runtime.grammar import Grammar, grammar_from_json_schema, unsupported_keywords
+from localchat.runtime.events import Stats, TextDelta
+from localchat.runtime.grammar import Grammar, grammar_from_json_schema, new_grammar_sampler
+from localchat.runtime.resample import MAX_RESAMPLES, SchemaUnmetError
+from localchat.runtime.schema_rules import FORMATS
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.speculative import SpecConfig
 from localchat.runtime.worker import WorkerConfig
@@ -142,20 +146,61 @@ def test_logprobs_are_the_targets_and_agree_with_speculation(model_path):
     assert all(abs(a.logprob - b.logprob) < 1e-3 for a, b in zip(plain, speculative))
 
 
-def test_unsupported_schema_keywords_are_named():
-    assert unsupported_keywords(SCHEMA) == []
-    assert unsupported_keywords({"type": "object"}) == []
-    found = unsupported_keywords({
-        "type": "object",
-        "properties": {"n": {"type": "integer", "minimum": 0}, "s": {"type": "string", "format": "email"},
-                       "p": {"type": "string", "pattern": "^a+$", "maxLength": 3}},
-        "required": ["n", "missing"], "minProperties": 1,
-    })
-    assert found == ["#: minProperties", "#: required 'missing' has no entry in properties",
-                     "#/properties/n: minimum", "#/properties/s: format", "#/properties/p: maxLength"]
-    assert unsupported_keywords({"allOf": [{"type": "object"}]}) == ["#: allOf"]
+BOUNDED = {"type": "object", "properties": {
+    "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+    "year": {"type": "integer", "minimum": 1990, "exclusiveMaximum": 2031},
+    "offset": {"type": "integer", "minimum": -40, "maximum": -3}}, "required": ["passengers", "year", "offset"]}
+
+
+def test_integer_bounds_hold_in_the_grammar_itself(engine_plain):
+    grammar = grammar_from_json_schema(BOUNDED)
+    assert not grammar.check.hold  # nothing is left to the check: digit-range rules enforce the bounds
+    for seed in range(6):
+        params = SamplingParams(temperature=1.2, seed=seed, max_tokens=64, grammar=grammar)
+        result = engine_plain.submit(Request(messages=chat("A ferry booking as JSON."), sampling=params)).result()
+        jsonschema.validate(json.loads(result.text), BOUNDED)
+        assert not result.stats.resampled
     with pytest.raises(RequestError):
         grammar_from_json_schema({"type": "no-such-type"})
+
+
+def test_forced_text_begins_the_answer_under_its_grammar(engine_plain):
+    whole = engine_plain.submit(Request(messages=chat(PROMPTS[0]), sampling=constrained())).result()
+    head = whole.text[:whole.text.index('"population"')]
+    rest = engine_plain.submit(Request(messages=chat(PROMPTS[0]), sampling=constrained(), forced=head)).result()
+    jsonschema.validate(json.loads(head + rest.text), SCHEMA)  # the stream carries only what follows
+    assert not rest.text.startswith(head[:8]) and len(rest.token_ids) > rest.stats.completion_tokens
+    with pytest.raises(RequestError, match="does not follow its grammar"):
+        engine_plain.submit(Request(messages=chat(PROMPTS[0]), sampling=constrained(), forced='{"town'))
+
+
+COLOURS = {"type": "object", "properties": {"colours": {
+    "type": "array", "items": {"enum": ["red", "green", "blue", "cyan", "black"]}, "minItems": 3, "maxItems": 3,
+    "uniqueItems": True}}, "required": ["colours"]}
+
+
+def test_an_answer_that_fails_the_check_is_resampled_until_it_passes(engine_plain):
+    grammar = grammar_from_json_schema(COLOURS)
+    assert grammar.check.hold  # uniqueItems: the grammar cannot express it
+    prompt = chat("Name three colours as JSON: red, red, blue.")
+    free = engine_plain.submit(Request(messages=prompt, sampling=SamplingParams(
+        temperature=0.0, max_tokens=48, grammar=Grammar(grammar.gbnf)))).result()  # the grammar alone
+    assert not jsonschema.Draft202012Validator(COLOURS).is_valid(json.loads(free.text))
+    events = list(engine_plain.submit(Request(messages=prompt, sampling=dataclasses.replace(
+        constrained(48), grammar=grammar))))
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    jsonschema.validate(json.loads(text), COLOURS)  # what came out is the passing answer alone
+    stats = next(e for e in events if isinstance(e, Stats))
+    assert stats.resampled and set(stats.resampled) == {"uniqueItems"} and stats.resample_ms > 0
+
+
+def test_when_the_attempts_run_out_the_keyword_is_named(engine_plain):
+    impossible = grammar_from_json_schema({"type": "integer", "minimum": 0, "maximum": 9, "not": {"type": "integer"}})
+    stream = engine_plain.submit(Request(messages=chat("Say hi."), sampling=SamplingParams(
+        temperature=0.0, max_tokens=8, grammar=impossible)))
+    with pytest.raises(SchemaUnmetError, match=re.escape("keyword 'not' at $ (") + ".*" +
+                       re.escape(f"in {MAX_RESAMPLES + 1} tries")):
+        stream.result()
 
 
 def test_a_schema_string_refuses_raw_control_characters(engine_plain):
@@ -166,3 +211,13 @@ def test_a_schema_string_refuses_raw_control_characters(engine_plain):
     for seed in range(3):
         text = engine_plain.submit(Request(messages=prompt, sampling=dataclasses.replace(params, seed=seed))).result().text
         assert not any(ord(c) < 0x20 for c in text), repr(text)
+
+
+def test_llama_cpp_takes_the_grammar_of_every_corpus_schema_and_format(engine_plain):
+    corpus = json.loads((Path(__file__).parent / "data" / "schema_corpus.json").read_text())
+    schemas = [entry["schema"] for entry in corpus] + [{"type": "string", "format": name} for name in FORMATS]
+    schemas += [{"type": "string", "pattern": p} for p in ("^\\d{3}-[A-Z]{2}\\.x$", "[ -~]+", "^(?:ab|c)+?$")]
+    schemas += [{"type": "integer", "minimum": -12, "exclusiveMaximum": 345}, {"type": "number", "multipleOf": 0.01}]
+    for schema in schemas:
+        sampler = new_grammar_sampler(grammar_from_json_schema(schema), engine_plain.worker.vocab)
+        llama_cpp.llama_sampler_free(sampler)

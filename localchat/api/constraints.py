@@ -2,7 +2,8 @@
 grammar that follow from them for this model's template.
 
 Whatever is accepted is enforced: calls and structured answers are sampled under a grammar from
-their schemas, and a request the grammar cannot serve is refused here with a 400.
+their schemas, and what a grammar cannot express is checked on the finished answer, which the engine
+resamples until it passes (runtime/resample.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 
 from ..errors import ConfigError, RequestError
 from ..runtime.grammar import Grammar
-from .structured import MAX_SCHEMA_BYTES, check_schema, schema_gbnf
-from .tool_formats import ToolFormat, call_gbnf, call_text, describe_tools, detect, short_id
+from ..runtime.schema_check import SchemaCheck
+from .structured import MAX_SCHEMA_BYTES, check_schema, schema_grammar
+from .tool_formats import ToolFormat, call_gbnf, call_head, call_text, describe_tools, detect, short_id, tool_schema
 
 MAX_TOOLS = 128
 MAX_TOOLS_BYTES = 256_000
@@ -34,10 +36,11 @@ class Constrained:
     names: set[str] = field(default_factory=set)  # tools whose calls are read back; empty: no parsing
     gbnf: str | None = None
     triggers: tuple[str, ...] = ()  # empty: the grammar holds from the first token
+    check: SchemaCheck | None = None  # what the grammar leaves to the finished answer's check
 
 
-def grammar_of(gbnf: str | None, triggers: tuple[str, ...] = ()) -> Grammar | None:
-    return Grammar(gbnf, triggers) if gbnf is not None else None
+def grammar_of(plan: Constrained) -> Grammar | None:
+    return Grammar(plan.gbnf, plan.triggers, plan.check) if plan.gbnf is not None else None
 
 
 def schema_file_grammar(path: str) -> Grammar:
@@ -48,35 +51,35 @@ def schema_file_grammar(path: str) -> Grammar:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"--json-schema {path}: cannot read a JSON schema there ({exc}).") from None
     try:
-        return Grammar(schema_gbnf(schema, "--json-schema"))
+        return schema_grammar(schema, "--json-schema")
     except RequestError as exc:
         raise ConfigError(f"--json-schema {path}: {exc}") from None
 
 
-def response_gbnf(response_format: dict[str, Any] | None) -> str | None:
-    """The grammar a response_format asks for: None for text."""
+def response_grammar(response_format: dict[str, Any] | None) -> Grammar | None:
+    """The grammar (and check) a response_format asks for: None for text."""
     kind = (response_format or {}).get("type", "text")
     if kind == "text":
         return None
     if kind == "json_object":
-        return schema_gbnf({"type": "object"}, "response_format")
+        return schema_grammar({"type": "object"}, "response_format")
     if kind == "json_schema":
         spec = response_format.get("json_schema")  # type: ignore[union-attr]
         if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
             raise RequestError("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}.",
                                "response_format.json_schema.schema")
-        return schema_gbnf(spec["schema"], "response_format.json_schema.schema")
+        return schema_grammar(spec["schema"], "response_format.json_schema.schema")
     raise RequestError(f"response_format {kind!r} is not supported; use 'text', 'json_object' or 'json_schema'.",
                        "response_format")
 
 
-def raw_gbnf(grammar: Any) -> str | None:
+def raw_grammar(grammar: Any) -> Grammar | None:
     """A client's own GBNF (the llama.cpp servers' `grammar` field), bounded."""
     if grammar is None or grammar == "":
         return None
     if not isinstance(grammar, str) or len(grammar) > MAX_GRAMMAR_CHARS:
         raise RequestError(f"grammar must be GBNF text of at most {MAX_GRAMMAR_CHARS:,} characters.", "grammar")
-    return grammar
+    return Grammar(grammar)
 
 
 def check_tools(tools: Any) -> list[dict[str, Any]]:
@@ -125,17 +128,21 @@ def constrain(messages: list[dict[str, Any]], template_source: str, tools: Any, 
     """Messages for the template, the tools it shows, and the grammar for this request."""
     fmt = detect(template_source)
     mode, callable_tools = choose(check_tools(tools), tool_choice) if tools else ("none", [])
-    answer_gbnf = response_gbnf(response_format)
-    if answer_gbnf is not None and mode != "none":
+    answer = response_grammar(response_format)
+    if answer is not None and mode != "none":
         raise RequestError("response_format with tools is not supported; send one or the other (or "
                            "tool_choice 'none').", "response_format")
     shown = tools if mode != "none" else None
-    plan = Constrained(fmt, template_messages(messages, fmt, shown), shown if fmt.native else None,
-                       gbnf=answer_gbnf)
+    plan = Constrained(fmt, template_messages(messages, fmt, shown), shown if fmt.native else None)
+    if answer is not None:
+        plan.gbnf, plan.check = answer.gbnf, answer.check
     if mode != "none":
         plan.names = {t["function"]["name"] for t in callable_tools}
-        plan.gbnf = call_gbnf(fmt, callable_tools, parallel is not False)
+        plan.gbnf, left = call_gbnf(fmt, callable_tools, parallel is not False)
         plan.triggers = (fmt.trigger,) if mode == "auto" else ()
+        plan.check = SchemaCheck({t["function"]["name"]: tool_schema(t) for t in callable_tools}, bool(left),
+                                 "tools", {t["function"]["name"]: call_head(fmt, t["function"]["name"])
+                                           for t in callable_tools}, fmt.trigger)
     return plan
 
 

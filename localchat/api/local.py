@@ -19,8 +19,8 @@ from ..runtime.events import Done, Failed, Stats, TextDelta
 from ..runtime.sampling import SamplingParams
 from .bridge import StreamBridge, wait_for_disconnect
 from .chat_output import ChoiceOutput
+from .constraints import constrain, grammar_of, raw_grammar, response_grammar
 from .embeddings import embedding_card, embeddings_response
-from .constraints import constrain, grammar_of, raw_gbnf, response_gbnf
 from .schemas import ChatBody, CompletionBody, parse
 from .tool_parser import ToolCallParser
 from .wire import error_body, sse
@@ -114,7 +114,7 @@ class LocalService:
             check_prompt_size(texts, self.engine.n_ctx)  # before any work on the messages
             plan = constrain(engine_request.messages or [], self.engine.template.source, body.tools,
                              body.tool_choice, body.parallel_tool_calls, body.response_format)
-            sampling.grammar = grammar_of(plan.gbnf, plan.triggers)
+            sampling.grammar = grammar_of(plan)
             if plan.names:
                 output.parser = ToolCallParser(plan.fmt, plan.names)
             # The template renders here, within the request's time budget: tools go in beside messages.
@@ -123,7 +123,7 @@ class LocalService:
         else:
             if body.grammar and body.response_format:
                 raise RequestError("send grammar or response_format, not both.", "grammar")
-            sampling.grammar = grammar_of(raw_gbnf(body.grammar) or response_gbnf(body.response_format))
+            sampling.grammar = raw_grammar(body.grammar) or response_grammar(body.response_format)
             check_prompt_size([engine_request.prompt or ""], self.engine.n_ctx)
             build = lambda: engine_request  # noqa: E731
         try:

@@ -1,34 +1,35 @@
-"""JSON schemas from requests: refused unless a grammar enforces them at a bounded cost; then GBNF.
+"""JSON schemas from requests: bounded, checked to be schemas, then GBNF and the check of the rest.
 
-llama-cpp-python's converter turns a schema into a grammar, but it silently skips what it cannot
-express (numeric bounds, uniqueItems, most formats...); the runtime's `unsupported_keywords` says
-which, and such a schema is a 400 naming the keyword. The converter also unrolls every count
-(maxItems: 10**9) into rules, so counts, depth and size are bounded here before it runs.
+The runtime's converter (schema_grammar.py) writes what a grammar can enforce and names what it
+leaves to the check, which the engine runs on the finished answer, resampling until it passes
+(schema_rules.py lists which keyword goes where). The converter unrolls every count (maxItems:
+10**9) into rules, so counts, depth and size are bounded here before it runs.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
+from typing import Any
 
-from llama_cpp.llama_grammar import SchemaConverter
+import regex
 
 from ..errors import RequestError
-from ..runtime.grammar import MAX_GBNF_CHARS, json_strings_only, unsupported_keywords
+from ..runtime.grammar import Grammar, grammar_from_json_schema
+from ..runtime.schema_check import schema_problem
+from ..runtime.schema_rules import MAX_REPEAT
 
 MAX_SCHEMA_BYTES = 64_000  # one schema as JSON
 MAX_DEPTH = 24  # nested schemas
 MAX_NODES = 2_000  # objects and lists within one schema
-MAX_REPEAT = 256  # minItems/maxItems/minLength/maxLength and {n,m} in patterns: each unrolls in the grammar
-_COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
+_COUNTS = ("minItems", "minLength", "minProperties")  # unrolled in the grammar (a larger maximum is checked)
+_MAXIMA = ("maxItems", "maxLength", "maxProperties")
 _MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")  # name -> schema
 _DATA = ("enum", "const", "default", "examples")  # values, not schemas
 
 
 def check_schema(schema: Any, param: str) -> None:
-    """Raise RequestError (naming `param` and the keyword) unless a grammar can enforce all of `schema`
-    at a bounded cost."""
+    """Raise RequestError (naming `param`) unless `schema` is a JSON schema within the bounds."""
     if not isinstance(schema, dict):
         raise RequestError(f"{param} must be a JSON schema object.", param)
     try:
@@ -39,15 +40,9 @@ def check_schema(schema: Any, param: str) -> None:
     if size > MAX_SCHEMA_BYTES:
         raise RequestError(f"{param} is {size:,} bytes of JSON; send a schema under {MAX_SCHEMA_BYTES:,}.", param)
     _check_bounds(schema, param, 0, [0])
-    try:
-        unenforced = unsupported_keywords(schema)
-    except (AttributeError, KeyError, TypeError, ValueError):  # shapes the converter would crash on too
-        raise RequestError(f"{param} is not a schema this server can read (an empty or malformed "
-                           "sub-schema?); check it.", param) from None
-    if unenforced:
-        where, _, keyword = unenforced[0].partition(": ")
-        raise RequestError(f"{param} ({where}): the JSON schema keyword '{keyword}' cannot be enforced by this "
-                           "server; remove it (or check the value yourself after the answer).", param)
+    problem = schema_problem(schema)
+    if problem:
+        raise RequestError(f"{param} is not a valid JSON schema: {problem}.", param)
 
 
 def _check_bounds(value: Any, where: str, depth: int, nodes: list[int], names: bool = False) -> None:
@@ -69,8 +64,15 @@ def _check_bounds(value: Any, where: str, depth: int, nodes: list[int], names: b
             if count is not None and not (isinstance(count, int) and not isinstance(count, bool)
                                           and 0 <= count <= MAX_REPEAT):
                 raise RequestError(f"{where}: {word}={count!r}; use a whole number from 0 to {MAX_REPEAT}.", where)
+        for word in _MAXIMA:
+            count = value.get(word)
+            if count is not None and not (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
+                raise RequestError(f"{where}: {word}={count!r}; use a whole number from 0 up.", where)
         if "pattern" in value:
             _check_pattern(value["pattern"], where)
+        if isinstance(value.get("patternProperties"), dict):
+            for pattern in value["patternProperties"]:
+                _check_pattern(pattern, f"{where}.patternProperties")
     for key, sub in value.items():
         if isinstance(sub, (dict, list)) and (names or key not in _DATA):
             _check_bounds(sub, f"{where}.{key}", depth + 1, nodes, not names and key in _MAPS)
@@ -82,40 +84,16 @@ _REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 def _check_pattern(pattern: Any, where: str) -> None:
     if not isinstance(pattern, str) or len(pattern) > 1_000:
         raise RequestError(f"{where}.pattern must be a string of at most 1,000 characters.", where)
-    if not (pattern.startswith("^") and pattern.endswith("$")):
-        raise RequestError(f"{where}: the JSON schema keyword 'pattern' is enforced only when anchored at both "
-                           "ends ('^...$'); anchor it.", where)
     for low, high in _REPEAT.findall(pattern):
         if int(low) > MAX_REPEAT or (high and int(high) > MAX_REPEAT):
             raise RequestError(f"{where}.pattern repeats up to {high or low} times; use at most {MAX_REPEAT}.", where)
-    if re.search(r"\(\?[=!<]", pattern):  # the converter would drop the condition silently
-        raise RequestError(f"{where}: the JSON schema keyword 'pattern' is enforced only without lookarounds.",
-                           where)
-
-
-def converter() -> SchemaConverter:
-    """A schema converter that never fetches a remote $ref."""
-    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
-
-
-def to_gbnf(build: Callable[[SchemaConverter], str], what: str, param: str) -> str:
-    """The GBNF text that `build` writes with one converter (it returns the root rule's body)."""
-    conv = converter()
     try:
-        root = build(conv)
-        conv._add_rule("root", root)
-        text = json_strings_only(conv.format_grammar())
-    except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
-        raise RequestError(f"{what} cannot be turned into a grammar ({exc}); simplify the schema.", param) from None
-    if len(text) > MAX_GBNF_CHARS:
-        raise RequestError(f"{what} makes a grammar of {len(text):,} characters; simplify the schema.", param)
-    return text
+        regex.compile(pattern)
+    except regex.error as exc:
+        raise RequestError(f"{where}.pattern is not a regular expression ({exc}).", where) from None
 
 
-def schema_gbnf(schema: dict[str, Any], param: str) -> str:
-    """The GBNF for values of `schema` (checked first)."""
+def schema_grammar(schema: dict[str, Any], param: str) -> Grammar:
+    """The grammar for values of `schema` (checked first), with the check of what it leaves out."""
     check_schema(schema, param)
-
-    def build(conv: SchemaConverter) -> str:
-        return conv.visit(conv.resolve_refs(schema, "request"), "value")
-    return to_gbnf(build, param, param)
+    return grammar_from_json_schema(schema, param=param)

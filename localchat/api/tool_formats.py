@@ -13,9 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from llama_cpp.llama_grammar import SchemaConverter
-
-from .structured import to_gbnf
+from ..runtime.schema_grammar import Converter, gbnf_of
 
 
 MAX_PARALLEL = 8  # calls in one answer: a small model may otherwise repeat a call until max_tokens
@@ -63,26 +61,36 @@ def detect(template_source: str) -> ToolFormat:
     return GENERIC
 
 
-def call_gbnf(fmt: ToolFormat, tools: list[dict[str, Any]], parallel: bool, param: str = "tools") -> str:
-    """A grammar for one (or, with `parallel`, several) calls of `tools`, in `fmt`'s layout."""
+def call_head(fmt: ToolFormat, name: str) -> str:
+    """What the grammar writes before a call's arguments: the arguments' JSON starts right after it."""
+    return '{"name": ' + json.dumps(name) + f', "{fmt.args_key}": '
 
-    def build(conv: SchemaConverter) -> str:
+
+def tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool's parameter schema (none: an object without properties)."""
+    return tool["function"].get("parameters") or {"type": "object", "properties": {}}
+
+
+def call_gbnf(fmt: ToolFormat, tools: list[dict[str, Any]], parallel: bool,
+              param: str = "tools") -> tuple[str, list[str]]:
+    """A grammar for one (or, with `parallel`, several) calls of `tools`, in `fmt`'s layout, and what it
+    leaves to the check."""
+
+    def build(conv: Converter) -> str:
         alternatives = []
         for i, tool in enumerate(tools):
-            function = tool["function"]
-            schema = function.get("parameters") or {"type": "object", "properties": {}}
-            args = conv.visit(conv.resolve_refs(schema, f"tool{i}"), f"tool{i}-args")
-            head = conv._format_literal('{"name": ' + json.dumps(function["name"]) + f', "{fmt.args_key}": ')
+            args = conv.visit(conv.resolve_refs(tool_schema(tool), f"tool{i}"), f"tool{i}-args")
+            head = conv._format_literal(call_head(fmt, tool["function"]["name"]))
             alternatives.append(conv._add_rule(f"tool{i}-call", f'{head} {args} "}}"'))
         call = conv._add_rule("call", " | ".join(alternatives))
         one = " ".join(filter(None, (_lit(conv, fmt.before), call, _lit(conv, fmt.after))))
         more = f" ({_lit(conv, fmt.between)} {one}){{0,{MAX_PARALLEL - 1}}}" if parallel else ""
         return " ".join(filter(None, (_lit(conv, fmt.open), f"{one}{more}", _lit(conv, fmt.close))))
 
-    return to_gbnf(build, "the tools' parameter schemas", param)
+    return gbnf_of(build, "the tools' parameter schemas", param)
 
 
-def _lit(conv: SchemaConverter, text: str) -> str:
+def _lit(conv: Converter, text: str) -> str:
     return conv._format_literal(text) if text else ""
 
 

@@ -19,6 +19,7 @@ from .draft_model import DraftModel
 from .events import Failed, PrefillProgress, Stream
 from .kv_disk import Hit, KVDiskCache
 from .prompt_lookup import PromptLookup
+from .resample import Resampled
 from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .sequence import KVHandover, Sequence
@@ -40,6 +41,9 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     id: str | None = None
     speculate: bool = True  # use the engine's drafter, when it has one
+    # Text the answer already begins with (a resample keeps what came before the failing value):
+    # read with the prompt and fed to the sampler as if generated; the stream carries only what follows.
+    forced: str = ""
 
 
 @dataclass(slots=True)
@@ -160,15 +164,24 @@ class Engine:
         """Tokens `text` takes inside a prompt (no BOS, special tokens as plain text)."""
         return len(self.worker.tokenize(text, add_special=False, parse_special=False))
 
-    def submit(self, request: Request) -> Stream:
-        """Queue a request; its events arrive on the returned stream. Bad requests raise here."""
+    def submit(self, request: Request) -> Stream | Resampled:
+        """Queue a request; its events arrive on the returned stream. Bad requests raise here. A grammar
+        with a check (a JSON schema's keywords it cannot express) gets only answers that pass it."""
+        stream = self._submit(request)
+        check = request.sampling.grammar.check if request.sampling.grammar is not None else None
+        return Resampled(self._submit, request, stream, check) if check is not None else stream
+
+    def _submit(self, request: Request) -> Stream:
         if self._closed:
             raise EngineError("the engine is shut down; start a new one.")
         params = request.sampling
         params.validate()
         tokens = self.prompt_tokens(request)
+        forced = self.worker.tokenize(request.forced, add_special=False, parse_special=True) if request.forced else []
+        tokens += forced
         room = self.n_ctx - len(tokens)
         max_tokens = params.max_tokens if params.max_tokens is not None else room
+        max_tokens = max(1, max_tokens - len(forced)) if params.max_tokens is not None else max_tokens
         if room < 1 or max_tokens > room:
             raise ContextOverflowError(
                 f"the prompt is {len(tokens)} tokens and max_tokens is {max_tokens}, but the context "
@@ -180,8 +193,12 @@ class Engine:
         stream = Stream(request_id, self.cancel)
         seq = Sequence(id=request_id, tokens=tokens, max_tokens=max_tokens, stream=stream,
                        output=TextOutput(list(params.stop)), ignore_eos=params.ignore_eos,
-                       speculate=request.speculate, num_logprobs=params.logprobs)
+                       speculate=request.speculate, num_logprobs=params.logprobs, num_forced=len(forced))
         seq.sampler = self.worker.new_sampler(params)
+        for token in forced:
+            if not seq.sampler.accept_forced(token):
+                seq.sampler.close()
+                raise RequestError("the text the answer is to begin with does not follow its grammar.")
         self._inbox.put(("submit", seq))
         return stream
 

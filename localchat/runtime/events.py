@@ -55,6 +55,8 @@ class Stats:
     spec: "SpecStats | None" = None
     kv_transfer_ms: float = 0.0  # moving the prompt's KV state: PD split, a state restored from disk
     kv_transfer_bytes: int = 0
+    resampled: tuple[str, ...] = ()  # the schema keyword each resample of the answer was for (resample.py)
+    resample_ms: float = 0.0  # the time those resamples took
 
     def to_dict(self) -> dict[str, Any]:
         """The numbers as JSON-ready values, rounded for people (`chat --json`, the API, the store)."""
@@ -75,6 +77,8 @@ class Stats:
             }
         if self.kv_transfer_bytes:
             out["kv_transfer"] = {"ms": round(self.kv_transfer_ms, 1), "bytes": self.kv_transfer_bytes}
+        if self.resampled:
+            out["resampled"] = {"keywords": list(self.resampled), "ms": round(self.resample_ms, 1)}
         return out
 
 

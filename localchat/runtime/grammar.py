@@ -1,6 +1,6 @@
 """Constrained sampling: a GBNF grammar (llama.cpp's format) that the generated text must match,
 from the first token or lazily (free text until a trigger string appears), and JSON schemas made
-into one by llama-cpp-python's own converter.
+into one (schema_grammar.py) with a check of what it cannot express (schema_check.py).
 
 sampling.Sampler holds one GrammarSampler per constrained sequence; this module says what a grammar
 is, checks it, builds llama.cpp's grammar sampler from it and picks tokens under it.
@@ -9,9 +9,8 @@ is, checks it, builds llama.cpp's grammar sampler from it and picks tokens under
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp
@@ -37,6 +36,9 @@ class Grammar:
 
     gbnf: str
     triggers: tuple[str, ...] = ()
+    # What the grammar cannot express, checked on the finished answer (a resample.AnswerCheck):
+    # the engine resamples an answer that fails it.
+    check: Any = field(default=None, compare=False, repr=False)
 
     def validate(self) -> None:
         """Raise RequestError for a grammar too large to take, or malformed triggers."""
@@ -91,84 +93,15 @@ def json_strings_only(gbnf: str) -> str:
     return gbnf.replace(_LOOSE_CHAR, _JSON_CHAR)
 
 
-def grammar_from_json_schema(schema: dict[str, Any], triggers: tuple[str, ...] = ()) -> Grammar:
-    """A grammar for JSON text that validates against `schema` (see `unsupported_keywords` for what
-    the converter cannot enforce: check it first and refuse those schemas)."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
+def grammar_from_json_schema(schema: dict[str, Any], triggers: tuple[str, ...] = (),
+                             param: str = "response_format") -> Grammar:
+    """A grammar for JSON text that validates against `schema`, with the check of what the grammar
+    cannot express (schema_grammar.py, resample.py); RequestError naming `param` when it cannot be."""
+    from .schema_check import SchemaCheck
+    from .schema_grammar import schema_gbnf_text
 
-    try:
-        gbnf = json_schema_to_gbnf(json.dumps(schema))
-    except (AssertionError, KeyError, TypeError, ValueError, RecursionError) as exc:
-        raise RequestError(f"the JSON schema cannot be turned into a grammar ({exc or type(exc).__name__}); "
-                           "simplify it (local $refs only, known types).", "response_format") from exc
-    return Grammar(json_strings_only(gbnf), triggers)
-
-
-# Keywords that say nothing about which JSON is valid.
-ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id", "$comment",
-                         "deprecated", "readOnly", "writeOnly", "$defs", "definitions"})
-STRING_FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
-
-
-def _enforced(schema: dict[str, Any]) -> tuple[set[str], list[Any]]:
-    """The keywords of one schema node that the converter enforces, and the subschemas it visits.
-    It takes the first matching branch below and ignores every other keyword of the node."""
-    kind = schema.get("type")
-    if "$ref" in schema:
-        return {"$ref"}, []
-    if "oneOf" in schema or "anyOf" in schema:
-        key = "oneOf" if schema.get("oneOf") else "anyOf"
-        return {key}, list(schema[key])
-    if isinstance(kind, list):
-        return {"type"}, []
-    if "const" in schema:
-        return {"const", "type"}, []
-    if "enum" in schema:
-        return {"enum", "type"}, []
-    if kind in (None, "object") and ("properties" in schema or schema.get("additionalProperties", True) is not True):
-        extra = schema.get("additionalProperties")
-        subs = list(schema.get("properties", {}).values()) + ([extra] if isinstance(extra, dict) else [])
-        return {"type", "properties", "required", "additionalProperties"}, subs
-    # allOf: the converter merges only its components' properties (and makes them required), so
-    # it is left out of the enforced keywords: such a schema is refused.
-    if kind in (None, "array") and ("items" in schema or "prefixItems" in schema):
-        items = schema.get("items") or schema["prefixItems"]
-        if isinstance(items, list):
-            return {"type", "items", "prefixItems"}, items
-        return {"type", "items", "minItems", "maxItems"}, [items]
-    if kind in (None, "string") and "pattern" in schema:
-        return {"type", "pattern"}, []
-    if kind in (None, "string") and schema.get("format") in STRING_FORMATS:
-        return {"type", "format"}, []
-    if kind == "string" and ("minLength" in schema or "maxLength" in schema):
-        return {"type", "minLength", "maxLength"}, []
-    return {"type"}, []
-
-
-def unsupported_keywords(schema: Any, path: str = "#") -> list[str]:
-    """Where `schema` uses keywords the converter would silently ignore, as 'path: keyword'
-    (empty: the grammar enforces the whole schema)."""
-    if isinstance(schema, bool) or not isinstance(schema, dict):
-        return [] if schema is True or schema == {} else [f"{path}: a schema that is not an object"]
-    enforced, subs = _enforced(schema)
-    found = [f"{path}: {key}" for key in schema if key not in enforced and key not in ANNOTATIONS]
-    if "properties" in enforced:
-        # Required names without a property schema are dropped by the converter, not enforced.
-        found += [f"{path}: required '{name}' has no entry in properties"
-                  for name in schema.get("required", []) if name not in schema.get("properties", {})]
-    for key in ("$defs", "definitions"):
-        for name, sub in (schema.get(key) or {}).items():
-            found += unsupported_keywords(sub, f"{path}/{key}/{name}")
-    for i, sub in enumerate(subs):
-        found += unsupported_keywords(sub, f"{path}/{_sub_name(schema, sub, i)}")
-    return found
-
-
-def _sub_name(schema: dict[str, Any], sub: Any, index: int) -> str:
-    for name, value in (schema.get("properties") or {}).items():
-        if value is sub:
-            return f"properties/{name}"
-    return f"{index}"
+    gbnf, left = schema_gbnf_text(schema, param)
+    return Grammar(gbnf, triggers, SchemaCheck({"": schema}, bool(left), param))
 
 
 SHORTLIST = 64  # tokens checked one by one under greedy before the whole vocabulary is masked
@@ -196,11 +129,11 @@ class GrammarSampler:
         the chain's few surviving candidates."""
         if chain is None:
             token = int(logits.argmax())  # the argmax of the masked logits too, when the grammar allows it
-            if not self._allows(token):
+            if not self.allows(token):
                 token = self._best_allowed(logits)
         else:
             token = self._draw(logits, chain, masked=False)
-            if not self._allows(token):
+            if not self.allows(token):
                 token = self._draw(logits, chain)
             llama_cpp.llama_sampler_accept(chain, token)
         self.accept(token)
@@ -211,7 +144,8 @@ class GrammarSampler:
         if not llama_cpp.llama_vocab_is_eog(self._vocab, token):
             llama_cpp.llama_sampler_accept(self._sampler, token)
 
-    def _allows(self, token: int) -> bool:
+    def allows(self, token: int) -> bool:
+        """Whether the grammar lets `token` come next."""
         self._one[0].id, self._one[0].logit, self._one[0].p = token, 0.0, 0.0
         array = llama_cpp.llama_token_data_array(self._one, 1, -1, False)
         llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))

@@ -152,6 +152,14 @@ class Sampler:
             return int(logits_at(ctx, index, self._argmax_of).argmax())
         return llama_cpp.llama_sampler_sample(self._chain, ctx, index)
 
+    def accept_forced(self, token: int) -> bool:
+        """Accept a token of the answer's forced beginning, if the grammar allows it (False: it does
+        not, and nothing was accepted: llama.cpp's grammar would abort on a token it refuses)."""
+        if self._grammar is not None and not self._grammar.allows(token):
+            return False
+        self.accept(token)
+        return True
+
     def accept(self, token: int) -> None:
         """Tell the chain (penalties) and the grammar about a token that entered the sequence by another route."""
         llama_cpp.llama_sampler_accept(self._chain, token)

@@ -42,6 +42,7 @@ class Sequence:
     num_prompt: int = 0
     num_computed: int = 0
     num_cached: int = 0  # prompt tokens that were already resident when the sequence started
+    num_forced: int = 0  # the prompt's last tokens are the answer's forced beginning (Request.forced)
     slot: int | None = None
     admitted_at: int = -1  # admission order, for preempting the youngest first
     prefill_start: int = 0  # tokens already in the KV cache when the sequence was admitted

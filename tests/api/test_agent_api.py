@@ -171,21 +171,31 @@ def test_json_schema_output_validates_over_seeds_and_schemas(client: openai.Open
         jsonschema.validate(json.loads(choice.message.content), SCHEMAS[n])
 
 
-def test_json_object_and_refused_keywords(client: openai.OpenAI):
+def test_json_object_and_keywords_once_refused(client: openai.OpenAI):
     reply = client.chat.completions.create(model=MODEL, messages=ASK, response_format={"type": "json_object"},
                                            temperature=0, max_tokens=60)
     if reply.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(reply.choices[0].message.content), dict)
-    for schema, keyword in [({"type": "integer", "minimum": 3}, "minimum"),
-                            ({"type": "string", "format": "email"}, "format")]:
-        with pytest.raises(openai.BadRequestError, match=keyword) as caught:
-            client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, response_format={
-                "type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
-        assert caught.value.param.startswith("response_format")
-    with pytest.raises(openai.BadRequestError, match="uniqueItems"):
-        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, tools=[{"type": "function", "function": {
-            "name": "f", "parameters": {"type": "object", "properties": {
-                "xs": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}}}}}])
+    checker = jsonschema.FormatChecker()
+    for schema in [{"type": "integer", "minimum": 3, "maximum": 7}, {"type": "string", "format": "email"},
+                   {"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5}]:
+        reply = client.chat.completions.create(model=MODEL, max_tokens=80, temperature=0, messages=[
+            {"role": "user", "content": "The address and number of the Paris tourist office?"}],
+                                               response_format={"type": "json_schema",
+                                                                "json_schema": {"name": "x", "schema": schema}})
+        jsonschema.validate(json.loads(reply.choices[0].message.content), schema, format_checker=checker)
+    args = {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                                                                "maximum": 99},
+                                                    "minItems": 2, "maxItems": 4, "uniqueItems": True}},
+            "required": ["xs"]}
+    reply = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=80, temperature=0,
+                                           tool_choice="required", parallel_tool_calls=False,
+                                           tools=[{"type": "function", "function": {"name": "f", "parameters": args}}])
+    jsonschema.validate(json.loads(reply.choices[0].message.tool_calls[0].function.arguments), args)
+    with pytest.raises(openai.BadRequestError, match="dynamicRef") as caught:
+        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"$dynamicRef": "#node"}}})
+    assert caught.value.param.startswith("response_format")
 
 
 class Capital(BaseModel):
@@ -256,6 +266,12 @@ def test_chat_command_answers_under_a_json_schema_file(model_path: Path, tmp_pat
                  "--max-tokens", "60", "Is Paris in France?"])
     assert code == 0
     jsonschema.validate(json.loads(capsys.readouterr().out), SCHEMAS[0])
-    schema_file.write_text('{"type": "integer", "minimum": 1}')
+    schema_file.write_text(json.dumps({"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 3,
+                                       "uniqueItems": True}))
+    assert main(["chat", "--model", str(model_path), "--json-schema", str(schema_file), "--max-tokens", "40",
+                 "List three numbers."]) == 0
+    out = capsys.readouterr().out
+    assert jsonschema.Draft202012Validator({"uniqueItems": True, "items": {"minimum": 1}}).is_valid(json.loads(out))
+    schema_file.write_text('{"$dynamicRef": "#node"}')
     assert main(["chat", "--model", str(model_path), "--json-schema", str(schema_file), "hi"]) == 1
-    assert "'minimum'" in capsys.readouterr().err
+    assert "'$dynamicRef'" in capsys.readouterr().err
