@@ -625,12 +625,13 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     expect(page.locator("#tune-button")).to_be_in_viewport()  # the sidebar has slid in
     shot(page, "14-wizard-offered")
     page.locator("#tune-download input").uncheck()
+    page.locator("#tune-placements input").uncheck()  # test_tune measures placements; here the window's part
     page.locator("#tune-button").click()
     expect(page.locator("#tune-log textarea")).to_have_value(re.compile("measuring smollm2-135m"), timeout=300_000)
     expect(note).to_contain_text("Tuned", timeout=900_000)
     expect(note).to_contain_text("smollm2-135m Q4_1")
     log = page.locator("#tune-log textarea").input_value()
-    assert "placement:" in log and "kept smollm2-135m Q4_1" in log
+    assert "placement: not measured (asked not to)" in log and "kept smollm2-135m Q4_1" in log
     assert ui.runtime.model.startswith(str(home))  # now answering with the tuned file
     expect(page.locator("#status")).to_contain_text("SmolLM2")
     shot(page, "15-wizard-done", full_page=True)

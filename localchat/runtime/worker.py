@@ -139,6 +139,9 @@ class Worker:
         self.fingerprint = self._fingerprint(cparams)
         self.memory = llama_cpp.llama_get_memory(ctx)
         self._batch = llama_cpp.llama_batch_init(self.config.n_batch, 0, 1)
+        # Deterministic mode keeps the cells packed (_close_holes); this is (seq_id, first, last) when the
+        # topmost used cells are known to hold exactly that sequence's positions first..last, in order.
+        self._top_run: tuple[int, int, int] | None = None
         self._piece_buf = ctypes.create_string_buffer(256)
         self.bos_token = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos_token = llama_cpp.llama_vocab_eos(self.vocab)
@@ -227,6 +230,7 @@ class Worker:
         assert 0 < n <= self.config.n_batch, n
         batch.n_tokens = n
         status = llama_cpp.llama_decode(self.ctx, batch)
+        self._note_top_run(rows if status == 0 else [])
         if status != 0:
             raise EngineError(
                 "llama.cpp could not place the batch in the KV cache" if status == 1
@@ -251,12 +255,32 @@ class Worker:
     def sample(self, sampler: Sampler, index: int) -> int:
         return sampler.sample(self.ctx, index)
 
+    def _note_top_run(self, rows: list[BatchRow]) -> None:
+        """With the cells packed, a batch's tokens take the next cells in batch order: its last row's
+        are the topmost, extending the run below them when that row continues it."""
+        if not rows:
+            self._top_run = None
+            return
+        last, run = rows[-1], self._top_run
+        end = last.pos + len(last.tokens) - 1
+        continues = len(rows) == 1 and run is not None and run[0] == last.seq_id and run[2] + 1 == last.pos
+        self._top_run = (last.seq_id, run[1] if continues and run else last.pos, end)
+
     def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> None:
         """Drop positions [start, end) of a sequence from the KV cache (end -1: to the end)."""
+        if self.config.deterministic and end < 0 and llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id) < start:
+            return  # nothing there to drop (a draft's catch-up that kept everything, say)
         ok = llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, end)
         assert ok, (seq_id, start, end)
-        if self.config.deterministic:
-            self._close_holes()
+        if not self.config.deterministic:
+            return
+        run = self._top_run
+        if run is not None and run[0] == seq_id and end < 0 and start >= run[1]:
+            # Only the topmost cells were freed (a rejected draft, say): no free cell lies below a used
+            # one, and packing the whole cache (a copy of all of it) would change nothing.
+            self._top_run = (seq_id, run[1], start - 1) if start > run[1] else None
+            return
+        self._close_holes()
 
     def _close_holes(self) -> None:
         """Move every KV cell down over the free ones, keeping their order. llama.cpp sums a
@@ -271,12 +295,14 @@ class Worker:
         if saved != size:
             raise EngineError(f"llama.cpp saved {saved} of the KV cache's {size} bytes while packing it")
         restored = llama_cpp.llama_state_seq_set_data(self.ctx, buf, size, -1)
+        self._top_run = None
         if restored != size:
             raise EngineError(f"llama.cpp restored {restored} of the KV cache's {size} bytes while packing it")
 
     def seq_copy(self, src: int, dst: int, start: int = 0, end: int = -1) -> None:
         """Let `dst` share the cells of `src` over [start, end): no data is copied."""
         llama_cpp.llama_memory_seq_cp(self.memory, src, dst, start, end)
+        self._top_run = None  # a shared cell is not freed by removing one of its sequences
 
     def export_seq(self, seq_id: int) -> ctypes.Array:
         """The KV state of one sequence, as llama.cpp serialises it, in a host buffer that
@@ -289,6 +315,7 @@ class Worker:
 
     def import_seq(self, seq_id: int, data: ctypes.Array) -> bool:
         """Replace a sequence's KV with exported state; False when no run of free cells is long enough."""
+        self._top_run = None  # the imported cells go wherever llama.cpp finds room
         return llama_cpp.llama_state_seq_set_data(self.ctx, data, len(data), seq_id) > 0
 
     def apply(self, op: Remove | Copy) -> None:

@@ -173,7 +173,7 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     checkpoint = next((r for r in runs if r.format == "gptq" and r.status == "kept"), None)
     spec = _measure_draft(best, entries, hardware, facts, efficiency, draft_tokens, out) if not checkpoint else None
     _print_table(measured, best, spec, out)
-    layout, placements, placement_reason = best.layout, [], "not measured"
+    layout, placements, placement_reason = best.layout, [], "not measured (asked not to): the planner's is kept"
     if checkpoint:  # the torch worker runs on one device: there is no placement to choose
         layout = "gpu" if any(not g.unified for g in hardware.gpus) else "cpu"
         placement_reason = "not measured: the GPTQ checkpoint runs on the torch worker, on one device"
@@ -182,9 +182,9 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
         base = WorkerConfig(n_ctx=m.n_ctx, n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0)
         kept, placements, placement_reason = tune_placement(
             best.path, hardware, base, planned, Path(spec[1].draft_path) if spec else None, placement_doc_tokens, out)
-        print(f"placement: {placement_reason}", file=out)
         if kept != planned:  # the planner's layout did not win: the profile keeps the layout the winner runs
             layout = layout_for(kept, p.n_gpu_layers if p else 0, facts[best.key].n_layer)
+    print(f"placement: {placement_reason}", file=out)
     profile = Profile(
         fingerprint=fingerprint(hardware), hardware=f"{hardware.cpu_model}, {hardware.physical_cores} cores",
         model=best.key, quant=best.quant, path=str(best.path), layout=layout, n_ctx=m.n_ctx,

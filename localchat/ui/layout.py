@@ -81,6 +81,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
             with gr.Accordion("Hardware wizard", open=tuned_summary()[0] is None, elem_id="tune") as tune_box:
                 tune_note = gr.Markdown(elem_id="tune-note")
                 tune_download = gr.Checkbox(True, label="May download a better model", elem_id="tune-download")
+                tune_placements = gr.Checkbox(True, label="Measure where the model runs best (splits across "
+                                                          "devices; a few minutes more)", elem_id="tune-placements")
                 tune_btn = gr.Button("Tune for this machine", size="sm", elem_id="tune-button")
                 tune_log = gr.Textbox(label="Wizard", lines=8, max_lines=8, interactive=False, visible=False,
                                       autoscroll=True, elem_id="tune-log")
@@ -272,10 +274,10 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
 
         tune_jobs: dict[str, TuneJob] = {}  # one wizard at a time for the whole app, whichever tab started it
 
-        def tune(download: bool) -> Iterator[tuple]:
+        def tune(download: bool, placements: bool) -> Iterator[tuple]:
             job = tune_jobs.get("current")
             if job is None or not job.running:
-                job = tune_jobs["current"] = TuneJob(download)
+                job = tune_jobs["current"] = TuneJob(download, placements)
             while job.running:
                 yield gr.update(value=job.log(), visible=True), gr.skip(), gr.skip(), gr.skip()
                 time.sleep(0.5)
@@ -353,7 +355,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         gr.on([system.blur, seed.blur, *(x.release for x in sliders if x is not seed)], save_settings,
               [conv_id, *settings_inputs], None, api_name=False)
         models_panel.wire(model, status, demo)  # the model picker switches through the panel
-        tune_btn.click(tune, [tune_download], [tune_log, tune_note, model, status], api_name=False,
+        tune_btn.click(tune, [tune_download, tune_placements], [tune_log, tune_note, model, status], api_name=False,
                        concurrency_limit=1)
         demo.load(on_page_load, [last_chat, width], [convs, model, status, tune_note, tune_box, sidebar, *chat_state],
                   api_name=False, js="(last, px) => { localchatApplyTheme(); return [last, window.innerWidth]; }")

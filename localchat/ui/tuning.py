@@ -18,20 +18,20 @@ from ..tune.profile import Profile
 MAX_LINES = 60  # the log the window shows: the latest lines
 
 
-def tune_command(download: bool) -> list[str]:
+def tune_command(download: bool, placements: bool = True) -> list[str]:
     """The wizard's command line: the bundle's own program, or this Python with the package."""
     base = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "localchat"]
-    return [*base, "tune", *([] if download else ["--no-download"])]
+    return [*base, "tune", *([] if download else ["--no-download"]), *([] if placements else ["--no-placements"])]
 
 
 class TuneJob:
     """One wizard run: its output lines so far and, once it ends, its exit code."""
 
-    def __init__(self, download: bool = True, command: list[str] | None = None) -> None:
+    def __init__(self, download: bool = True, placements: bool = True, command: list[str] | None = None) -> None:
         self.lines: list[str] = []
         self.returncode: int | None = None
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # lines arrive as the wizard prints them
-        self._process = subprocess.Popen(command or tune_command(download), stdout=subprocess.PIPE,
+        self._process = subprocess.Popen(command or tune_command(download, placements), stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True, env=env, errors="replace")
         self._reader = threading.Thread(target=self._read, name="localchat-tune-log", daemon=True)
         self._reader.start()
