@@ -113,6 +113,24 @@ def test_prompts_that_share_only_a_few_tokens_keep_both_prefixes():
     assert follow.slot == kept["tools"] and reused == len(runs["tools"])
 
 
+def test_a_prompt_sharing_a_header_with_a_long_resident_one_is_admitted_when_both_cannot_fit():
+    # A long read left resident (a stopped answer keeps its cells), then a prompt that shares only its
+    # first tokens and cannot fit beside it: the long one is cut in place, or the prompt would wait forever.
+    sched = Scheduler(n_ctx=1000, n_seq_max=4, n_batch=512)
+    header = [1, 2, 3, 4]
+    long_read = seq("long", header + list(range(100, 800)))
+    sched.add(long_read)
+    while long_read.num_pending > 1:
+        run_step(sched)
+    held = long_read.slot
+    sched.finish(long_read, keep_kv=True)
+    question = seq("question", header + list(range(2000, 2400)))
+    sched.add(question)
+    step = run_step(sched)
+    assert question in sched.running and [s for s, _ in step.admitted] == [question]
+    assert question.slot == held and sched.kv.used_cells() <= 1000  # the long read, cut to the header
+
+
 def test_idle_slots_are_evicted_least_recently_used():
     slots = KVSlots(n_slots=3, n_ctx=100)
     for name, start in (("x", 1000), ("y", 2000)):

@@ -112,17 +112,18 @@ class KVSlots:
         if imported:
             source, reused = None, handed
         empty = next((s for s in idle if not s.tokens), None)
-        if source is not None and source.owner is None and not (empty and len(source.tokens) - reused > reused):
-            target = source
+        in_place = source is not None and source.owner is None
+        if in_place and not (empty and len(source.tokens) - reused > reused):
+            plans = [source]
         else:
             # An empty slot before the least recently used one: resident prefixes stay for their
             # next turn. That includes a source that reusing in place would cut by more than it
-            # keeps (an agent alternating prompts with and without tools shares a few tokens).
-            target = empty or idle[0]
-        evictable = sum(len(s.tokens) for s in idle if s is not target and s is not source)
-        change = reused - len(target.tokens)
-        cells_after = self.used_cells() + change - evictable + len(seq.tokens) - reused
-        if cells_after > self.n_ctx:
+            # keeps (an agent alternating prompts with and without tools shares a few tokens)...
+            # unless keeping it leaves no room: then it is cut in place after all, or the request
+            # would wait for cells that nothing is going to free.
+            plans = [empty or idle[0], *([source] if in_place else [])]
+        target = next((t for t in plans if self._fits(seq, t, source, idle)), None)
+        if target is None:
             return None
         ops: list[KVOp] = []
         if target is source:
@@ -140,6 +141,12 @@ class KVSlots:
         seq.slot = target.id
         seq.num_computed = reused
         return ops, reused
+
+    def _fits(self, seq: Sequence, target: Slot, source: Slot | None, idle: list[Slot]) -> bool:
+        """Whether `seq` fits in `target` (its prefix shared with `source`, kept) once every other idle
+        slot is evicted. Copied cells count twice, as in used_cells(): an upper bound."""
+        evictable = sum(len(s.tokens) for s in idle if s is not target and s is not source)
+        return self.used_cells() - len(target.tokens) - evictable + len(seq.tokens) <= self.n_ctx
 
     def release(self, seq: Sequence, keep: bool) -> list[KVOp]:
         """The sequence is done with its slot; keep its KV for later prefix reuse, or drop it."""
