@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from itertools import count
 
+from ..errors import EngineError
 from .kv_slots import KVOp, KVSlots
 from .sequence import Sequence
 
@@ -114,6 +115,11 @@ class Scheduler:
     def schedule(self) -> Step:
         step = Step()
         self._admit(step)
+        if self.waiting and not self.running:
+            # Nothing running will free a cell or a slot: waiting would spin forever. Never expected
+            # (a lone request always fits: it was checked on submit); if it happens, the requests fail.
+            raise EngineError(f"internal error: {len(self.waiting)} request(s) could not be given room in the "
+                              "KV cache; try again.")
         while True:
             self._plan_rows(step)
             need = step.num_tokens
