@@ -290,6 +290,19 @@ def test_markdown_and_source_anchors(tmp_path: Path) -> None:
     assert last.endswith(f"–{len(source.splitlines())}")  # the final blank line is not cited
 
 
+def test_a_chunk_of_a_text_file_cites_its_own_lines(tmp_path: Path) -> None:
+    text = "\n".join(f"Day {i}: the keeper logged calm weather." for i in range(1, 301))
+    doc = extract(write(tmp_path, "log.txt", text))
+    assert len(doc.sections[0].text.splitlines()) > 40  # a section spans many lines...
+    chunks = chunk_document(doc, target_tokens=60, count_tokens=_words)
+    for chunk in chunks:  # ...and a chunk names exactly the lines it holds
+        (anchor,) = chunk.anchors
+        lines = text.splitlines()
+        first, last = (int(n) for n in anchor.removeprefix("lines ").split("–"))
+        assert chunk.text.split() == " ".join(lines[first - 1:last]).split(), anchor  # prose joins lines by spaces
+    assert chunks[-1].anchors[0].endswith("–300")
+
+
 def test_chunks_keep_all_text_in_order_and_size(tmp_path: Path) -> None:
     doc = extract(write(tmp_path, "long.pdf", make_pdf(filler_pages(5))))
     chunks = chunk_document(doc, target_tokens=60, count_tokens=_words)

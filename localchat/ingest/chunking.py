@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .document import Document
+from .text_sections import line_anchor
 
 CountTokens = Callable[[str], int]
 
@@ -43,8 +44,9 @@ class Chunk:
 class _Piece:
     text: str
     sep: str  # what joins it to the piece before it, when both land in one chunk
-    anchor: str
+    anchor: str  # its section's
     num_tokens: int
+    lines: tuple[int, int] | None = None  # its own first and last line, in a section cut by lines
 
 
 def chunk_document(doc: Document, target_tokens: int = DEFAULT_CHUNK_TOKENS,
@@ -61,7 +63,7 @@ def chunk_document(doc: Document, target_tokens: int = DEFAULT_CHUNK_TOKENS,
             return
         text = current[0].text + "".join(
             (p.sep if p.anchor == q.anchor else "\n\n") + p.text for q, p in zip(current, current[1:]))
-        anchors = list(dict.fromkeys(p.anchor for p in current))
+        anchors = _anchors(current)
         chunks.append(Chunk(doc.name, len(chunks), text, anchors, count_tokens(text)))
         current, size = [], 0
 
@@ -78,26 +80,58 @@ def chunk_document(doc: Document, target_tokens: int = DEFAULT_CHUNK_TOKENS,
 
 
 def _pieces(doc: Document, target: int, count: CountTokens) -> Iterator[_Piece]:
+    for section in doc.sections:
+        lines = _LINES.match(section.anchor)
+        if lines is None:
+            yield from _section_pieces(doc, section.text, section.anchor, target, count)
+            continue
+        # A section cut by lines: each piece names its own lines, so a chunk cites exactly the lines it holds.
+        first, text, cursor = int(lines.group(1)), section.text, 0
+        for piece in _section_pieces(doc, text, section.anchor, target, count):
+            start = text.find(piece.text, cursor)
+            if start < 0:  # not expected: every piece is a slice of its section's text
+                yield piece
+                continue
+            cursor = start + len(piece.text)
+            piece.lines = (first + text.count("\n", 0, start), first + text.count("\n", 0, cursor))
+            yield piece
+
+
+def _section_pieces(doc: Document, text: str, anchor: str, target: int, count: CountTokens) -> Iterator[_Piece]:
     # Code reads line by line; prose by sentence. PDF text has a newline at every
     # visual line, so lines are only a fallback there.
     by_lines = doc.kind == "source"
-    for section in doc.sections:
-        for paragraph in _PARAGRAPH.split(section.text):
-            paragraph = paragraph.strip("\n")
-            if not paragraph.strip():
-                continue
-            tokens = count(paragraph)
+    for paragraph in _PARAGRAPH.split(text):
+        paragraph = paragraph.strip("\n")
+        if not paragraph.strip():
+            continue
+        tokens = count(paragraph)
+        if tokens <= target:
+            yield _Piece(paragraph, "\n\n", anchor, tokens)
+            continue
+        units, sep = _split(paragraph, by_lines)
+        for unit in units:
+            tokens = count(unit)
             if tokens <= target:
-                yield _Piece(paragraph, "\n\n", section.anchor, tokens)
-                continue
-            units, sep = _split(paragraph, by_lines)
-            for unit in units:
-                tokens = count(unit)
-                if tokens <= target:
-                    yield _Piece(unit, sep, section.anchor, tokens)
-                else:
-                    for part in _hard_split(unit, target, tokens):
-                        yield _Piece(part, "", section.anchor, count(part))
+                yield _Piece(unit, sep, anchor, tokens)
+            else:
+                for part in _hard_split(unit, target, tokens):
+                    yield _Piece(part, "", anchor, count(part))
+
+
+def _anchors(pieces: list[_Piece]) -> list[str]:
+    """A chunk's places, in order: its sections' anchors, or the very lines it holds where known."""
+    anchors: list[str] = []
+    for piece in pieces:
+        if piece.lines is None:
+            anchors.append(piece.anchor)
+            continue
+        last = _LINES.match(anchors[-1]) if anchors else None
+        if last and int(last.group(2) or last.group(1)) + 1 >= piece.lines[0]:
+            anchors[-1] = line_anchor(int(last.group(1)), max(piece.lines[1], int(last.group(2) or last.group(1))))
+        else:
+            anchors.append(line_anchor(*piece.lines))
+    return list(dict.fromkeys(anchors))
 
 
 def _split(paragraph: str, by_lines: bool) -> tuple[list[str], str]:
