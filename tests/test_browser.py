@@ -123,6 +123,31 @@ def test_copy_copies_only_the_answer_as_markdown(page, ui: RunningUI):
     wait_until(lambda: page.evaluate("navigator.clipboard.readText()") == answer, "the clipboard holds the answer")
 
 
+def test_a_chat_exported_as_json_imports_back_as_a_new_chat_and_markdown_downloads(page, ui: RunningUI, tmp_path: Path):
+    conv = ui.store.create("Export check")
+    ui.store.append(conv, "user", "Which pier?")
+    ui.store.append(conv, "assistant", "Pier 4, by the old crane.")
+    page.reload()
+    page.locator("#conversations").get_by_text("Export check").click()
+    expect(last_reply(page)).to_contain_text("Pier 4")
+    page.locator("#transfer").get_by_text("Export and import").click()
+    for button, suffix in (("#export-markdown", ".md"), ("#export-json", ".json")):
+        page.locator(button).click()
+        link = page.locator(f'#exported a[download$="{suffix}"]')
+        expect(link).to_have_count(1)
+        with page.expect_download() as download:
+            link.click()
+        saved = tmp_path / download.value.suggested_filename
+        download.value.save_as(saved)
+    assert "## localchat\n\nPier 4, by the old crane." in (tmp_path / "Export check.md").read_text()
+    shot(page, "export-import")
+    before = len([c for c in ui.store.list() if c.title == "Export check"])
+    page.locator("#import").locator("xpath=..").locator("input[type=file]").set_input_files(str(tmp_path / "Export check.json"))
+    expect(page.locator("#conversations label").filter(has_text="Export check")).to_have_count(before + 1)
+    imported = [c for c in ui.store.list() if c.title == "Export check" and c.id != conv]
+    assert [m.content for m in ui.store.get(imported[0].id).messages] == ["Which pier?", "Pier 4, by the old crane."]
+
+
 def test_html_in_a_reply_is_shown_as_text_and_never_runs(page, ui: RunningUI):
     conv = ui.store.create("Markup check")
     ui.store.append(conv, "user", "Show me some HTML.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
 import time
 from pathlib import Path
@@ -21,6 +22,8 @@ from . import render, versions
 from .session import Runtime, Sampling, settings_of
 from .store import Conversation, Message, Store
 from .uploads import read_upload
+
+log = logging.getLogger(__name__)
 
 _TITLE_CHARS = 60
 _REDRAW_S = 0.05  # at most ~20 screen updates a second while streaming
@@ -140,8 +143,13 @@ class ChatCore:
                 versions = len(m.stats.get("versions", []))
                 shown_version = f"‹ {m.stats.get('version', 0) + 1}/{versions} ›" if versions > 1 else ""
                 note = " · ".join(x for x in (shown_version, render.finish_note(m.stats.get("finish_reason", ""))) if x)
-                shown.append({"role": "assistant", "content": render.reply_markdown(
-                    m.content, m.stats, m.stats.get("included", ""), note, m.stats.get("passages"))})
+                try:
+                    content = render.reply_markdown(m.content, m.stats, m.stats.get("included", ""), note,
+                                                    m.stats.get("passages"))
+                except (KeyError, TypeError, ValueError):  # an imported chat's numbers may be partial or odd
+                    log.warning("a reply's stored numbers could not be shown; showing its text alone")
+                    content = render.inert(m.content)
+                shown.append({"role": "assistant", "content": content})
         return shown
 
     @staticmethod

@@ -20,6 +20,7 @@ from .session import SHOWN_SETTINGS, Sampling
 from .models_panel import ModelsPanel, model_choices
 from .pre_read import PreReader
 from .settings_panel import build_settings_panel, follow_load, resize, sampling_of
+from .transfer_panel import build_transfer
 from .tuning import TuneJob, tuned_summary
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                 with gr.Row():
                     delete_yes = gr.Button("Delete", variant="stop", size="sm", elem_id="delete-yes")
                     delete_no = gr.Button("Keep it", size="sm", elem_id="delete-cancel")
+            build_transfer(store, conv_id, convs, conversations)
             # Filled on page load: the page's config (GET /config) would list every model file's path here.
             model = gr.Dropdown(label="Model", choices=[], value=None, allow_custom_value=True, elem_id="model")
             status = gr.Markdown(elem_id="status")
