@@ -17,7 +17,8 @@ from starlette.responses import Response
 
 from ..errors import ConfigError
 from ..runtime.sampling import SamplingParams
-from .routes import Service, build_router
+from .routes import Forwarder, build_router
+from .service import Service
 from .origins import LOOPBACK_NAMES, OriginPolicy, install
 from .wire import error_response
 
@@ -113,8 +114,8 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
-def add_api(app: FastAPI, service: Service, api_key: str | None = None) -> None:
-    """Put the /v1 routes on an existing app (the UI's, or serve's own)."""
+def add_api(app: FastAPI, service: Service | Forwarder, api_key: str | None = None) -> None:
+    """Put the API's routes (every protocol's) on an existing app (the UI's, or serve's own)."""
     app.include_router(build_router(service, api_key))
 
 
@@ -124,7 +125,8 @@ async def _invalid(request: HTTPRequest, exc: RequestValidationError) -> Respons
     return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}.", param=param)
 
 
-def create_app(service: Service, api_key: str | None = None, policy: OriginPolicy | None = None) -> FastAPI:
+def create_app(service: Service | Forwarder, api_key: str | None = None,
+               policy: OriginPolicy | None = None) -> FastAPI:
     """The FastAPI app of `localchat serve`: the API alone, closing the service on shutdown."""
 
     @contextlib.asynccontextmanager
@@ -152,7 +154,8 @@ def serve(options: ServeOptions, engine: Any = None, model_name: str = "", syste
 
     host = options.bind_host()
     if options.backend:
-        service: Service = ProxyService(options.backend, options.backend_key, forward_client_auth=not options.api_key)
+        service: Service | Forwarder = ProxyService(options.backend, options.backend_key,
+                                                    forward_client_auth=not options.api_key)
         what = f"forwarding to {service.base}"
     else:
         service = LocalService(engine, model_name, options.sampling, system_prompt)

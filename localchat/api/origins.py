@@ -96,7 +96,7 @@ class OriginGuard:
         if not self.policy.host_ok(host):
             return error_response(403, f"this server answers only to its own address (127.0.0.1 or localhost), "
                                   f"not to the host name {host[:80]!r}; open it by that address.",
-                                  kind="permission_error", code="host_not_allowed")
+                                  kind="permission_error", code="host_not_allowed", path=scope.get("path", ""))
         method = scope.get("method", "GET")
         if method in SAFE_METHODS and scope["type"] == "http":
             return None
@@ -107,7 +107,8 @@ class OriginGuard:
         if from_elsewhere:
             return error_response(403, f"a page from another site ({(origin or fetch_site or '')[:80]}) may not "
                                   "use this server; to allow a web app, start localchat with --cors-origin "
-                                  "ITS_ORIGIN.", kind="permission_error", code="cross_site_request")
+                                  "ITS_ORIGIN.", kind="permission_error", code="cross_site_request",
+                                  path=scope.get("path", ""))
         if scope["type"] == "http" and method == "POST" and scope.get("path", "").startswith("/v1/"):
             kind = headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
