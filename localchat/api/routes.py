@@ -13,11 +13,11 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
 from .guard import guarded, read_json
-from .protocols import openai
+from .protocols import ollama, openai
 from .service import Route, Service
 from .wire import error_response
 
-ROUTES: list[Route] = [*openai.ROUTES]
+ROUTES: list[Route] = [*openai.ROUTES, *ollama.ROUTES]
 
 
 class Forwarder(Protocol):
@@ -33,7 +33,7 @@ def build_router(service: Service | Forwarder, api_key: str | None = None) -> AP
     for route in ROUTES:
         router.add_api_route(route.path, _endpoint(route, service, api_key), methods=[route.method],
                              include_in_schema=False)
-    for prefix in ("/v1",):
+    for prefix in ("/v1", "/api"):
         router.add_api_route(prefix + "/{path:path}", _unknown(prefix, api_key), include_in_schema=False,
                              methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     return router
