@@ -120,7 +120,7 @@ class LocalService:
         # A missing (or empty) model is accepted: there is one model, and some clients leave it out.
         if name and name not in self.aliases:
             raise ModelNotFoundError(f"the model '{name}' is not served here; use '{self.model_name}' "
-                                     "(GET /v1/models lists it).")
+                                     "(GET /v1/models, or /api/tags, lists it).")
 
     def _prepare(self, generation: Generation) -> tuple[Callable[[], Request], ToolCallParser | None]:
         """The engine request to build (within the budget) and the parser of its tool calls, after every check
