@@ -143,10 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (_, about) in DELEGATED.items():
         sub.add_parser(name, help=about, add_help=False)
 
-    serve = sub.add_parser("serve", help="serve the OpenAI-compatible API without the UI (127.0.0.1 by default)")
+    serve = sub.add_parser("serve", help="serve the API (OpenAI's, Anthropic's and Ollama's protocols) without the "
+                                         "UI (127.0.0.1 by default)")
     _engine_args(serve, "serve")
     serve.add_argument("--host", help="address to bind (default 127.0.0.1; any other needs --listen)")
     serve.add_argument("--port", type=int, help="port (default 8000, or the next free one after it)")
+    serve.add_argument("--ollama-port", type=int, metavar="PORT",
+                       help="also serve on this port (Ollama's is 11434), for apps that expect Ollama at its "
+                            "address; same host, same key")
     serve.add_argument("--listen", action="store_true",
                        help="accept connections from other machines (binds 0.0.0.0 unless --host; needs a key, "
                             "best set as LOCALCHAT_API_KEY)")
@@ -276,7 +280,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key,
                            backend=args.backend, backend_key=args.backend_key, cors_origins=tuple(args.cors_origins),
-                           sampling=_sampling(args))
+                           sampling=_sampling(args), ollama_port=args.ollama_port)
     return serve_api(options, lambda: _settings(args), progress=not args.verbose)
 
 

@@ -16,7 +16,8 @@ import pytest
 from localchat.errors import RequestError
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.events import Stats, TextDelta
-from localchat.runtime.grammar import Grammar, grammar_from_json_schema, new_grammar_sampler
+from localchat.runtime.grammar import Grammar, new_grammar_sampler
+from localchat.runtime.schema_grammar import grammar_from_json_schema
 from localchat.runtime.resample import MAX_RESAMPLES, SchemaUnmetError
 from localchat.runtime.schema_rules import FORMATS
 from localchat.runtime.sampling import SamplingParams

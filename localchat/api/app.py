@@ -1,4 +1,5 @@
-"""`localchat serve`: the API on its own FastAPI app, safe by default (loopback, or a key)."""
+"""`localchat serve`: the API (every protocol's routes) on its own FastAPI app, safe by default (loopback,
+or a key)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from ..errors import ConfigError
 from ..runtime.sampling import SamplingParams
-from .routes import Service, build_router
+from .routes import Forwarder, build_router
+from .service import Service
 from .origins import LOOPBACK_NAMES, OriginPolicy, install
 from .wire import error_response
 
@@ -37,13 +39,15 @@ class ServeOptions:
     backend_key: str | None = None
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (--cors-origin)
     sampling: SamplingParams | None = None  # what a request leaves out (the sampling flags); None: the defaults
+    ollama_port: int | None = None  # a second listener, for apps that expect Ollama at its address (--ollama-port)
 
-    def policy(self, port: int | None) -> OriginPolicy:
-        """Which Host names and browser origins the server on `port` serves."""
+    def policy(self, port: int | None, *also: int) -> OriginPolicy:
+        """Which Host names and browser origins the server on `port` (and the ports `also`) serves."""
         host = (self.host or "127.0.0.1").lower()
         bound = f"[{host.strip('[]')}]" if ":" in host else host  # as a browser writes it in Host
         names = tuple(dict.fromkeys((*LOOPBACK_NAMES, bound)))
-        return OriginPolicy(names=names, port=port, any_host=self.listen, cors_origins=self.origins())
+        return OriginPolicy(names=names, port=port, any_host=self.listen, cors_origins=self.origins(),
+                            also_ports=also)
 
     def origins(self) -> tuple[str, ...]:
         """The --cors-origin values, checked: each one scheme://host[:port], nothing more."""
@@ -56,8 +60,9 @@ class ServeOptions:
     def bind_host(self) -> str:
         """The address to bind, after refusing any exposure the user did not ask for with a key."""
         host = self.host or ("0.0.0.0" if self.listen else "127.0.0.1")
-        if self.port is not None and not 0 <= self.port <= 65535:
-            raise ConfigError(f"--port {self.port} is not a port; use 1-65535 (0: any free port).")
+        for flag, port in (("--port", self.port), ("--ollama-port", self.ollama_port)):
+            if port is not None and not 0 <= port <= 65535:
+                raise ConfigError(f"{flag} {port} is not a port; use 1-65535 (0: any free port).")
         if self.api_key is not None and not self.api_key.strip():
             raise ConfigError("the API key is empty; set LOCALCHAT_API_KEY to a long random key (e.g. from "
                               "`openssl rand -hex 24`).")
@@ -113,8 +118,8 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
-def add_api(app: FastAPI, service: Service, api_key: str | None = None) -> None:
-    """Put the /v1 routes on an existing app (the UI's, or serve's own)."""
+def add_api(app: FastAPI, service: Service | Forwarder, api_key: str | None = None) -> None:
+    """Put the API's routes (every protocol's) on an existing app (the UI's, or serve's own)."""
     app.include_router(build_router(service, api_key))
 
 
@@ -124,7 +129,8 @@ async def _invalid(request: HTTPRequest, exc: RequestValidationError) -> Respons
     return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}.", param=param)
 
 
-def create_app(service: Service, api_key: str | None = None, policy: OriginPolicy | None = None) -> FastAPI:
+def create_app(service: Service | Forwarder, api_key: str | None = None,
+               policy: OriginPolicy | None = None) -> FastAPI:
     """The FastAPI app of `localchat serve`: the API alone, closing the service on shutdown."""
 
     @contextlib.asynccontextmanager
@@ -138,6 +144,12 @@ def create_app(service: Service, api_key: str | None = None, policy: OriginPolic
     # The router parses its own bodies, so FastAPI's 422 never comes from it; any route added
     # to this app later still answers a bad body like OpenAI does, with a 400.
     app.add_exception_handler(RequestValidationError, _invalid)
+
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+    async def root() -> Response:  # what apps that look for a local server ask first (Ollama's answers too)
+        return PlainTextResponse("localchat is running: OpenAI's API at /v1, Anthropic's at /v1/messages, "
+                                 "Ollama's at /api.")
+
     install(app, policy or OriginPolicy())
     return app
 
@@ -152,18 +164,23 @@ def serve(options: ServeOptions, engine: Any = None, model_name: str = "", syste
 
     host = options.bind_host()
     if options.backend:
-        service: Service = ProxyService(options.backend, options.backend_key, forward_client_auth=not options.api_key)
+        service: Service | Forwarder = ProxyService(options.backend, options.backend_key,
+                                                    forward_client_auth=not options.api_key)
         what = f"forwarding to {service.base}"
     else:
         service = LocalService(engine, model_name, options.sampling, system_prompt)
         what = f"model {model_name} ({getattr(engine, 'placement', 'one worker')})"
-    sock = bind_socket(host, options.port)
-    url = url_of(sock)
+    sockets = [bind_socket(host, options.port)]
+    if options.ollama_port is not None:  # the same app, the same guards, on the same host
+        sockets.append(bind_socket(host, options.ollama_port))
+    url = url_of(sockets[0])
     exposed = "" if is_loopback(host) else f" (listening on {host}; clients need the API key)"
-    print(f"localchat: OpenAI-compatible API at {url}/v1, {what}{exposed}. Ctrl-C stops.", flush=True)
+    also = f" (and at {url_of(sockets[1])}/api)" if len(sockets) > 1 else ""
+    print(f"localchat: OpenAI-compatible API at {url}/v1, {what}{exposed}; Anthropic's Messages at /v1/messages, "
+          f"Ollama's API at /api{also}. Ctrl-C stops.", flush=True)
     # A stream left open by a client must not hold Ctrl-C hostage for long.
-    app = create_app(service, options.api_key, options.policy(sock.getsockname()[1]))
+    app = create_app(service, options.api_key, options.policy(*(s.getsockname()[1] for s in sockets)))
     config = uvicorn.Config(app, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(config).run(sockets=sockets)
     return 0

@@ -56,19 +56,20 @@ def schema_file_grammar(path: str) -> Grammar:
         raise ConfigError(f"--json-schema {path}: {exc}") from None
 
 
-def response_grammar(response_format: dict[str, Any] | None) -> Grammar | None:
-    """The grammar (and check) a response_format asks for: None for text."""
+def response_grammar(response_format: dict[str, Any] | None, param: str | None = None) -> Grammar | None:
+    """The grammar (and check) a response_format asks for: None for text. `param`: where the request
+    put the format when its protocol calls it otherwise (Ollama's `format`)."""
     kind = (response_format or {}).get("type", "text")
     if kind == "text":
         return None
     if kind == "json_object":
-        return schema_grammar({"type": "object"}, "response_format")
+        return schema_grammar({"type": "object"}, param or "response_format")
     if kind == "json_schema":
         spec = response_format.get("json_schema")  # type: ignore[union-attr]
         if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
             raise RequestError("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}.",
                                "response_format.json_schema.schema")
-        return schema_grammar(spec["schema"], "response_format.json_schema.schema")
+        return schema_grammar(spec["schema"], param or "response_format.json_schema.schema")
     raise RequestError(f"response_format {kind!r} is not supported; use 'text', 'json_object' or 'json_schema'.",
                        "response_format")
 
@@ -124,14 +125,16 @@ def choose(tools: list[dict[str, Any]], tool_choice: Any) -> tuple[str, list[dic
 
 
 def constrain(messages: list[dict[str, Any]], template_source: str, tools: Any, tool_choice: Any,
-              parallel: bool | None, response_format: dict[str, Any] | None) -> Constrained:
+              parallel: bool | None, response_format: dict[str, Any] | None,
+              format_param: str | None = None) -> Constrained:
     """Messages for the template, the tools it shows, and the grammar for this request."""
     fmt = detect(template_source)
     mode, callable_tools = choose(check_tools(tools), tool_choice) if tools else ("none", [])
-    answer = response_grammar(response_format)
+    answer = response_grammar(response_format, format_param)
     if answer is not None and mode != "none":
-        raise RequestError("response_format with tools is not supported; send one or the other (or "
-                           "tool_choice 'none').", "response_format")
+        named = format_param or "response_format"
+        raise RequestError(f"{named} with tools is not supported; send one or the other (or "
+                           "tool_choice 'none').", named)
     shown = tools if mode != "none" else None
     plan = Constrained(fmt, template_messages(messages, fmt, shown), shown if fmt.native else None)
     if answer is not None:

@@ -1,27 +1,25 @@
-"""POST /v1/embeddings on local models: the catalog's embedding model (the default), another catalog model
-that is downloaded, or the served chat model, each loaded in llama.cpp's embedding mode.
+"""Embeddings (/v1/embeddings, Ollama's /api/embed) on local models: the catalog's embedding model (the
+default), another catalog model that is downloaded, or the served chat model, each loaded in llama.cpp's
+embedding mode.
 
 Only names are taken, never paths: a client must not make the server open files of its choosing.
 Bounded: MAX_INPUTS inputs a request, each within the model's context (a longer one is a 400 that
-says so, never cut), each text at most MAX_INPUT_CHARS before it is tokenized.
+says so; cut only where the protocol asks for that, as Ollama's does by default), each text at most
+MAX_INPUT_CHARS before it is tokenized.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-from starlette.responses import JSONResponse, Response
 
 from ..errors import ModelNotFoundError, RequestError
 from ..models.catalog import load_catalog
 from ..models.download import cached_file
 from ..models.embedding import DEFAULT_EMBEDDING_MODEL, load_embedding_catalog, shared_models
 from ..runtime.embedder import Embedder
-from .schemas import EmbeddingsBody, parse
+from .service import Embedded, ModelInfo
 
 MAX_INPUTS = 256
 MAX_INPUT_CHARS = 1 << 20  # far past any text a 2k-token context holds; tokenizing more is wasted work
@@ -37,13 +35,13 @@ def embedding_names() -> dict[str, Path]:
     return names
 
 
-def embedding_card(name: str, created: int) -> dict[str, Any] | None:
-    """The /v1/models/{name} answer for a downloaded catalog embedding model, or None."""
+def embedding_info(name: str, created: int) -> ModelInfo | None:
+    """A downloaded catalog embedding model, by its catalog name; None if there is none of that name."""
     facts = load_embedding_catalog().get(name)
-    if facts is None or cached_file(facts.file) is None:
+    path = cached_file(facts.file) if facts is not None else None
+    if facts is None or path is None:
         return None
-    return {"id": name, "object": "model", "created": created, "owned_by": "localchat",
-            "x_localchat": {"kind": "embedding", "n_embd": facts.n_embd, "n_ctx": facts.n_ctx_train}}
+    return ModelInfo(name, created, kind="embedding", path=path, n_ctx=facts.n_ctx_train, n_embd=facts.n_embd)
 
 
 def model_file(name: str | None, served: set[str], served_path: Path | None) -> tuple[str, Path]:
@@ -72,8 +70,8 @@ def model_file(name: str | None, served: set[str], served_path: Path | None) -> 
                              "a catalog model that is downloaded, or the served model.")
 
 
-def _inputs(body: EmbeddingsBody) -> list[str] | list[list[int]]:
-    raw = body.input
+def check_inputs(raw: Any) -> list[str] | list[list[int]]:
+    """A request's input (a text, texts, a token array or token arrays) as a list, within the bounds."""
     if isinstance(raw, str):
         items: list[Any] = [raw]
     elif raw and all(isinstance(x, int) for x in raw):
@@ -93,25 +91,20 @@ def _inputs(body: EmbeddingsBody) -> list[str] | list[list[int]]:
     return items
 
 
-def _embed(embedder: Embedder, items: list[str] | list[list[int]]) -> tuple[list[list[float]], int]:
+def _embed(embedder: Embedder, items: list[str] | list[list[int]], truncate: bool) -> tuple[list[list[float]], int]:
     tokens = [embedder.tokenize(x) if isinstance(x, str) else x for x in items]
-    return embedder.embed_tokens(tokens), sum(len(t) for t in tokens)
+    return embedder.embed_tokens(tokens, truncate), sum(min(len(t), embedder.max_tokens) for t in tokens)
 
 
-async def embeddings_response(data: Any, served: set[str], served_path: Path | None) -> Response:
-    """The OpenAI embeddings response for a decoded request body."""
-    body = parse(EmbeddingsBody, data)
-    items = _inputs(body)
-    name, path = model_file(body.model, served, served_path)
+async def embed(items: list[str] | list[list[int]], model: str | None, served: set[str], served_path: Path | None,
+                dimensions: int | None = None, truncate: bool = False) -> Embedded:
+    """Vectors for checked inputs (check_inputs) from the model `model` names; `truncate`: a text past the
+    model's context is cut there (Ollama's default) instead of refused."""
+    name, path = model_file(model, served, served_path)
     # Loading (once) and the model's own thread run off the event loop.
     embedder = await asyncio.to_thread(shared_models().open, path)
-    if body.dimensions is not None and body.dimensions != embedder.n_embd:
-        raise RequestError(f"dimensions={body.dimensions} is not offered: {name} makes {embedder.n_embd}-dimensional "
+    if dimensions is not None and dimensions != embedder.n_embd:
+        raise RequestError(f"dimensions={dimensions} is not offered: {name} makes {embedder.n_embd}-dimensional "
                            f"vectors; send dimensions={embedder.n_embd} or leave it out.", "dimensions")
-    vectors, n_tokens = await asyncio.to_thread(_embed, embedder, items)
-    base64_out = body.encoding_format == "base64"
-    data_out = [{"object": "embedding", "index": i,
-                 "embedding": base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii") if base64_out
-                 else v} for i, v in enumerate(vectors)]
-    return JSONResponse({"object": "list", "data": data_out, "model": name,
-                         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}})
+    vectors, n_tokens = await asyncio.to_thread(_embed, embedder, items, truncate)
+    return Embedded(name, vectors, n_tokens)

@@ -8,8 +8,10 @@ closed here, in front of the API and the window alike:
   guarded by its key instead).
 * Cross-site requests: a page's form or fetch arrives with its own `Origin` (and, in current
   browsers, `Sec-Fetch-Site: cross-site`). A state-changing request is served only from this
-  server's own pages, from an origin named with --cors-origin, or from no browser at all; a
-  /v1 POST must be JSON, which a page cannot send to another origin without a CORS preflight.
+  server's own pages, from an origin named with --cors-origin, or from no browser at all; an API
+  POST must be JSON, which a page cannot send to another origin without a CORS preflight. (Ollama's
+  routes, /api/..., also take a body sent as a form by a program with no browser marks at all,
+  as `curl -d` sends it: Ollama's own examples do.)
 
 CORS stays off unless an origin is named; then Starlette's CORSMiddleware answers for it. No other
 origin gets a CORS header from anything behind the guard (the window's own framework answers any
@@ -27,6 +29,9 @@ from .wire import error_response
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _SAME = frozenset({"same-origin", "none"})  # none: typed into the address bar, a bookmark
+# Headers every current browser sends with a page's request; a program (curl, a script) sends none of them.
+_BROWSER_MARKS = ("origin", "referer", "sec-fetch-site", "sec-fetch-mode", "sec-fetch-dest")
+_PROGRAM_FORMS = frozenset({"", "application/x-www-form-urlencoded"})  # what `curl -d` sends, or none at all
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
@@ -40,6 +45,7 @@ class OriginPolicy:
     port: int | None = None  # None: any port (a test server on a port the OS picked)
     any_host: bool = False  # --listen: the API key, not the name, guards the server
     cors_origins: tuple[str, ...] = ()  # e.g. "http://localhost:3000"
+    also_ports: tuple[int, ...] = ()  # more listeners of the same app (--ollama-port)
 
     def host_ok(self, host: str) -> bool:
         """Whether a Host header (name[:port]) names this server."""
@@ -48,7 +54,10 @@ class OriginPolicy:
         name, port = split_host(host)
         if name not in self.names:
             return False
-        return self.port is None or port == str(self.port) or (port == "" and self.port == 80)
+        if self.port is None:
+            return True
+        ports = {str(p) for p in (self.port, *self.also_ports)}
+        return port in ports or (port == "" and "80" in ports)
 
     def origin_ok(self, origin: str, host: str) -> bool:
         """Whether a browser page at `origin` may change things here: this server's own page, or a named one."""
@@ -93,10 +102,11 @@ class OriginGuard:
     def refusal(self, scope: Scope, headers: dict[str, str]) -> Any:
         """The error response for a request this server must not serve, or None (`headers` by lower-case name)."""
         host = headers.get("host", "")
+        path = scope.get("path", "")
         if not self.policy.host_ok(host):
             return error_response(403, f"this server answers only to its own address (127.0.0.1 or localhost), "
                                   f"not to the host name {host[:80]!r}; open it by that address.",
-                                  kind="permission_error", code="host_not_allowed")
+                                  kind="permission_error", code="host_not_allowed", path=path)
         method = scope.get("method", "GET")
         if method in SAFE_METHODS and scope["type"] == "http":
             return None
@@ -107,12 +117,14 @@ class OriginGuard:
         if from_elsewhere:
             return error_response(403, f"a page from another site ({(origin or fetch_site or '')[:80]}) may not "
                                   "use this server; to allow a web app, start localchat with --cors-origin "
-                                  "ITS_ORIGIN.", kind="permission_error", code="cross_site_request")
-        if scope["type"] == "http" and method == "POST" and scope.get("path", "").startswith("/v1/"):
+                                  "ITS_ORIGIN.", kind="permission_error", code="cross_site_request", path=path)
+        if scope["type"] == "http" and method == "POST" and path.startswith(("/v1/", "/api/")):
             kind = headers.get("content-type", "").split(";")[0].strip().lower()
-            if kind != "application/json":
+            no_browser = not any(name in headers for name in _BROWSER_MARKS)
+            if kind != "application/json" and not (path.startswith("/api/") and no_browser and kind in _PROGRAM_FORMS):
                 return error_response(415, f"the request body must be JSON, sent with 'Content-Type: "
-                                      f"application/json' (got {kind or 'none'!r}).", code="unsupported_media_type")
+                                      f"application/json' (got {kind or 'none'!r}).", code="unsupported_media_type",
+                                      path=path)
         return None
 
 
@@ -133,5 +145,7 @@ def install(app: Any, policy: OriginPolicy) -> None:
 
         app.add_middleware(CORSMiddleware, allow_origins=list(policy.cors_origins),
                            allow_methods=["GET", "POST", "OPTIONS"],
-                           allow_headers=["authorization", "content-type"])
+                           # Anthropic's browser clients send their key and version in headers of their own.
+                           allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version",
+                                          "anthropic-beta", "anthropic-dangerous-direct-browser-access"])
     app.add_middleware(OriginGuard, policy=policy)  # added last: runs first

@@ -1,8 +1,9 @@
-"""The API served by another OpenAI-compatible server (vLLM, llama-server, another localchat)."""
+"""The API served by another server (vLLM, llama-server, Ollama, another localchat): every route forwarded."""
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+import json
+from typing import AsyncIterator
 from urllib.parse import quote
 
 import anyio
@@ -11,8 +12,11 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 
 from ..errors import BackendError, ConfigError
-from .local import STREAM_HEADERS
+from .service import STREAM_HEADERS
 from .wire import error_body, sse
+
+# Media types of streamed answers: OpenAI's and Anthropic's server-sent events, Ollama's JSON lines.
+STREAMED = ("text/event-stream", "application/x-ndjson")
 
 # Answers can take minutes (a long document's prefill sends nothing); connecting should not.
 TIMEOUT = httpx.Timeout(connect=10.0, read=900.0, write=60.0, pool=60.0)
@@ -28,58 +32,50 @@ def backend_base(url: str) -> str:
 
 
 class ProxyService:
-    """Forwards /v1 requests unchanged and relays the answers, streams included."""
+    """Forwards every route's request unchanged and relays the answers, streams included."""
 
     def __init__(self, url: str, api_key: str | None = None, forward_client_auth: bool = False) -> None:
         self.base = backend_base(url)
         self.api_key = api_key
-        # Without a key of our own, a client's bearer token is meant for the backend: pass it on.
+        # Without a key of our own, a client's key is meant for the backend: pass it on.
         self.forward_client_auth = forward_client_auth
         self.client = httpx.AsyncClient(base_url=self.base, timeout=TIMEOUT)
-
-    async def models(self, request: HTTPRequest) -> Response:
-        return await self._forward(request, "GET", "/v1/models", b"", stream=False)
-
-    async def model(self, model_id: str, request: HTTPRequest) -> Response:
-        return await self._forward(request, "GET", f"/v1/models/{quote(model_id, safe='/')}", b"", stream=False)
-
-    async def chat(self, data: Any, request: HTTPRequest) -> Response:
-        # The client's own bytes go on: whatever fields the backend understands and we do not.
-        body = await request.body()
-        return await self._forward(request, "POST", "/v1/chat/completions", body, _wants_stream(data))
-
-    async def completions(self, data: Any, request: HTTPRequest) -> Response:
-        body = await request.body()
-        return await self._forward(request, "POST", "/v1/completions", body, _wants_stream(data))
-
-    async def embeddings(self, data: Any, request: HTTPRequest) -> Response:
-        return await self._forward(request, "POST", "/v1/embeddings", await request.body(), stream=False)
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def _forward(self, request: HTTPRequest, method: str, path: str, body: bytes, stream: bool) -> Response:
-        headers = {"Accept": "text/event-stream" if stream else "application/json"}
+    async def forward(self, request: HTTPRequest) -> Response:
+        """The request (its body already read, and checked to be JSON) sent to the same path on the backend."""
+        # The client's own bytes go on: whatever fields the backend understands and we do not.
+        body = await request.body()
+        headers = {"Accept": request.headers.get("accept", "*/*")}
         if body:
             headers["Content-Type"] = "application/json"
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        elif self.forward_client_auth and "authorization" in request.headers:
-            headers["Authorization"] = request.headers["authorization"]
-        upstream = self.client.build_request(method, path, content=body or None, headers=headers)
+        elif self.forward_client_auth:
+            headers |= {name: request.headers[name] for name in ("authorization", "x-api-key")
+                        if name in request.headers}
+        headers |= {name: request.headers[name] for name in request.headers if name.startswith("anthropic-")}
+        path = quote(request.url.path, safe="/")
+        upstream = self.client.build_request(request.method, path, content=body or None, headers=headers)
         try:
             response = await self.client.send(upstream, stream=True)
         except httpx.HTTPError as exc:
             raise BackendError(f"the backend at {self.base} did not answer ({exc.__class__.__name__}: {exc}); "
                                "check that it is running and that --backend points at it.") from None
         media_type = response.headers.get("content-type", "application/json")
-        if not stream or response.status_code != 200:
+        if response.status_code != 200 or not media_type.startswith(STREAMED):
             try:
                 content = await response.aread()
             except httpx.HTTPError as exc:
                 raise BackendError(f"the backend at {self.base} broke off its answer ({exc}); try again.") from None
             finally:
                 await response.aclose()
+            if response.status_code == 404 and not _is_error_object(content):
+                raise BackendError(f"the backend at {self.base} does not offer {request.method} {request.url.path} "
+                                   "(it answered 404); it may not speak this protocol: serve a local model "
+                                   "to have it answered here.")
             return Response(content, status_code=response.status_code, media_type=media_type)
         return StreamingResponse(_relay(response), status_code=200, media_type=media_type, headers=STREAM_HEADERS)
 
@@ -98,5 +94,10 @@ async def _relay(response: httpx.Response) -> AsyncIterator[bytes]:
             await response.aclose()
 
 
-def _wants_stream(data: Any) -> bool:
-    return isinstance(data, dict) and data.get("stream") is True
+def _is_error_object(content: bytes) -> bool:
+    """Whether a body is an API's error object (a model not found, say), not a web server's bare 404."""
+    try:
+        data = json.loads(content)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and "error" in data

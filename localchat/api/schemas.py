@@ -1,4 +1,4 @@
-"""OpenAI request bodies: parsing, validation, and their translation into engine requests."""
+"""OpenAI request bodies: parsing, validation, and their translation into the protocol-neutral request."""
 
 from __future__ import annotations
 
@@ -11,32 +11,33 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import RequestError
 from ..runtime.engine import Request
 from ..runtime.sampling import SamplingParams
+from .service import AskedSampling
 from .wire import TOO_DEEP
 
 
-class _Body(BaseModel):
+class Body(BaseModel):
     # Clients send fields we have no use for (user, metadata, store...); refusing them would
     # break ordinary clients, so unknown fields are accepted and ignored.
     model_config = ConfigDict(extra="allow")
 
 
-class StreamOptions(_Body):
+class StreamOptions(Body):
     include_usage: bool = False
 
 
-class TextPart(_Body):
+class TextPart(Body):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(_Body):
+class ChatMessage(Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart | dict[str, Any]] | None = None
     tool_calls: list[Any] | None = None  # an assistant turn's calls
     tool_call_id: str | None = None  # the call a tool turn answers
 
 
-class _Sampled(_Body):
+class _Sampled(Body):
     """Fields shared by chat and text completions. None means: the engine's default. Their ranges
     are checked once, by SamplingParams.validate (runtime/sampling.py's LIMITS)."""
 
@@ -73,27 +74,21 @@ class _Sampled(_Body):
         if self.logprobs is not None and not isinstance(self.logprobs, bool) and not 0 <= self.logprobs <= 20:
             raise RequestError(f"logprobs={self.logprobs} is invalid; use 0-20 alternatives.", "logprobs")
 
+    def top(self) -> int | None:
+        """Alternatives per token for logprobs (None: no logprobs)."""
+        return None
+
+    def asked(self) -> AskedSampling:
+        """The sampling fields the client set, in the engine's terms."""
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        return AskedSampling(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
+                             repeat_penalty=self.repeat_penalty, presence_penalty=self.presence_penalty,
+                             frequency_penalty=self.frequency_penalty, seed=self.seed, max_tokens=self.limit(),
+                             stop=stops, logprobs=self.top())
+
     def sampling(self, defaults: SamplingParams | None = None) -> SamplingParams:
         """SamplingParams with the fields the client set; the server's defaults for the rest."""
-        params = dataclasses.replace(defaults) if defaults is not None else SamplingParams()
-        for name in ("temperature", "top_k", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
-            value = getattr(self, name)
-            if value is not None:
-                setattr(params, name, value)
-        if self.top_p is not None:
-            if self.top_p == 0.0:  # keep only the most likely token: that is greedy decoding
-                params.temperature = 0.0
-            else:
-                params.top_p = self.top_p
-        # -1 is the llama.cpp servers' "random seed"; OpenAI seeds are 64-bit, llama.cpp's are 32.
-        if self.seed is not None and self.seed != -1:
-            params.seed = self.seed % 2**32
-        if self.limit() is not None:
-            params.max_tokens = self.limit()
-        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        params.stop = [s for s in stops if s]  # an empty stop string would end every answer at once
-        params.validate()
-        return params
+        return self.asked().over(defaults)
 
 
 class ChatBody(_Sampled):
@@ -112,10 +107,13 @@ class ChatBody(_Sampled):
             raise RequestError("top_logprobs needs logprobs: true.", "top_logprobs")
         return (self.top_logprobs or 0) if self.logprobs else None
 
+    def turns(self) -> list[dict[str, Any]]:
+        """The messages as plain dicts (api/service.py's Generation)."""
+        return [_turn(m, i) for i, m in enumerate(self.messages)]
+
     def to_request(self, defaults: SamplingParams | None = None) -> Request:
         self.check()
-        messages = [_turn(m, i) for i, m in enumerate(self.messages)]
-        return Request(messages=messages, sampling=self.sampling(defaults))
+        return Request(messages=self.turns(), sampling=self.sampling(defaults))
 
 
 class CompletionBody(_Sampled):
@@ -139,15 +137,19 @@ class CompletionBody(_Sampled):
         if isinstance(self.prompt, list) and len(self.prompt) != 1:
             raise RequestError("send one prompt per request (a string, or a list of exactly one string).", "prompt")
 
-    def to_request(self, defaults: SamplingParams | None = None) -> Request:
+    def text(self) -> str:
+        """The one prompt (checked first)."""
         self.check()
         prompt = self.prompt if isinstance(self.prompt, str) else self.prompt[0]
         if not prompt:
             raise RequestError("prompt is empty; send some text to complete.", "prompt")
-        return Request(prompt=prompt, sampling=self.sampling(defaults))
+        return prompt
+
+    def to_request(self, defaults: SamplingParams | None = None) -> Request:
+        return Request(prompt=self.text(), sampling=self.sampling(defaults))
 
 
-class EmbeddingsBody(_Body):
+class EmbeddingsBody(Body):
     """POST /v1/embeddings: text, texts, a token array or token arrays (bounded in api/embeddings.py)."""
 
     input: str | list[str] | list[int] | list[list[int]]
@@ -184,7 +186,7 @@ def _text(message: ChatMessage, index: int) -> str:
     return "".join(texts)
 
 
-_B = TypeVar("_B", bound=_Body)
+_B = TypeVar("_B", bound=Body)
 
 
 def parse(model: type[_B], data: Any) -> _B:
@@ -198,13 +200,21 @@ def parse(model: type[_B], data: Any) -> _B:
     except ValidationError as exc:
         error = exc.errors()[0]
         # A union adds its member types ("str", "list[str]") to the location; keep field names only.
-        param = ".".join(str(part) for part in error["loc"] if isinstance(part, int) or part in _FIELDS)
+        fields = _field_names()
+        param = ".".join(str(part) for part in error["loc"] if isinstance(part, int) or part in fields)
         value = "" if error["type"] == "missing" else f" (got {_short(error.get('input'))})"
         raise RequestError(f"{param or 'body'}: {error['msg']}{value}.", param or None) from None
 
 
-_FIELDS = {name for body in (ChatBody, CompletionBody, ChatMessage, TextPart, StreamOptions, EmbeddingsBody)
-           for name in body.model_fields}
+def _field_names() -> set[str]:
+    """The field names of every request body (each protocol's bodies derive from Body)."""
+    names: set[str] = set()
+    bodies = [Body]
+    while bodies:
+        body = bodies.pop()
+        names |= set(body.model_fields)
+        bodies += body.__subclasses__()
+    return names
 
 
 def _short(value: Any) -> str:

@@ -15,7 +15,8 @@ from typing import Any
 import regex
 
 from ..errors import RequestError
-from ..runtime.grammar import Grammar, grammar_from_json_schema
+from ..runtime.grammar import Grammar
+from ..runtime.schema_grammar import grammar_from_json_schema
 from ..runtime.schema_check import schema_problem
 from ..runtime.schema_rules import MAX_REPEAT
 

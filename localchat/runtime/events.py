@@ -101,11 +101,13 @@ class SpecStats:
 
 @dataclass(slots=True)
 class Done:
-    """The end of a stream. finish_reason: stop | length | cancelled."""
+    """The end of a stream. finish_reason: stop | length | cancelled; `stop_sequence`: the stop string
+    that ended it (None: the model's end of turn, or no stop)."""
 
     kind: ClassVar[str] = "done"
     finish_reason: str
     token_ids: list[int] = field(default_factory=list)
+    stop_sequence: str | None = None
 
 
 @dataclass(slots=True)

@@ -93,17 +93,6 @@ def json_strings_only(gbnf: str) -> str:
     return gbnf.replace(_LOOSE_CHAR, _JSON_CHAR)
 
 
-def grammar_from_json_schema(schema: dict[str, Any], triggers: tuple[str, ...] = (),
-                             param: str = "response_format") -> Grammar:
-    """A grammar for JSON text that validates against `schema`, with the check of what the grammar
-    cannot express (schema_grammar.py, resample.py); RequestError naming `param` when it cannot be."""
-    from .schema_check import SchemaCheck
-    from .schema_grammar import schema_gbnf_text
-
-    gbnf, left = schema_gbnf_text(schema, param)
-    return Grammar(gbnf, triggers, SchemaCheck({"": schema}, bool(left), param))
-
-
 SHORTLIST = 64  # tokens checked one by one under greedy before the whole vocabulary is masked
 TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
 

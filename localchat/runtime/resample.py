@@ -22,8 +22,8 @@ from ..errors import RequestError
 from .events import Done, Event, Failed, PrefillProgress, Stats, TextDelta, collect
 
 if TYPE_CHECKING:
-    from .engine import Request
     from .events import Result, Stream
+    from .sampling import SamplingParams
     from .schema_check import Violation
 
 MAX_RESAMPLES = 8
@@ -33,6 +33,13 @@ MAX_RESAMPLES = 8
 RESAMPLE_TEMPERATURE = 0.8
 WARMER = 0.15
 SEED_STEP = 7919
+
+
+class Request(Protocol):
+    """What a resample changes of a request (engine.py's Request, which submits through here)."""
+
+    forced: str
+    sampling: "SamplingParams"
 
 
 class AnswerCheck(Protocol):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import llama_cpp
 import numpy as np
@@ -35,16 +36,20 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
-    def validate(self) -> None:
-        """Raise RequestError naming the bad value and its allowed range (LIMITS)."""
+    def validate(self, names: Mapping[str, str] | None = None) -> None:
+        """Raise RequestError naming the bad value and its allowed range (LIMITS); `names`: what the
+        caller's protocol calls a field (Ollama's num_predict for max_tokens), where it differs."""
+        names = names or {}
         for name, limit in LIMITS.items():
             value = getattr(self, name)
             if value is not None and not limit.holds(value):
-                raise RequestError(f"{name}={value!r} is invalid; use a value {limit.words()}.", name)
+                shown = names.get(name, name)
+                raise RequestError(f"{shown}={value!r} is invalid; use a value {limit.words()}.", shown)
+        stop = names.get("stop", "stop")
         if not all(isinstance(s, str) and s for s in self.stop):
-            raise RequestError("stop strings must be non-empty strings.", "stop")
+            raise RequestError(f"{stop} strings must be non-empty strings.", stop)
         if len(self.stop) > MAX_STOPS:
-            raise RequestError(f"{len(self.stop)} stop strings given; use at most {MAX_STOPS}.", "stop")
+            raise RequestError(f"{len(self.stop)} {stop} strings given; use at most {MAX_STOPS}.", stop)
 
 
 @dataclass(frozen=True, slots=True)

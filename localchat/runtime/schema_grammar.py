@@ -22,9 +22,10 @@ from llama_cpp.llama_grammar import (INVALID_RULE_CHARS_RE, PRIMITIVE_RULES, STR
                                      _build_repetition)
 
 from ..errors import RequestError
-from .grammar import MAX_GBNF_CHARS, json_strings_only
+from .grammar import MAX_GBNF_CHARS, Grammar, json_strings_only
 from .int_range import MAX_DIGITS, integer_bounds, integer_range
 from .regex_subset import gbnf_pattern
+from .schema_check import SchemaCheck
 from .schema_rules import ANNOTATIONS, FORMATS, KEYWORDS, MAX_REPEAT, REFUSED
 
 OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "patternProperties", "minProperties",
@@ -469,3 +470,11 @@ def gbnf_of(build: Callable[[Converter], str], what: str, param: str) -> tuple[s
 def schema_gbnf_text(schema: Any, param: str = "response_format") -> tuple[str, list[str]]:
     """GBNF for values of `schema` (its `root` rule), and what it leaves to the check."""
     return gbnf_of(lambda conv: conv.visit(conv.resolve_refs(schema, "request"), "value"), param, param)
+
+
+def grammar_from_json_schema(schema: dict[str, Any], triggers: tuple[str, ...] = (),
+                             param: str = "response_format") -> Grammar:
+    """A grammar for JSON text that validates against `schema`, with the check of what the grammar
+    cannot express (resample.py); RequestError naming `param` when it cannot be."""
+    gbnf, left = schema_gbnf_text(schema, param)
+    return Grammar(gbnf, triggers, SchemaCheck({"": schema}, bool(left), param))

@@ -133,7 +133,8 @@ class StepRunner:
             seq.stream.put(TextDelta(tail, seq.logprobs))
         spec = self.speculator.forget(seq) if self.speculator is not None else None
         seq.stream.put(seq.stats(spec.stats(self.speculator.drafter.name) if spec is not None else None))
-        seq.stream.put(Done(reason, seq.tokens[seq.num_prompt - seq.num_forced:]))
+        seq.stream.put(Done(reason, seq.tokens[seq.num_prompt - seq.num_forced:],
+                            seq.output.matched if reason == "stop" else None))
 
     def apply(self, ops: list[KVOp], step: Step | None = None) -> None:
         """Run the slot table's KV operations; a sequence whose import finds no room leaves `step`."""

@@ -13,6 +13,7 @@ class TextOutput:
         self._stop = stop
         self._held = ""  # text that might be the start of a stop string
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text
 
     def feed(self, data: bytes) -> str:
         """Add one token's bytes; return the text that is now safe to show."""
@@ -33,8 +34,9 @@ class TextOutput:
         if not self._stop:
             self._held = ""
             return text
-        cut = min((i for i in (text.find(s) for s in self._stop) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self._stop if (i := text.find(s)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda hit: hit[0])
             self.stopped = True
             self._held = ""
             return text[:cut]

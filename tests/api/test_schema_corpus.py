@@ -15,7 +15,7 @@ import pytest
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
 from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.grammar import grammar_from_json_schema
+from localchat.runtime.schema_grammar import grammar_from_json_schema
 from localchat.runtime.worker import WorkerConfig
 from ui_server import serve_in_thread
 

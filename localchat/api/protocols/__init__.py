@@ -1,0 +1,1 @@
+"""The API protocols, each a translator between its wire format and the neutral request (api/service.py)."""

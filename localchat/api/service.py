@@ -1,0 +1,252 @@
+"""The seam every API protocol shares: one protocol-neutral request (`Generation`), the answer's events
+(`Answer`), and the `Service` that answers them (api/local.py, on a local engine).
+
+A protocol (api/protocols/) only translates: its request body into a Generation, the Answer's events
+into its own replies. Driving the engine (the model check, the system prompt, the prompt's size,
+tools and schemas as grammars, the time budget, the client leaving) happens once, behind the Service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Protocol, Union
+
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..errors import EngineError
+from ..runtime.events import Done, Failed, PrefillProgress, Stats, TextDelta, TokenLogprob
+from ..runtime.sampling import SamplingParams
+from .bridge import StreamBridge, wait_for_disconnect
+from .tool_parser import Piece, ToolCall, ToolCallParser
+
+# Proxies (nginx) buffer responses unless told not to; a buffered stream arrives all at once.
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass(slots=True)
+class AskedSampling:
+    """The sampling a request asks for, in the engine's terms. None: the server's default."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    penalty_last_n: int | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+    logprobs: int | None = None  # None: none; 0-20: each token's, with that many alternatives
+    names: Mapping[str, str] = field(default_factory=dict)  # a field's name in the request's protocol
+
+    def over(self, defaults: SamplingParams | None = None) -> SamplingParams:
+        """SamplingParams with the fields the client set, the server's defaults for the rest; checked."""
+        params = dataclasses.replace(defaults) if defaults is not None else SamplingParams()
+        for name in ("temperature", "top_k", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
+                     "penalty_last_n", "max_tokens"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(params, name, value)
+        if self.top_p is not None:
+            if self.top_p == 0.0:  # keep only the most likely token: that is greedy decoding
+                params.temperature = 0.0
+            else:
+                params.top_p = self.top_p
+        # -1 is the llama.cpp servers' "random seed"; OpenAI seeds are 64-bit, llama.cpp's are 32.
+        if self.seed is not None and self.seed != -1:
+            params.seed = self.seed % 2**32
+        params.stop = [s for s in self.stop if s]  # an empty stop string would end every answer at once
+        params.logprobs = self.logprobs
+        params.validate(self.names)
+        return params
+
+
+@dataclass(slots=True)
+class Generation:
+    """One request to generate, whatever protocol it came in: a chat (`messages`) or a raw `prompt`.
+
+    Messages are plain dicts: role (system, user, assistant, tool), content (text), an assistant turn's
+    `tool_calls` ([{id, function: {name, arguments}}], arguments as JSON text or an object) and a tool
+    turn's `tool_call_id`. Tools are function tools ({type: function, function: {name, parameters}})."""
+
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    model: str | None = None
+    sampling: AskedSampling = field(default_factory=AskedSampling)
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None  # auto | none | required | {function: {name}}
+    parallel_tool_calls: bool | None = None
+    # OpenAI's shape ({type: text | json_object | json_schema, json_schema: {schema}}), whatever the protocol
+    response_format: dict[str, Any] | None = None
+    format_param: str | None = None  # where another protocol put it (Ollama's "format"), for its errors
+    grammar: str | None = None  # the client's own GBNF (prompt requests only)
+    stream: bool = False
+
+
+@dataclass(slots=True)
+class Started:
+    """The prompt is read in: how many tokens it is."""
+
+    prompt_tokens: int
+
+
+@dataclass(slots=True)
+class Delta:
+    """New output: content text and tool-call pieces, the model's raw text, its tokens' logprobs, and the
+    calls this delta finished."""
+
+    pieces: list[Piece]
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+
+    @property
+    def content(self) -> str:
+        return "".join(p for p in self.pieces if isinstance(p, str))
+
+
+@dataclass(slots=True)
+class End:
+    """The end of the answer. finish_reason: stop | length | tool_calls | cancelled."""
+
+    finish_reason: str
+    stop_sequence: str | None
+    stats: Stats | None
+
+
+Event = Union[Started, Delta, End]
+
+
+class Answer:
+    """One answer's events, read once; leaving early (or a client leaving) cancels the request."""
+
+    def __init__(self, bridge: StreamBridge, model: str, parser: ToolCallParser | None = None) -> None:
+        self.bridge = bridge
+        self.model = model  # the name the answer goes out under
+        self.parser = parser
+        self.content: list[str] = []  # the content so far
+        self.logprobs: list[TokenLogprob] = []  # every token's so far (when asked for)
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return self.parser.calls if self.parser is not None else []
+
+    def cancel(self) -> None:
+        self.bridge.cancel()
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Started, Deltas, then End; a failure raises its LocalchatError (a broken tool call included)."""
+        started, stats = False, None
+        try:
+            async for event in self.bridge.events():
+                if isinstance(event, PrefillProgress) and not started:
+                    started = True
+                    yield Started(event.total)
+                elif isinstance(event, TextDelta):
+                    delta = self._feed(event.text, event.logprobs)
+                    if delta.pieces or delta.logprobs:
+                        yield delta
+                elif isinstance(event, Stats):
+                    stats = event
+                elif isinstance(event, Failed):
+                    raise event.error
+                elif isinstance(event, Done):
+                    delta = self._finish()
+                    if delta.pieces:
+                        yield delta
+                    reason = "tool_calls" if self.calls else event.finish_reason
+                    yield End(reason, event.stop_sequence, stats)
+                    return
+            raise EngineError("the engine ended this request without an answer; try again.")
+        finally:
+            self.bridge.cancel()  # a broken tool call, or a reader that left, ends the request early
+
+    def _feed(self, text: str, logprobs: list[TokenLogprob]) -> Delta:
+        known = len(self.calls)
+        pieces = self.parser.feed(text) if self.parser is not None else [text]
+        self.content += [p for p in pieces if isinstance(p, str)]
+        self.logprobs += logprobs
+        return Delta(pieces, text, logprobs, self.calls[known:])
+
+    def _finish(self) -> Delta:
+        known = len(self.calls)
+        pieces = self.parser.finish() if self.parser is not None else []
+        self.content += [p for p in pieces if isinstance(p, str)]
+        return Delta(pieces, "", [], self.calls[known:])
+
+    async def whole(self, request: HTTPRequest, shape: Callable[["Answer"], Awaitable[dict[str, Any]]],
+                    status: int = 200) -> Response:
+        """The answer as one JSON object, built by `shape` (which reads the events); a 499 if the client left."""
+        collecting = asyncio.ensure_future(shape(self))
+        leaving = asyncio.ensure_future(wait_for_disconnect(request))
+        try:
+            await asyncio.wait({collecting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            leaving.cancel()
+        if not collecting.done():  # the client left: nobody will read the answer
+            self.cancel()
+            collecting.cancel()
+            return Response(status_code=499)
+        return JSONResponse(collecting.result(), status_code=status)
+
+    def streamed(self, chunks: AsyncIterator[bytes], media_type: str) -> StreamingResponse:
+        """The answer as a stream of `chunks` (written from the events)."""
+        return StreamingResponse(chunks, media_type=media_type, headers=STREAM_HEADERS)
+
+
+@dataclass(slots=True)
+class ModelInfo:
+    """What the protocols say about a model: its names, its size and kind, its context."""
+
+    name: str
+    created: int
+    kind: str = "chat"  # chat | embedding
+    aliases: set[str] = field(default_factory=set)
+    path: Path | None = None
+    description: str = ""  # "llama, 135M parameters, Q4_1"
+    n_ctx: int = 0  # the served context (chat) or the trained one (embedding)
+    n_embd: int | None = None
+    template: str = ""  # the chat template's source
+    gpu_layers: int = 0  # layers offloaded to a GPU (-1: all)
+    defaults: SamplingParams | None = None  # what a request leaves out
+
+
+@dataclass(slots=True)
+class Embedded:
+    """Vectors for a request's inputs, the model's name as asked, and the tokens read."""
+
+    model: str
+    vectors: list[list[float]]
+    tokens: int
+
+
+class Service(Protocol):
+    """What answers the protocols' routes: a local engine (LocalService). --backend forwards instead
+    (api/proxy.py: ProxyService), with no Service behind it."""
+
+    async def generate(self, generation: Generation, request: HTTPRequest) -> Answer: ...
+    async def count_tokens(self, generation: Generation, request: HTTPRequest) -> int: ...
+    def models(self) -> list[ModelInfo]: ...  # the models offered for chat, the served one first
+    def model(self, name: str | None) -> ModelInfo: ...  # any model by name, embedding ones too
+    async def embed(self, inputs: list[str] | list[list[int]], model: str | None, dimensions: int | None = None,
+                    truncate: bool = False) -> Embedded: ...
+    async def aclose(self) -> None: ...
+
+
+
+Handler = Callable[[Service, Any, HTTPRequest], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One route of a protocol: `handle(service, body, request)`; body: the decoded JSON (None for GET)."""
+
+    method: str
+    path: str
+    handle: Handler
