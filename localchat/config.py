@@ -26,6 +26,7 @@ from .errors import ConfigError
 from .key_options import KEY_FLAGS
 from .paths import config_dir
 from .planning.placements import PLACEMENT_HELP, PLACEMENTS  # where the model runs: one vocabulary
+from .runtime.overflow import POLICIES
 
 if TYPE_CHECKING:
     from .hardware import HardwareInfo
@@ -116,6 +117,11 @@ class Settings:
     system_prompt: str = setting("", "the system prompt a new chat in the window starts with (each chat can "
                                      "change its own), and the one the API gives a chat request that has none",
                                  commands=("serve", "ui"))
+    context_overflow: str = setting("rolling", "what a chat in the window does when it outgrows the context: "
+                                               "rolling leaves out its oldest turns, truncate-middle keeps the "
+                                               "first turn and leaves out the ones after it, refuse says so "
+                                               "(each chat can change its own; the API refuses unless asked)",
+                                    commands=("ui",), choices=POLICIES)
     verbose: bool = setting(False, "show llama.cpp's log and debug messages", commands=(TOP,))
 
 

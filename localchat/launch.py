@@ -62,7 +62,8 @@ def open_window(options: ServeOptions, settings_for: Callable[[str | None], Sett
 
     try:
         with instance.recorded(url) if plain else contextlib.nullcontext():
-            return run_ui(options, load, settings.model, open_browser=browser, system_prompt=settings.system_prompt)
+            return run_ui(options, load, settings.model, open_browser=browser, system_prompt=settings.system_prompt,
+                          context_overflow=settings.context_overflow)
     except LocalchatError as exc:
         # Into the log file (the console shows it once, below): a bundle's window may close unread.
         log.info("stopped: %s", exc)

@@ -66,9 +66,9 @@ def ui(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
 
 def test_send_a_message_and_get_a_streamed_reply(ui: RunningUI):
     client = Client(ui.url + "/", verbose=False)
-    # The message, the system prompt, then the settings in SHOWN_SETTINGS order (both penalties last).
+    # The message, the system prompt, then the settings in SHOWN_SETTINGS order (the overflow policy last).
     job = client.submit("Name the capital city of France.", "", 0.0, 1.0, 32, 40, 0.05, 1.0, None, 0.0, 0.0,
-                        api_name="/send")
+                        "rolling", api_name="/send")
     updates = list(job)
     chat = job.outputs()[-1][0]
     assert len(updates) >= 2  # it streamed: more than the final answer arrived
@@ -268,6 +268,50 @@ def test_every_follow_up_about_a_long_document_retrieves_its_own_passages(ui: Ru
     for reply, fact in zip(replies, facts.values()):
         assert any(fact in p["text"] and p["label"].startswith("line") for p in reply["passages"])
     assert "logbook.txt line" in core.display(chat)[-1]["content"]
+
+
+def test_a_chat_that_outgrows_the_context_leaves_out_early_turns_and_says_so(ui: RunningUI):
+    from localchat.errors import ContextOverflowError
+    from localchat.ui.chat import ChatCore, Sampling
+
+    core = ChatCore(ui.runtime, ui.store)
+    n_ctx, filler = ui.runtime.engine.n_ctx, " ".join(f"item{j}" for j in range(60))
+
+    def long_chat(policy: str) -> str:
+        conv = ui.store.create(f"A long {policy} chat", "", {})
+        # The first turn read an attached document: it is never left out.
+        ui.store.append(conv, "user", "Remember this.", {"documents": ["vault.txt"],
+                                                         "prompt": "The vault code is 7341.\n\nRemember this."})
+        ui.store.append(conv, "assistant", "I will.")
+        for i in range(30):
+            ui.store.append(conv, "user", f"Note {i}: {filler}")
+            ui.store.append(conv, "assistant", f"Noted {i}.")
+        return conv
+
+    rolling = Sampling(temperature=0.0, top_p=1.0, max_tokens=8)
+    conv = long_chat("rolling")
+    assert core.count_tokens("\n".join(m.content for m in ui.store.get(conv).messages)) > n_ctx
+    refusing = Sampling(temperature=0.0, top_p=1.0, max_tokens=8, context_overflow="refuse")
+    with pytest.raises(ContextOverflowError, match="rolling or truncate-middle"):
+        core.add_user_turn(conv, "What was the last note?", [], "", refusing)
+    assert len(ui.store.get(conv).messages) == 62  # refused: nothing kept
+    core.add_user_turn(conv, "What was the last note?", [], "", rolling)
+    gone = ui.store.get(conv).messages[-1].stats["left_out"]
+    assert gone == list(range(1, len(gone) + 1))  # the oldest after the document's turn
+    shown = list(core.answer(conv, rolling))[-1]
+    assert f"{len(gone)} early turns left out to fit the context" in shown
+    first = ui.store.get(conv).messages[-1].stats
+    assert first["prompt_tokens"] <= (n_ctx - 8) * 0.75 + 200 and first["left_out"] == len(gone)
+    assert "left out to fit" in core.display(ui.store.get(conv))[-1]["content"]
+    # The next turn fits with the same turns left out: the chat read before is reused, not read again.
+    core.add_user_turn(conv, "And the note before it?", [], "", rolling)
+    assert ui.store.get(conv).messages[-1].stats["left_out"] == gone
+    list(core.answer(conv, rolling))
+    assert ui.store.get(conv).messages[-1].stats["cached_tokens"] >= first["prompt_tokens"]
+    middle = Sampling(temperature=0.0, top_p=1.0, max_tokens=8, context_overflow="truncate-middle")
+    conv = long_chat("truncate-middle")
+    core.add_user_turn(conv, "What was the last note?", [], "", middle)
+    assert ui.store.get(conv).messages[-1].stats["left_out"][0] == 2  # the first two turns stay
 
 
 def test_the_chip_the_meter_and_the_reply_count_a_document_alike(ui: RunningUI, tmp_path: Path, monkeypatch):

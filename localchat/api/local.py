@@ -18,6 +18,7 @@ from starlette.requests import Request as HTTPRequest
 from ..errors import ContextOverflowError, ModelNotFoundError, RequestError
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Engine, Request
+from ..runtime.overflow import fit
 from ..runtime.sampling import SamplingParams
 from ..runtime.template_sandbox import Budget
 from .bridge import StreamBridge, wait_for_disconnect
@@ -97,17 +98,18 @@ class LocalService:
     async def generate(self, generation: Generation, request: HTTPRequest) -> Answer:
         """Start the answer: everything checked and the prompt read into the engine's queue."""
         build, parser = self._prepare(generation)
+        notes: list[str] = []
         try:
-            stream = await self._bounded(lambda: self.engine.submit(build()), request, _cancel_stream)
+            stream = await self._bounded(lambda: self.engine.submit(build(notes)), request, _cancel_stream)
         except ContextOverflowError as exc:
             exc.param = "messages" if generation.messages is not None else "prompt"
             raise
-        return Answer(StreamBridge(stream), self.model_name, parser)
+        return Answer(StreamBridge(stream), self.model_name, parser, notes)
 
     async def count_tokens(self, generation: Generation, request: HTTPRequest) -> int:
         """The tokens the request's prompt takes, the template, the tools and the system prompt included."""
         build, _ = self._prepare(generation)
-        return len(await self._bounded(lambda: self.engine.prompt_tokens(build()), request))
+        return len(await self._bounded(lambda: self.engine.prompt_tokens(build([])), request))
 
     async def aclose(self) -> None:
         """Stop prompts still being prepared (shutdown must not wait on them); the engine is not ours."""
@@ -122,9 +124,9 @@ class LocalService:
             raise ModelNotFoundError(f"the model '{name}' is not served here; use '{self.model_name}' "
                                      "(GET /v1/models, or /api/tags, lists it).")
 
-    def _prepare(self, generation: Generation) -> tuple[Callable[[], Request], ToolCallParser | None]:
-        """The engine request to build (within the budget) and the parser of its tool calls, after every check
-        that needs no tokenizing."""
+    def _prepare(self, generation: Generation) -> tuple[Callable[[list[str]], Request], ToolCallParser | None]:
+        """The engine request to build (within the budget; it adds what it did to the notes it is given) and
+        the parser of its tool calls, after every check that needs no tokenizing."""
         self._check_model(generation.model)
         sampling = generation.sampling.over(self.defaults)
         if generation.messages is not None:
@@ -137,15 +139,25 @@ class LocalService:
             sampling.grammar = grammar_of(plan)
             parser = ToolCallParser(plan.fmt, plan.names) if plan.names else None
             # The template renders here, within the request's time budget: tools go in beside messages.
-            return lambda: Request(prompt=self.engine.template.render(plan.messages, tools=plan.tools),
-                                   sampling=sampling), parser
+            def render(kept: list[dict[str, Any]]) -> str:
+                return self.engine.template.render(kept, tools=plan.tools)
+
+            def build(notes: list[str]) -> Request:
+                kept = plan.messages
+                if generation.context_overflow != "refuse":
+                    room = self.engine.n_ctx - (sampling.max_tokens or self.engine.n_ctx // 4)
+                    fitted = fit(kept, lambda m: len(self.engine.prompt_tokens(Request(prompt=render(m)))), room,
+                                 generation.context_overflow)
+                    kept, notes[:] = fitted.messages, [fitted.note()] if fitted.left_out else []
+                return Request(prompt=render(kept), sampling=sampling)
+            return build, parser
         prompt = generation.prompt or ""
         if generation.grammar and generation.response_format:
             raise RequestError("send grammar or response_format, not both.", "grammar")
         sampling.grammar = raw_grammar(generation.grammar) or response_grammar(generation.response_format,
                                                                                generation.format_param)
         check_prompt_size([prompt], self.engine.n_ctx)
-        return lambda: Request(prompt=prompt, sampling=sampling), None
+        return lambda notes: Request(prompt=prompt, sampling=sampling), None
 
     async def _bounded(self, work: Callable[[], T], request: HTTPRequest,
                        abandoned: Callable[["asyncio.Future[Any]"], None] | None = None) -> T:

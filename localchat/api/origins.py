@@ -144,7 +144,7 @@ def install(app: Any, policy: OriginPolicy) -> None:
         from starlette.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=list(policy.cors_origins),
-                           allow_methods=["GET", "POST", "OPTIONS"],
+                           allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
                            # Anthropic's browser clients send their key and version in headers of their own.
                            allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version",
                                           "anthropic-beta", "anthropic-dangerous-direct-browser-access"])

@@ -13,11 +13,11 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
 from .guard import guarded, read_json
-from .protocols import anthropic, ollama, openai
+from .protocols import anthropic, ollama, openai, openai_responses
 from .service import Route, Service
 from .wire import error_response
 
-ROUTES: list[Route] = [*openai.ROUTES, *anthropic.ROUTES, *ollama.ROUTES]
+ROUTES: list[Route] = [*openai.ROUTES, *openai_responses.ROUTES, *anthropic.ROUTES, *ollama.ROUTES]
 
 
 class Forwarder(Protocol):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -91,8 +89,15 @@ class _Sampled(Body):
         return self.asked().over(defaults)
 
 
+class LocalchatFields(Body):
+    """localchat's own request fields, in `x_localchat` (other servers' clients never send it)."""
+
+    context_overflow: Literal["rolling", "truncate-middle", "refuse"] = "refuse"
+
+
 class ChatBody(_Sampled):
     messages: list[ChatMessage] = Field(min_length=1)
+    x_localchat: LocalchatFields = Field(default_factory=LocalchatFields)
     max_completion_tokens: int | None = Field(None, ge=1)
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None

@@ -87,6 +87,9 @@ class Generation:
     format_param: str | None = None  # where another protocol put it (Ollama's "format"), for its errors
     grammar: str | None = None  # the client's own GBNF (prompt requests only)
     stream: bool = False
+    # What to do when the chat is longer than the context (runtime/overflow.py); the API's default, as
+    # OpenAI's, is to refuse.
+    context_overflow: str = "refuse"
 
 
 @dataclass(slots=True)
@@ -126,10 +129,12 @@ Event = Union[Started, Delta, End]
 class Answer:
     """One answer's events, read once; leaving early (or a client leaving) cancels the request."""
 
-    def __init__(self, bridge: StreamBridge, model: str, parser: ToolCallParser | None = None) -> None:
+    def __init__(self, bridge: StreamBridge, model: str, parser: ToolCallParser | None = None,
+                 notes: list[str] | None = None) -> None:
         self.bridge = bridge
         self.model = model  # the name the answer goes out under
         self.parser = parser
+        self.notes = notes or []  # what the server did that the client did not ask for ("2 early turns left out")
         self.content: list[str] = []  # the content so far
         self.logprobs: list[TokenLogprob] = []  # every token's so far (when asked for)
 

@@ -17,6 +17,7 @@ from ..ingest.fit import document_budget, passage_budget
 from ..models.embedding import shared_models
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Request
+from ..runtime.overflow import Fitted, fit, without
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
 from . import render, versions
 from .session import Runtime, Sampling, settings_of
@@ -126,10 +127,14 @@ class ChatCore:
 
     # -- conversations --------------------------------------------------------------------
 
-    def engine_messages(self, conv: Conversation) -> list[dict[str, str]]:
-        """The conversation as the model sees it: a turn with documents carries them in front."""
+    def engine_messages(self, conv: Conversation, whole: bool = False) -> list[dict[str, str]]:
+        """The conversation as the model sees it: a turn with documents carries them in front, and the turns
+        the newest one's overflow left out are left out (all are kept with `whole`)."""
         head = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt else []
-        return head + [{"role": m.role, "content": m.stats.get("prompt", m.content)} for m in conv.messages]
+        messages = head + [{"role": m.role, "content": m.stats.get("prompt", m.content)} for m in conv.messages]
+        asked = [m for m in conv.messages if m.role == "user"]
+        gone = asked[-1].stats.get("left_out", []) if asked and not whole else []
+        return without(messages, gone) if gone else messages
 
     def display(self, conv: Conversation | None) -> list[dict[str, str]]:
         """The conversation as the chat window shows it."""
@@ -142,7 +147,7 @@ class ChatCore:
             else:
                 versions = len(m.stats.get("versions", []))
                 shown_version = f"‹ {m.stats.get('version', 0) + 1}/{versions} ›" if versions > 1 else ""
-                note = " · ".join(x for x in (shown_version, render.finish_note(m.stats.get("finish_reason", ""))) if x)
+                note = " · ".join(x for x in (shown_version, render.reply_note(m.stats)) if x)
                 try:
                     content = render.reply_markdown(m.content, m.stats, m.stats.get("included", ""), note,
                                                     m.stats.get("passages"))
@@ -184,8 +189,7 @@ class ChatCore:
         check_prompt_size([message, system], self.runtime.engine.n_ctx)
         conv = self.store.get(conv_id) if conv_id else None
         # Refused before a new chat is made for it: no empty chat is left behind in the list.
-        self._check_fits(dataclasses.replace(conv or Conversation("", ""), system_prompt=system), message,
-                         sampling.max_tokens)
+        self.fitted(dataclasses.replace(conv or Conversation("", ""), system_prompt=system), message, sampling)
         if conv_id is None or conv is None:
             return self.store.create(title_of(message), system, settings_of(sampling))
         self.save_settings(conv_id, system, sampling)
@@ -219,19 +223,28 @@ class ChatCore:
             stats = {"prompt": build_prompt(message, selection), "included": selection.summary(),
                      "passages": selection.passages(), "mode": selection.mode, "documents": documents,
                      "searched": searched}
-        self._check_fits(conv, stats.get("prompt", message), sampling.max_tokens)
+        fitted = self.fitted(conv, stats.get("prompt", message), sampling)
+        if fitted.gone:
+            stats["left_out"] = list(fitted.gone)
         self.store.append(conv_id, "user", message, stats | (extra or {}))
         return conv_id
 
-    def _check_fits(self, conv: Conversation, turn: str, max_tokens: int) -> None:
-        """Refuse a turn that with the chat so far and its answer cannot fit the context, before it is kept."""
-        messages = self.engine_messages(conv) + [{"role": "user", "content": turn}]
-        used, n_ctx = len(self.runtime.engine.prompt_tokens(Request(messages=messages))), self.runtime.engine.n_ctx
-        if used + max_tokens > n_ctx:
-            raise ContextOverflowError(
-                f"this message and the chat so far take {used:,} tokens, and with {max_tokens:,} for the answer "
-                f"that is more than the model's context of {n_ctx:,}; shorten the message, start a new chat, "
-                "or lower Max tokens.")
+    def fitted(self, conv: Conversation, turn: str, sampling: Sampling) -> Fitted:
+        """The chat with `turn` next as the model will read it: the early turns the chat's overflow setting
+        leaves out so it and its answer fit (never a turn with attached documents), or refused before it is
+        kept (ContextOverflowError)."""
+        engine = self.runtime.engine
+        asked = [m for m in conv.messages if m.role == "user"]
+        first = 0 if not conv.messages or conv.messages[0].role == "user" else 1  # an imported chat may not
+        messages = self.engine_messages(conv, whole=True) + [{"role": "user", "content": turn}]
+        try:
+            return fit(messages, lambda kept: len(engine.prompt_tokens(Request(messages=kept))),
+                       engine.n_ctx - sampling.max_tokens, sampling.context_overflow,
+                       pinned=lambda i: 0 <= i - first < len(asked) and bool(asked[i - first].stats.get("documents")),
+                       at_least=len(asked[-1].stats.get("left_out", [])) if asked else 0)
+        except ContextOverflowError as exc:
+            raise ContextOverflowError(f"{exc} (Max tokens, {sampling.max_tokens:,}, is set aside for the answer; "
+                                       f"the model's context is {engine.n_ctx:,}.)") from None
 
     # -- generation -----------------------------------------------------------------------
 
@@ -244,6 +257,7 @@ class ChatCore:
         assert conv is not None and conv.messages and conv.messages[-1].role == "user"
         included = conv.messages[-1].stats.get("included", "")
         passages = conv.messages[-1].stats.get("passages")
+        left_out = len(conv.messages[-1].stats.get("left_out", []))
         engine = self.runtime.engine
         submitted = time.perf_counter()
         stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=sampling.params()))
@@ -291,13 +305,15 @@ class ChatCore:
                 saved["included"] = included
             if passages:
                 saved["passages"] = passages
+            if left_out:
+                saved["left_out"] = left_out
             text = "".join(parts)
             if error:
                 text += f"\n\n[error: {error}]"
             if versions:
                 saved |= {"versions": [*versions, {"content": text, "stats": dict(saved)}], "version": len(versions)}
             self.store.append(conv_id, "assistant", text, saved)
-        yield render.reply_markdown(text, saved, included, render.finish_note(finish), passages)
+        yield render.reply_markdown(text, saved, included, render.reply_note(saved), passages)
 
     @contextlib.contextmanager
     def turn(self, conv_id: str) -> Iterator[None]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..runtime.events import Stats
+from ..runtime.overflow import left_out_note
 from ..units import size_text
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#|])")
@@ -144,6 +145,12 @@ def stats_line(stats: dict[str, Any]) -> str:
 def finish_note(finish_reason: str) -> str:
     """What the footer says about how a reply ended ("" for a natural end)."""
     return {"cancelled": "stopped", "length": "cut at max tokens"}.get(finish_reason, "")
+
+
+def reply_note(stats: dict[str, Any]) -> str:
+    """The footer's note: how the reply ended, and the early turns left out for it."""
+    notes = (finish_note(stats.get("finish_reason", "")), left_out_note(int(stats.get("left_out", 0))))
+    return " · ".join(x for x in notes if x)
 
 
 def reply_markdown(answer: str, stats: dict[str, Any], included: str = "", note: str = "",

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from ..errors import LocalchatError
 from ..runtime.engine import Engine
+from ..runtime.overflow import POLICIES
 from ..runtime.sampling import SamplingParams
 
 
@@ -51,7 +52,8 @@ _ENGINE_DEFAULTS = SamplingParams()
 
 @dataclass(slots=True)
 class Sampling:
-    """The per-conversation settings shown in the window, over the server's sampling defaults."""
+    """The per-conversation settings shown in the window: sampling over the server's defaults, and what
+    the chat does when it outgrows the context (runtime/overflow.py)."""
 
     temperature: float = _ENGINE_DEFAULTS.temperature
     top_p: float = _ENGINE_DEFAULTS.top_p
@@ -63,23 +65,26 @@ class Sampling:
     seed: int | None = None  # None: a new random seed each answer
     presence_penalty: float = _ENGINE_DEFAULTS.presence_penalty
     frequency_penalty: float = _ENGINE_DEFAULTS.frequency_penalty
+    context_overflow: str = POLICIES[0]
 
     @classmethod
-    def over(cls, base: SamplingParams) -> "Sampling":
-        """A new chat's settings: the server's defaults (`localchat ui --temperature ...`)."""
-        shown = {name: getattr(base, name) for name in SHOWN_SETTINGS}
-        return cls(**shown | {"max_tokens": base.max_tokens or WINDOW_MAX_TOKENS}, base=base)
+    def over(cls, base: SamplingParams, context_overflow: str = POLICIES[0]) -> "Sampling":
+        """A new chat's settings: the server's defaults (`localchat ui --temperature ... --context-overflow ...`)."""
+        shown = {name: getattr(base, name) for name in SAMPLING_SETTINGS}
+        return cls(**shown | {"max_tokens": base.max_tokens or WINDOW_MAX_TOKENS}, base=base,
+                   context_overflow=context_overflow)
 
     def params(self) -> SamplingParams:
-        shown = {name: getattr(self, name) for name in SHOWN_SETTINGS}
+        shown = {name: getattr(self, name) for name in SAMPLING_SETTINGS}
         return dataclasses.replace(self.base, **shown | {
             "max_tokens": int(self.max_tokens), "top_k": int(self.top_k),
             "seed": None if self.seed is None else int(self.seed)})
 
 
-# In the order the window's controls (and the /send API's arguments) give them.
-SHOWN_SETTINGS = ("temperature", "top_p", "max_tokens", "top_k", "min_p", "repeat_penalty", "seed",
-                  "presence_penalty", "frequency_penalty")
+# In the order the window's controls (and the /send API's arguments) give them: sampling, then overflow.
+SAMPLING_SETTINGS = ("temperature", "top_p", "max_tokens", "top_k", "min_p", "repeat_penalty", "seed",
+                     "presence_penalty", "frequency_penalty")
+SHOWN_SETTINGS = (*SAMPLING_SETTINGS, "context_overflow")
 
 
 def settings_of(sampling: Sampling) -> dict[str, Any]:

@@ -12,11 +12,15 @@ from typing import Any, Iterator
 import gradio as gr
 
 from ..errors import LocalchatError
+from ..runtime.overflow import POLICIES
 from ..runtime.sampling import LIMITS
 from .chat import ChatCore
 from .session import SHOWN_SETTINGS, Sampling
 
 MIN_CONTEXT = 64  # the n_ctx setting's own lower bound (config.py)
+OVERFLOW_CHOICES = [("Leave out the oldest turns", "rolling"),
+                    ("Keep the first turn, leave out the ones after it", "truncate-middle"),
+                    ("Refuse the message", "refuse")]
 
 
 def slider(name: str, label: str, low: float, high: float, step: float, value: float) -> gr.Slider:
@@ -68,6 +72,8 @@ def build_settings_panel(defaults: Sampling, system_prompt: str, core: ChatCore)
                                        d.presence_penalty),
             "frequency_penalty": slider("frequency_penalty", "Frequency penalty (0: off)", -2, 2, 0.05,
                                         d.frequency_penalty),
+            "context_overflow": gr.Dropdown(OVERFLOW_CHOICES, value=d.context_overflow, elem_id="context-overflow",
+                                            label="When the chat outgrows the context"),
         }
         gr.Markdown("**Model**")
         trained = core.runtime.engine.worker.n_ctx_train or core.runtime.engine.n_ctx
@@ -85,6 +91,8 @@ def sampling_of(values: tuple, defaults: Sampling) -> Sampling:
     chosen = dict(zip(SHOWN_SETTINGS, values))
     chosen["max_tokens"], chosen["top_k"] = int(chosen["max_tokens"]), int(chosen["top_k"])
     chosen["seed"] = seed_of(chosen["seed"])
+    if chosen["context_overflow"] not in POLICIES:  # a page may send anything
+        chosen["context_overflow"] = defaults.context_overflow
     return Sampling(**chosen, base=defaults.base)
 
 

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 
 from ..runtime.engine import Engine
+from ..runtime.sampling import SamplingParams
 from ..api.app import ServeOptions, _invalid, add_api, bind_socket, is_loopback, url_of
 from .chat import ChatCore, Runtime, Sampling
 from ..api.local import LocalService, served_name
@@ -62,7 +63,7 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
 
 
 def run_ui(options: ServeOptions, load: Callable[..., Engine], model: str, open_browser: bool = True,
-           defaults: Sampling | None = None, system_prompt: str = "") -> int:
+           defaults: Sampling | None = None, system_prompt: str = "", context_overflow: str = "rolling") -> int:
     """Serve the window and the API until interrupted; prints the URL and opens the browser."""
     import uvicorn
 
@@ -72,8 +73,8 @@ def run_ui(options: ServeOptions, load: Callable[..., Engine], model: str, open_
     store = Store()
     runtime = Runtime(engine, model, load)
     try:
-        if defaults is None and options.sampling is not None:
-            defaults = Sampling.over(options.sampling)
+        if defaults is None:
+            defaults = Sampling.over(options.sampling or SamplingParams(), context_overflow)
         app = create_ui_app(runtime, store, options.api_key, defaults, options.policy(sock.getsockname()[1]),
                             system_prompt)
         url = url_of(sock)

@@ -6,20 +6,17 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
+import httpx
 import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from localchat.api.app import create_app
-from localchat.api.local import LocalService
-from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
-from ui_server import serve_in_thread
+from localchat.runtime.engine import Engine
+from conftest import MODEL
 
-MODEL = "smollm2-135m"
 SEEDS = range(20)
 WEATHER_ARGS = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 24},
@@ -31,21 +28,6 @@ TIME = {"type": "function", "function": {"name": "get_time", "description": "The
                                          "parameters": {"type": "object", "properties": {
                                              "zone": {"type": "string", "maxLength": 32}}, "required": ["zone"]}}}
 ASK = [{"role": "user", "content": "What is the weather in Paris tomorrow?"}]
-
-
-@pytest.fixture(scope="module")
-def engine(model_path: Path) -> Iterator[Engine]:
-    config = EngineConfig(worker=WorkerConfig(n_ctx=2048, n_threads=1, deterministic=True))
-    with Engine.load(model_path, config) as engine:
-        yield engine
-
-
-@pytest.fixture(scope="module")
-def url(engine: Engine) -> Iterator[str]:
-    url, server, thread = serve_in_thread(create_app(LocalService(engine, MODEL)))
-    yield url
-    server.should_exit = True
-    thread.join(10)
 
 
 @pytest.fixture()
@@ -275,3 +257,25 @@ def test_chat_command_answers_under_a_json_schema_file(model_path: Path, tmp_pat
     schema_file.write_text('{"$dynamicRef": "#node"}')
     assert main(["chat", "--model", str(model_path), "--json-schema", str(schema_file), "hi"]) == 1
     assert "'$dynamicRef'" in capsys.readouterr().err
+
+
+def test_a_chat_longer_than_the_context_is_refused_unless_early_turns_may_go(client: openai.OpenAI, url: str):
+    filler = " ".join(f"item{j}" for j in range(60))
+    messages = [{"role": "system", "content": "Answer briefly."}]
+    for i in range(30):
+        messages += [{"role": "user", "content": f"Note {i}: {filler}"}, {"role": "assistant", "content": f"Noted {i}."}]
+    messages.append({"role": "user", "content": "What was the last note?"})
+    with pytest.raises(openai.BadRequestError, match="context") as caught:
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8)
+    assert caught.value.code == "context_length_exceeded"
+    reply = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, temperature=0,
+                                           extra_body={"x_localchat": {"context_overflow": "rolling"}})
+    (note,) = reply.model_extra["x_localchat"]["notes"]
+    assert note.endswith("early turns left out to fit the context") and reply.usage.prompt_tokens <= 2048 - 8
+    # OpenAI's Responses API asks for the same with truncation: auto.
+    answer = client.responses.create(model=MODEL, input=messages[1:], instructions=messages[0]["content"],
+                                     max_output_tokens=8, temperature=0, truncation="auto", store=False)
+    assert answer.truncation == "auto" and answer.model_extra["x_localchat"]["notes"][0].endswith("context")
+    bad = httpx.post(url + "/v1/chat/completions", json={"model": MODEL, "messages": messages[-1:],
+                                                         "x_localchat": {"context_overflow": "sideways"}}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "x_localchat.context_overflow"

@@ -151,6 +151,9 @@ def test_greedy_output_is_the_same_under_every_protocol_with_and_without_specula
         reply = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0).chat.completions.create(
             model=MODEL, messages=conversation, max_tokens=16, temperature=0)
         texts[name, "openai"] = reply.choices[0].message.content
+        texts[name, "responses"] = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0).responses.create(
+            model=MODEL, instructions=conversation[0]["content"], input=QUOTE, max_output_tokens=16, temperature=0,
+            store=False).output_text
         drafted[name] = ((reply.model_extra.get("x_localchat") or {}).get("speculation") or {}).get("drafted", 0)
         texts[name, "ollama"] = ollama.Client(host=url, timeout=120).chat(
             model=MODEL, messages=conversation, options={"temperature": 0, "num_predict": 16}).message.content

@@ -10,43 +10,22 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import jsonschema
 import ollama
 import pytest
 
-from localchat.api.app import create_app
-from localchat.api.local import LocalService
 from localchat.api.protocols.ollama import Reply
 from localchat.api.tool_formats import GENERIC
 from localchat.api.tool_parser import ToolCallParser
-from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
-from ui_server import serve_in_thread
+from conftest import MODEL
 
-MODEL = "smollm2-135m"
 QUESTION = [{"role": "user", "content": "Name the capital city of France."}]
 GREEDY = {"temperature": 0, "num_predict": 12}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather forecast for a city.",
                                             "parameters": {"type": "object", "properties": {
                                                 "city": {"type": "string", "maxLength": 24}}, "required": ["city"]}}}
-
-
-@pytest.fixture(scope="module")
-def engine(model_path: Path) -> Iterator[Engine]:
-    config = EngineConfig(worker=WorkerConfig(n_ctx=2048, n_threads=1, deterministic=True))
-    with Engine.load(model_path, config) as engine:
-        yield engine
-
-
-@pytest.fixture(scope="module")
-def url(engine: Engine, embedding_model_path: Path) -> Iterator[str]:
-    url, server, thread = serve_in_thread(create_app(LocalService(engine, MODEL)))
-    yield url
-    server.should_exit = True
-    thread.join(10)
 
 
 @pytest.fixture()

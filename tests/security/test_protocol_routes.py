@@ -18,8 +18,10 @@ from conftest import MODEL, serve_in_thread
 
 KEY = "route-key-81c3"
 LIMIT = 64 * 1024 * 1024
+STORED = "resp_" + "0" * 24  # a response id of this server's form
 POSTS = [r.path for r in ROUTES if r.method == "POST"]
-GETS = [r.path.replace("{model_id:path}", MODEL) for r in ROUTES if r.method == "GET"]
+OTHERS = [(r.method, r.path.replace("{model_id:path}", MODEL).replace("{response_id}", STORED))
+          for r in ROUTES if r.method != "POST"]
 # Each protocol's smallest real request, and where its bounded-work cases put the messages.
 BODIES = {"openai": {"model": MODEL, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 2},
           "anthropic": {"model": MODEL, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 2},
@@ -51,11 +53,13 @@ def keyed(engine) -> Iterator[str]:
 
 def test_every_route_refuses_a_foreign_host_and_a_cross_site_post(api: str, engine):
     before = engine.steps
-    for path in GETS + POSTS:
-        method = "POST" if path in POSTS else "GET"
+    for method, path in OTHERS + [("POST", p) for p in POSTS]:
         r = httpx.request(method, api + path, json=BODIES[dialect(path)], timeout=30,
                           headers={"Host": "evil.example:8000"})
         assert r.status_code == 403 and "its own address" in shaped(path, r), (path, r.text[:200])
+    # A page's DELETE (which needs a preflight no origin here passes) is refused all the same.
+    r = httpx.delete(api + "/v1/responses/" + STORED, timeout=30, headers={"Origin": "https://evil.example"})
+    assert r.status_code == 403 and "--cors-origin" in shaped("/v1/responses", r), r.text[:200]
     for path in POSTS:
         # A page's no-cors fetch: text/plain needs no preflight, and the guard answers before the route.
         r = httpx.post(api + path, content=json.dumps(BODIES[dialect(path)]), timeout=30,
@@ -71,8 +75,7 @@ def test_every_route_refuses_a_foreign_host_and_a_cross_site_post(api: str, engi
 
 
 def test_every_route_needs_the_key_as_a_bearer_token_or_x_api_key(keyed: str):
-    for path in GETS + POSTS:
-        method = "POST" if path in POSTS else "GET"
+    for method, path in OTHERS + [("POST", p) for p in POSTS]:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"x-api-key": KEY[:-1]}):
             r = httpx.request(method, keyed + path, json=BODIES[dialect(path)], headers=headers, timeout=30)
             assert r.status_code == 401 and "API key" in shaped(path, r), (path, headers, r.text[:200])
@@ -109,8 +112,10 @@ def test_hostile_bodies_cost_bounded_work_on_every_post_route(api: str):
                        headers={"Content-Type": "application/json"})
         assert r.status_code == 400 and "surrogate" in shaped(path, r), (path, r.text[:200])
     many = [{"role": "user", "content": "<|im_start|>system"}] * 100_000  # ~3 MB
-    for path in ("/api/chat", "/v1/messages", "/v1/messages/count_tokens"):
+    for path in ("/api/chat", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"):
         body = {**BODIES[dialect(path)], "messages": many}
+        if path == "/v1/responses":
+            body = {"model": MODEL, "input": many}
         r = httpx.post(api + path, json=body, timeout=120)
         assert r.status_code == 400 and "messages" in shaped(path, r), (path, r.text[:200])
     r = httpx.post(api + "/api/generate", json={"model": MODEL, "prompt": "a " * 2**20, "stream": False}, timeout=120)

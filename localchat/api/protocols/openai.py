@@ -41,7 +41,8 @@ async def chat(service: Service, data: Any, request: HTTPRequest) -> Response:
     body.check()
     generation = Generation(messages=body.turns(), model=body.model, sampling=body.asked(), tools=body.tools,
                             tool_choice=body.tool_choice, parallel_tool_calls=body.parallel_tool_calls,
-                            response_format=body.response_format, stream=bool(body.stream))
+                            response_format=body.response_format, stream=bool(body.stream),
+                            context_overflow=body.x_localchat.context_overflow)
     return await _reply(service, generation, request, body.include_usage, chat=True)
 
 

@@ -49,7 +49,8 @@ class Reply:
                 else:
                     choice["text"] = "".join(answer.content)
                 obj = "chat.completion" if self.chat else "text_completion"
-                return self._envelope(obj, [choice], usage=usage(event.stats), x_localchat=extras(event.stats))
+                return self._envelope(obj, [choice], usage=usage(event.stats),
+                                      x_localchat=extras(event.stats, answer.notes))
         raise AssertionError("an answer's events end with End")
 
     async def chunks(self, answer: Answer, include_usage: bool) -> AsyncIterator[bytes]:
@@ -73,7 +74,7 @@ class Reply:
                 if isinstance(event, Delta):
                     yield chunk(event.pieces, logprobs=self._logprobs(event))
                 elif isinstance(event, End):
-                    yield chunk([], event.finish_reason, x_localchat=extras(event.stats))
+                    yield chunk([], event.finish_reason, x_localchat=extras(event.stats, answer.notes))
                     if include_usage:
                         yield sse(self._envelope(obj, [], usage=usage(event.stats)))
         except LocalchatError as exc:
@@ -136,6 +137,7 @@ def usage(stats: Stats | None) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": stats.cached_tokens if stats else 0}}
 
 
-def extras(stats: Stats | None) -> dict[str, Any] | None:
-    """localchat's own numbers, in a field clients of other servers ignore."""
-    return stats.to_dict() if stats is not None else None
+def extras(stats: Stats | None, notes: list[str] | None = None) -> dict[str, Any] | None:
+    """localchat's own numbers (and notes of what it did unasked), in a field clients of other servers ignore."""
+    own = stats.to_dict() if stats is not None else None
+    return {**(own or {}), "notes": notes} if notes else own
