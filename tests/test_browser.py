@@ -530,14 +530,22 @@ def test_the_settings_drawer_offers_every_sampling_setting_beside_the_chat(page,
     seed = page.locator("#seed input")
     seed.fill("7")
     seed.press("Tab")
+    # What the chat does when it outgrows the context: rolling unless the chat says otherwise.
+    overflow = page.locator("#context-overflow input")
+    expect(overflow).to_have_value("Leave out the oldest turns")
+    overflow.click()
+    page.get_by_role("option", name="Refuse the message").click()
+    expect(overflow).to_have_value("Refuse the message")
     ask(page, "Name the capital city of Sweden.")
     wait_answered(page)
     settings = conversation_titled(ui, "Name the capital city of Sweden.").settings
     assert settings["top_k"] == 1 and settings["min_p"] == 0.1 and settings["seed"] == 7
     assert settings["presence_penalty"] == 0.5 and settings["frequency_penalty"] == 0.3
+    assert settings["context_overflow"] == "refuse"
     page.locator("#new-chat").click()  # a new chat starts from the defaults again: a random seed among them
     expect(page.locator("#presence-penalty input[type=range]")).to_have_value("0")
     expect(seed).to_have_value("")
+    expect(overflow).to_have_value("Leave out the oldest turns")
     ask(page, "Name the capital city of Denmark.")
     wait_answered(page)
     assert conversation_titled(ui, "Name the capital city of Denmark.").settings["seed"] is None

@@ -277,11 +277,11 @@ def test_a_chat_that_outgrows_the_context_leaves_out_early_turns_and_says_so(ui:
     core = ChatCore(ui.runtime, ui.store)
     n_ctx, filler = ui.runtime.engine.n_ctx, " ".join(f"item{j}" for j in range(60))
 
-    def long_chat(policy: str) -> str:
+    def long_chat(policy: str, document: bool) -> str:
         conv = ui.store.create(f"A long {policy} chat", "", {})
-        # The first turn read an attached document: it is never left out.
-        ui.store.append(conv, "user", "Remember this.", {"documents": ["vault.txt"],
-                                                         "prompt": "The vault code is 7341.\n\nRemember this."})
+        # A first turn that read an attached document is never left out.
+        read = {"documents": ["vault.txt"], "prompt": "The vault code is 7341.\n\nRemember this."} if document else {}
+        ui.store.append(conv, "user", "Remember this.", read)
         ui.store.append(conv, "assistant", "I will.")
         for i in range(30):
             ui.store.append(conv, "user", f"Note {i}: {filler}")
@@ -289,7 +289,7 @@ def test_a_chat_that_outgrows_the_context_leaves_out_early_turns_and_says_so(ui:
         return conv
 
     rolling = Sampling(temperature=0.0, top_p=1.0, max_tokens=8)
-    conv = long_chat("rolling")
+    conv = long_chat("rolling", document=True)
     assert core.count_tokens("\n".join(m.content for m in ui.store.get(conv).messages)) > n_ctx
     refusing = Sampling(temperature=0.0, top_p=1.0, max_tokens=8, context_overflow="refuse")
     with pytest.raises(ContextOverflowError, match="rolling or truncate-middle"):
@@ -309,9 +309,9 @@ def test_a_chat_that_outgrows_the_context_leaves_out_early_turns_and_says_so(ui:
     list(core.answer(conv, rolling))
     assert ui.store.get(conv).messages[-1].stats["cached_tokens"] >= first["prompt_tokens"]
     middle = Sampling(temperature=0.0, top_p=1.0, max_tokens=8, context_overflow="truncate-middle")
-    conv = long_chat("truncate-middle")
+    conv = long_chat("truncate-middle", document=False)
     core.add_user_turn(conv, "What was the last note?", [], "", middle)
-    assert ui.store.get(conv).messages[-1].stats["left_out"][0] == 2  # the first two turns stay
+    assert ui.store.get(conv).messages[-1].stats["left_out"][0] == 1  # the first turn stays, document or not
 
 
 def test_the_chip_the_meter_and_the_reply_count_a_document_alike(ui: RunningUI, tmp_path: Path, monkeypatch):

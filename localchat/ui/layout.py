@@ -176,8 +176,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                 kept = versions.drop_reply(store, conv.id)  # ‹ › shows them again
                 yield from stream_reply(conv.id, sampling_of(values, defaults), kept)
 
-        def edit_message(cid: str | None, sys_prompt: str, temp: float, tp: float, mx: float, tk: float, mp: float,
-                         rp: float, sd: float | None, pp: float, fp: float, edit: gr.EditData) -> Iterator[tuple]:
+        def edit_message(edit: gr.EditData, cid: str | None, sys_prompt: str, *values: Any) -> Iterator[tuple]:
             """A user message edited in place: the chat continues from it; what followed stays a branch (‹ 1/2 ›)."""
             index = edit.index if isinstance(edit.index, int) else edit.index[0]
             text = edit.value if isinstance(edit.value, str) else str(edit.value)
@@ -190,7 +189,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
             if not text.strip():  # emptied: nothing to ask, the chat stays as it was
                 yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
                 return
-            sampling = sampling_of((temp, tp, mx, tk, mp, rp, sd, pp, fp), defaults)
+            sampling = sampling_of(values, defaults)
             core.stop(cid)
             with core.turn(conv.id):
                 try:
@@ -354,7 +353,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         # The status changes with every load (a model switch, the wizard, a new context): so does the context box.
         status.change(functools.partial(follow_load, core), [panel.shown_ctx],
                       [panel.n_ctx, panel.note, panel.shown_ctx], api_name=False)
-        gr.on([system.blur, seed.blur, *(x.release for x in sliders if x is not seed)], save_settings,
+        gr.on([system.blur, seed.blur, *(x.input if isinstance(x, gr.Dropdown) else x.release
+                                          for x in sliders if x is not seed)], save_settings,
               [conv_id, *settings_inputs], None, api_name=False)
         models_panel.wire(model, status, demo)  # the model picker switches through the panel
         tune_btn.click(tune, [tune_download, tune_placements], [tune_log, tune_note, model, status], api_name=False,

@@ -173,6 +173,16 @@ def _generation(body: ResponsesBody) -> tuple[Generation, list[dict[str, Any]]]:
     return generation, conversation
 
 
+def _echoed(body: ResponsesBody) -> dict[str, Any]:
+    """The request's fields a response object repeats, as OpenAI's does."""
+    return {"instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
+            "parallel_tool_calls": body.parallel_tool_calls is not False,
+            "previous_response_id": body.previous_response_id, "temperature": body.temperature,
+            "text": {"format": (body.text or {}).get("format") or {"type": "text"}},
+            "tool_choice": body.tool_choice or "auto", "tools": body.tools or [], "top_p": body.top_p,
+            "truncation": body.truncation or "disabled", "metadata": getattr(body, "metadata", None) or {}}
+
+
 # -- routes ----------------------------------------------------------------------------------------
 
 
@@ -180,7 +190,7 @@ async def create(service: Service, data: Any, request: HTTPRequest) -> Response:
     body = parse(ResponsesBody, data)
     generation, conversation = _generation(body)
     answer = await service.generate(generation, request)
-    reply = ResponseReply(body, answer.model, conversation if body.store is not False else None)
+    reply = ResponseReply(_echoed(body), answer.model, conversation if body.store is not False else None)
     if generation.stream:
         return answer.streamed(reply.events(answer), MEDIA_TYPE)
     return await answer.whole(request, reply.whole)

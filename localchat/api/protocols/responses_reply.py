@@ -11,7 +11,7 @@ import itertools
 import json
 import secrets
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
 from ...errors import LocalchatError
 from ...runtime.events import Stats, TokenLogprob
@@ -19,9 +19,6 @@ from ..response_store import stored_responses
 from ..service import Answer, Delta, End
 from ..tool_parser import ArgsDelta, CallStart
 from .openai_reply import chat_logprobs, extras
-
-if TYPE_CHECKING:
-    from .openai_responses import ResponsesBody
 
 MEDIA_TYPE = "text/event-stream"
 Event = tuple[str, dict[str, Any]]  # a stream event's type and its fields
@@ -125,27 +122,21 @@ class _Items:
 class ResponseReply:
     """One response's identity and its object, whole or as events; stored at its end when asked."""
 
-    def __init__(self, body: "ResponsesBody", model: str, conversation: list[dict[str, Any]] | None) -> None:
+    def __init__(self, echoed: dict[str, Any], model: str, conversation: list[dict[str, Any]] | None) -> None:
         self.id = "resp_" + secrets.token_hex(12)
         self.created = int(time.time())
-        self.body = body
+        self.echoed = echoed  # the request's fields a response object repeats (instructions, tools, ...)
         self.model = model
         self.conversation = conversation  # None: not stored (store: false)
 
     def _object(self, status: str, output: list[dict[str, Any]], stats: Stats | None = None,
                 error: dict[str, Any] | None = None, notes: list[str] | None = None) -> dict[str, Any]:
-        body = self.body
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
-                "background": False, "error": error, "incomplete_details": incomplete,
-                "instructions": body.instructions, "max_output_tokens": body.max_output_tokens, "model": self.model,
-                "output": output, "parallel_tool_calls": body.parallel_tool_calls is not False,
-                "previous_response_id": body.previous_response_id, "reasoning": {"effort": None, "summary": None},
-                "store": self.conversation is not None, "temperature": body.temperature,
-                "text": {"format": (body.text or {}).get("format") or {"type": "text"}},
-                "tool_choice": body.tool_choice or "auto", "tools": body.tools or [], "top_p": body.top_p,
-                "truncation": body.truncation or "disabled", "usage": usage(stats) if status != "in_progress" else None,
-                "metadata": getattr(body, "metadata", None) or {}, "x_localchat": extras(stats, notes)}
+                "background": False, "error": error, "incomplete_details": incomplete, "model": self.model,
+                "output": output, **self.echoed, "store": self.conversation is not None,
+                "reasoning": {"effort": None, "summary": None},
+                "usage": usage(stats) if status != "in_progress" else None, "x_localchat": extras(stats, notes)}
 
     async def _finish(self, answer: Answer, items: _Items, end: End) -> tuple[dict[str, Any], list[Event]]:
         """The closing events and the finished object, stored if asked."""
