@@ -536,6 +536,7 @@ def test_the_settings_drawer_offers_every_sampling_setting_beside_the_chat(page,
     overflow.click()
     page.get_by_role("option", name="Refuse the message").click()
     expect(overflow).to_have_value("Refuse the message")
+    shot(page, "21b-context-overflow")
     ask(page, "Name the capital city of Sweden.")
     wait_answered(page)
     settings = conversation_titled(ui, "Name the capital city of Sweden.").settings
