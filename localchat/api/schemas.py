@@ -79,10 +79,7 @@ class _Sampled(Body):
     def asked(self) -> AskedSampling:
         """The sampling fields the client set, in the engine's terms."""
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        return AskedSampling(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
-                             repeat_penalty=self.repeat_penalty, presence_penalty=self.presence_penalty,
-                             frequency_penalty=self.frequency_penalty, seed=self.seed, max_tokens=self.limit(),
-                             stop=stops, logprobs=self.top())
+        return AskedSampling.named_alike(self, max_tokens=self.limit(), stop=stops, logprobs=self.top())
 
     def sampling(self, defaults: SamplingParams | None = None) -> SamplingParams:
         """SamplingParams with the fields the client set; the server's defaults for the rest."""

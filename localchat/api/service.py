@@ -27,42 +27,46 @@ from .tool_parser import Piece, ToolCall, ToolCallParser
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-@dataclass(slots=True)
 class AskedSampling:
-    """The sampling a request asks for, in the engine's terms. None: the server's default."""
+    """The sampling a request asks for, by SamplingParams' own field names (runtime/sampling.py declares
+    them, their defaults and their limits once); what it leaves out (None) takes the server's defaults.
+    `names`: what the request's protocol calls a field, for the errors that name one."""
 
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    repeat_penalty: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    penalty_last_n: int | None = None
-    seed: int | None = None
-    max_tokens: int | None = None
-    stop: list[str] = field(default_factory=list)
-    logprobs: int | None = None  # None: none; 0-20: each token's, with that many alternatives
-    names: Mapping[str, str] = field(default_factory=dict)  # a field's name in the request's protocol
+    # What a request may set: every field but the benchmarks' ignore_eos and the grammar (made from
+    # the request's tools and formats, api/constraints.py).
+    ASKABLE = frozenset(f.name for f in dataclasses.fields(SamplingParams)) - {"ignore_eos", "grammar"}
+
+    def __init__(self, names: Mapping[str, str] | None = None, **asked: Any) -> None:
+        unknown = set(asked) - self.ASKABLE
+        if unknown:
+            raise TypeError(f"not sampling fields: {', '.join(sorted(unknown))}")
+        self.asked = {name: value for name, value in asked.items() if value is not None}
+        self.names = dict(names or {})
+
+    @classmethod
+    def named_alike(cls, body: Any, names: Mapping[str, str] | None = None, **renamed: Any) -> "AskedSampling":
+        """The sampling fields a request body (a pydantic model) names as SamplingParams does, and the ones
+        `renamed` (given already in the engine's terms: another name, or a value to convert)."""
+        same = {name: getattr(body, name) for name in cls.ASKABLE & set(type(body).model_fields) - set(renamed)}
+        return cls(names, **same, **renamed)
 
     def over(self, defaults: SamplingParams | None = None) -> SamplingParams:
         """SamplingParams with the fields the client set, the server's defaults for the rest; checked."""
         params = dataclasses.replace(defaults) if defaults is not None else SamplingParams()
-        for name in ("temperature", "top_k", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
-                     "penalty_last_n", "max_tokens"):
-            value = getattr(self, name)
-            if value is not None:
-                setattr(params, name, value)
-        if self.top_p is not None:
-            if self.top_p == 0.0:  # keep only the most likely token: that is greedy decoding
-                params.temperature = 0.0
-            else:
-                params.top_p = self.top_p
+        asked = dict(self.asked)
+        top_p, seed = asked.pop("top_p", None), asked.pop("seed", None)
+        # A request's stop strings and logprobs are its own: the server's never add to them.
+        params.stop = [s for s in asked.pop("stop", []) if s]  # an empty stop string would end every answer
+        params.logprobs = asked.pop("logprobs", None)  # None: none; 0-20: each token's, with that many others
+        for name, value in asked.items():
+            setattr(params, name, value)
+        if top_p == 0.0:  # keep only the most likely token: that is greedy decoding
+            params.temperature = 0.0
+        elif top_p is not None:
+            params.top_p = top_p
         # -1 is the llama.cpp servers' "random seed"; OpenAI seeds are 64-bit, llama.cpp's are 32.
-        if self.seed is not None and self.seed != -1:
-            params.seed = self.seed % 2**32
-        params.stop = [s for s in self.stop if s]  # an empty stop string would end every answer at once
-        params.logprobs = self.logprobs
+        if seed is not None and seed != -1:
+            params.seed = seed % 2**32
         params.validate(self.names)
         return params
 

@@ -22,6 +22,9 @@ from . import llama_log
 log = logging.getLogger(__name__)
 
 MAX_GBNF_CHARS = 256 * 1024  # a grammar is request data: bound what parsing one may cost
+# llama.cpp parses a grammar's groups by recursion on the calling thread's stack: about 20,000 nested
+# parentheses overflow it and kill the process. A grammar a person or a schema writes nests a few levels.
+MAX_GBNF_NESTING = 256
 MAX_TRIGGERS = 16
 MAX_TRIGGER_CHARS = 256
 
@@ -47,12 +50,45 @@ class Grammar:
         if len(self.gbnf) > MAX_GBNF_CHARS:
             raise RequestError(f"the grammar is {len(self.gbnf)} characters; use at most {MAX_GBNF_CHARS}.",
                                "grammar")
+        depth = nesting(self.gbnf)
+        if depth > MAX_GBNF_NESTING:
+            raise RequestError(f"the grammar nests groups {depth} levels deep; use at most {MAX_GBNF_NESTING} (give "
+                               "a deep part a rule of its own).", "grammar")
         if len(self.triggers) > MAX_TRIGGERS:
             raise RequestError(f"{len(self.triggers)} grammar triggers given; use at most {MAX_TRIGGERS}.",
                                "grammar")
         if not all(isinstance(t, str) and 0 < len(t) <= MAX_TRIGGER_CHARS for t in self.triggers):
             raise RequestError(f"grammar triggers must be strings of 1 to {MAX_TRIGGER_CHARS} characters.",
                                "grammar")
+
+
+def nesting(gbnf: str) -> int:
+    """How deep the grammar's parenthesised groups nest (parentheses in strings, character classes and
+    comments do not count), in one pass."""
+    depth = deepest = 0
+    quote: str | None = None  # the closing character of the string or class being read
+    i = 0
+    while i < len(gbnf):
+        char = gbnf[i]
+        if quote is not None:
+            if char == "\\":
+                i += 1  # an escaped character, whatever it is
+            elif char == quote:
+                quote = None
+        elif char == '"':
+            quote = '"'
+        elif char == "[":
+            quote = "]"
+        elif char == "#":
+            end = gbnf.find("\n", i)
+            i = len(gbnf) if end < 0 else end
+        elif char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth -= 1
+        i += 1
+    return deepest
 
 
 def new_grammar_sampler(grammar: Grammar, vocab: llama_cpp.llama_vocab_p) -> llama_cpp.llama_sampler_p:

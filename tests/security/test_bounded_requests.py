@@ -73,6 +73,19 @@ def test_deeply_nested_json_is_a_400(api: str):
     assert r.status_code == 400 and "nests" in r.json()["error"]["message"]
 
 
+def test_a_grammar_nested_deep_enough_to_overflow_the_parsers_stack_is_a_400(api: str):
+    # 31,000 nested groups in 62 KB: llama.cpp's recursive parser would overflow its thread's stack and
+    # take the whole process down. Refused before llama.cpp sees it; a deep but sane grammar still runs.
+    deep = "root ::= " + "(" * 31_000 + '"a"' + ")" * 31_000
+    r = httpx.post(api + "/v1/completions", json={"model": MODEL, "prompt": "Say a.", "grammar": deep,
+                                                  "max_tokens": 2}, timeout=60)
+    assert r.status_code == 400 and "nests groups 31000 levels deep" in r.json()["error"]["message"], r.text[:200]
+    sane = "root ::= " + "(" * 200 + '"a"' + ")" * 200
+    r = httpx.post(api + "/v1/completions", json={"model": MODEL, "prompt": "Say a.", "grammar": sane,
+                                                  "max_tokens": 2}, timeout=120)
+    assert r.status_code == 200 and r.json()["choices"][0]["text"].startswith("a"), r.text[:200]
+
+
 def test_a_hundred_thousand_messages_are_refused_before_tokenizing(api: str):
     messages = [{"role": "user", "content": "<|im_start|>system"}] * 100_000  # ~3 MB
     r = httpx.post(api + "/v1/chat/completions", json={"model": MODEL, "messages": messages, "max_tokens": 1},

@@ -255,9 +255,7 @@ async def messages(service: Service, data: Any, request: HTTPRequest) -> Respons
     if body.max_tokens is None:
         raise RequestError("max_tokens is required (Anthropic's API asks for it): send the most tokens the answer "
                            "may take, such as 1024.", "max_tokens")
-    sampling = AskedSampling(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
-                             max_tokens=body.max_tokens, stop=list(body.stop_sequences or []),
-                             names={"stop": "stop_sequences"})
+    sampling = AskedSampling.named_alike(body, {"stop": "stop_sequences"}, stop=list(body.stop_sequences or []))
     generation = _generation(body, bool(body.stream), sampling)
     answer = await service.generate(generation, request)
     reply = _Message(answer.model)

@@ -31,11 +31,10 @@ OLLAMA_VERSION = "0.12.0"
 # Options that take effect when Ollama loads a model; here the model is loaded once, with localchat's settings.
 LOAD_OPTIONS = ("numa", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv", "logits_all", "vocab_only",
                 "use_mmap", "use_mlock", "embedding_only", "num_thread", "num_keep")
-# What each sampling field is called in Ollama's requests, for the errors that name one.
-NAMES = {"temperature": "options.temperature", "top_p": "options.top_p", "top_k": "options.top_k",
-         "min_p": "options.min_p", "repeat_penalty": "options.repeat_penalty", "seed": "options.seed",
-         "presence_penalty": "options.presence_penalty", "frequency_penalty": "options.frequency_penalty",
-         "penalty_last_n": "options.repeat_last_n", "max_tokens": "options.num_predict", "stop": "options.stop"}
+# What each sampling field is called in Ollama's requests, for the errors that name one: in `options`,
+# under the engine's own name but for two.
+NAMES = {name: f"options.{name}" for name in AskedSampling.ASKABLE} | {
+    "penalty_last_n": "options.repeat_last_n", "max_tokens": "options.num_predict", "logprobs": "top_logprobs"}
 
 
 class Options(Body):
@@ -131,11 +130,8 @@ def _sampling(body: _Generating, notes: list[str], n_ctx: int) -> AskedSampling:
                            "think")
     stops = [o.stop] if isinstance(o.stop, str) else list(o.stop or [])
     limit = o.num_predict if o.num_predict is not None and o.num_predict >= 0 else None
-    return AskedSampling(temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, min_p=o.min_p,
-                         repeat_penalty=o.repeat_penalty, presence_penalty=o.presence_penalty,
-                         frequency_penalty=o.frequency_penalty, penalty_last_n=o.repeat_last_n, seed=o.seed,
-                         max_tokens=limit, stop=stops, names=NAMES,
-                         logprobs=(body.top_logprobs or 0) if body.logprobs else None)
+    return AskedSampling.named_alike(o, NAMES, penalty_last_n=o.repeat_last_n, max_tokens=limit, stop=stops,
+                                     logprobs=(body.top_logprobs or 0) if body.logprobs else None)
 
 
 def _format(value: str | dict[str, Any] | None) -> dict[str, Any] | None:

@@ -163,8 +163,8 @@ def _generation(body: ResponsesBody) -> tuple[Generation, list[dict[str, Any]]]:
     head = [{"role": "system", "content": body.instructions}] if body.instructions else []
     tools, choice = _tools(body)
     logprobs = (body.top_logprobs or 0) if LOGPROBS in (body.include or []) else None
-    sampling = AskedSampling(temperature=body.temperature, top_p=body.top_p, max_tokens=body.max_output_tokens,
-                             logprobs=logprobs, names={"max_tokens": "max_output_tokens"})
+    sampling = AskedSampling.named_alike(body, {"max_tokens": "max_output_tokens"}, max_tokens=body.max_output_tokens,
+                                         logprobs=logprobs)
     generation = Generation(messages=head + conversation, model=body.model, sampling=sampling, tools=tools,
                             tool_choice=choice, parallel_tool_calls=body.parallel_tool_calls,
                             response_format=_format(body), format_param="text.format.schema",
