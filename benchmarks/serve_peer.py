@@ -111,36 +111,42 @@ def measure(server: Server, doc_tokens: int, repeats: int, seed0: int) -> dict[s
     rows: dict[str, list[float]] = {k: [] for k in (
         "doc_ttft", "busy_doc_ttft", "follow_up", "attached", "restart", "idle_p50", "busy_p99", "busy_max")}
     client = server.start()
+
+    def take(key: str, value: float) -> None:
+        """Keep a number, and print it at once: a long run shows what it has measured so far."""
+        rows[key].append(value)
+        print(f"  {server.name}, repeat {len(rows[key])}: {key} = {value:.3f}", file=sys.stderr, flush=True)
+
     try:
         for r in range(repeats):
             seed = seed0 + 10 * r
             doc = document(doc_tokens, seed)
-            rows["doc_ttft"].append(stream(client, ask(doc), 8))
-            rows["follow_up"].append(stream(client, ask(doc)[:1] + [
+            take("doc_ttft", stream(client, ask(doc), 8))
+            take("follow_up", stream(client, ask(doc)[:1] + [
                 {"role": "assistant", "content": "Dock 6."},
                 {"role": "user", "content": "And shipment 407?"}], 8))
             idle: list[float] = []
             stream(client, CHAT, 64, idle)
-            rows["idle_p50"].append(statistics.median(idle))
+            take("idle_p50", statistics.median(idle))
             busy: list[float] = []
             chat = threading.Thread(target=stream, args=(client, CHAT, 400, busy))
             chat.start()
             time.sleep(1.0)  # the chat is streaming
-            rows["busy_doc_ttft"].append(stream(client, ask(document(doc_tokens, seed + 1)), 8))
+            take("busy_doc_ttft", stream(client, ask(document(doc_tokens, seed + 1)), 8))
             chat.join()
-            rows["busy_p99"].append(percentile(busy, 0.99))
-            rows["busy_max"].append(max(busy))
+            take("busy_p99", percentile(busy, 0.99))
+            take("busy_max", max(busy))
             warm = document(doc_tokens, seed + 2)
             t0 = time.perf_counter()
             complete(client, [{"role": "user", "content": warm}], 1)  # how an API client warms a document
             read = time.perf_counter() - t0
             time.sleep(min(read, 5.0))  # the user reads their document's title, then asks
-            rows["attached"].append(stream(client, [{"role": "user", "content": f"{warm}\n\n{QUESTION}"}], 8))
+            take("attached", stream(client, [{"role": "user", "content": f"{warm}\n\n{QUESTION}"}], 8))
             restart_doc = document(doc_tokens, seed + 3)
             stream(client, ask(restart_doc), 8)
             server.stop()
             client = server.start()
-            rows["restart"].append(stream(client, ask(restart_doc), 8))
+            take("restart", stream(client, ask(restart_doc), 8))
     finally:
         server.stop()
     return rows
