@@ -411,9 +411,13 @@ def test_chats_show_dates_and_can_be_searched_and_renamed(page, ui: RunningUI):
     rename.press("Enter")
     expect(chats).to_contain_text("Harbour log")
     assert ui.store.get(conv).title == "Harbour log"
+    search.press_sequentially("zzqx")  # "foghornzzqx": nothing has it, and the list says so
+    expect(chats.locator("input[type=radio]")).to_have_count(0)
+    expect(chats).to_contain_text("No chat matches “foghornzzqx”.")
     search.press("Control+a")
     search.press("Backspace")
     expect(chats).to_contain_text("Tide tables")  # every chat again
+    expect(chats).not_to_contain_text("No chat matches")
 
 
 def test_regenerate_keeps_the_earlier_answer_beside_the_new_one(page, ui: RunningUI):

@@ -3,7 +3,9 @@ cancel against a local hub (the real huggingface_hub client), and the checks an 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
 import time
 from pathlib import Path
 
@@ -15,7 +17,8 @@ from localchat.hardware import HardwareInfo
 from localchat.models.catalog import ModelFile, load_catalog
 from localchat.planning.planner import Wants
 from localchat.tune.profile import Profile
-from localchat.ui.model_browser import Downloads, measured_speed, verdict
+from localchat.ui.model_browser import CatalogRow, Downloads, measured_speed, verdict
+from localchat.ui.models_html import catalog_table
 from localchat.ui.model_import import import_gguf
 from localchat.ui.uploads import received_dir
 
@@ -98,6 +101,22 @@ def test_the_verdicts_come_from_the_planner_for_each_quant():
         for quant, model_file in model.files.items():
             if model_file.format == "gptq":  # a CPU-only machine: the planner does not offer checkpoints
                 assert verdict(LAPTOP, catalog, key, quant, Wants()).short == "not offered without an NVIDIA GPU"
+
+
+def test_a_file_that_fits_but_crawls_says_so_and_its_speed_never_reads_zero():
+    catalog = load_catalog()
+    slow = dataclasses.replace(LAPTOP, ram_total=64 * 2**30, ram_available=60 * 2**30, ram_bandwidth=2e9)
+    key, quant = next((k, q) for k, m in catalog.items() for q, f in m.files.items()
+                      if f.format == "gguf" and 8e9 < f.size < 30e9)
+    said = verdict(slow, catalog, key, quant, Wants())
+    assert said.short.startswith("fits") and 0 < said.decode_tps < 1  # bandwidth-bound: under a token a second
+    best = verdict(slow, catalog, "smollm2-135m", "Q4_1", Wants())
+    table = catalog_table([CatalogRow(f"{key}:{quant}", key, quant, "gguf", "9 GB", said, None, "not here"),
+                           CatalogRow("smollm2-135m:Q4_1", "smollm2-135m", "Q4_1", "gguf", "98 MB", best, None,
+                                      "not here", best=True)])
+    assert "fits, too slow to use (cpu" in table and f"{said.decode_tps:.1f} tok/s" in table and ">0 tok/s" not in table
+    # The badge follows the verdict, so the two never read as one phrase ("best here fits: ...").
+    assert re.search(r"fits: cpu, \w+ context <span class='lc-badge'>best here</span></td>", table)
 
 
 def test_the_measured_speed_is_the_wizards_for_that_very_file():

@@ -10,6 +10,8 @@ from ..units import rate_text
 from .model_browser import FOUND_IN, CatalogRow, Download, file_label, percent, size_text
 
 # Scoped to the panel; the theme's own colours keep it readable in dark mode.
+USABLE_TPS = 1.0  # below a token a second a model that fits is still no use for a chat
+
 STYLE = """<style>
 .lc-table-wrap { max-height: 26rem; overflow: auto; border: 1px solid var(--border-color-primary);
   border-radius: var(--radius-md); }
@@ -36,21 +38,28 @@ def _cell(text: str, css: str = "", title: str = "") -> str:
     return f"<td{attrs}>{escape(text)}</td>"
 
 
+def rate(tps: float) -> str:
+    """A decode speed as the table shows it: a slow one keeps a decimal, so it never reads as 0."""
+    return f"{tps:.1f} tok/s" if tps < 10 else f"{tps:.0f} tok/s"
+
+
 def catalog_table(rows: list[CatalogRow]) -> str:
     """The catalog, one file a row; the verdict's reasons are its tooltip."""
     head = "".join(f"<th>{h}</th>" for h in ("Model", "Quant", "Format", "Size", "This machine", "Predicted",
                                              "Measured", "Here"))
     body = []
     for row in rows:
-        said = row.verdict.short
+        said, tps = row.verdict.short, row.verdict.decode_tps
         fits = said.startswith("fits")
-        badge = "<span class='lc-badge'>best here</span> " if row.best else ""
+        if fits and tps is not None and 0 < tps < USABLE_TPS:  # it fits, but nobody would wait for it
+            said, fits = f"fits, too slow to use ({said.removeprefix('fits').lstrip(': ')})", False
+        badge = " <span class='lc-badge'>best here</span>" if row.best else ""  # after the verdict: no run-on
         body.append(
             f"<tr data-choice='{escape(row.choice)}'{' class=lc-best' if row.best else ''}>"
             + _cell(row.name) + _cell(row.quant) + _cell(row.format) + _cell(row.size, "lc-num")
-            + f"<td title='{escape(row.verdict.detail)}' class='{'' if fits else 'lc-no'}'>{badge}{escape(said)}</td>"
-            + _cell(f"{row.verdict.decode_tps:.0f} tok/s" if row.verdict.decode_tps else "–", "lc-num")
-            + _cell(f"{row.measured:.0f} tok/s" if row.measured else "not tuned", "lc-num" if row.measured else "lc-no")
+            + f"<td title='{escape(row.verdict.detail)}' class='{'' if fits else 'lc-no'}'>{escape(said)}{badge}</td>"
+            + _cell(rate(tps) if tps else "–", "lc-num")
+            + _cell(rate(row.measured) if row.measured else "not tuned", "lc-num" if row.measured else "lc-no")
             + _cell(row.here, "" if row.here != "not here" else "lc-no") + "</tr>")
     return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>")
