@@ -566,6 +566,48 @@ def test_the_settings_drawer_offers_every_sampling_setting_beside_the_chat(page,
     shot(page, "23-settings-closed-420")
 
 
+def test_settings_saved_as_a_preset_start_new_chats_and_set_a_chat_when_picked(page, ui: RunningUI):
+    from localchat.ui.presets import Presets
+
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_settings(page)
+    temperature = page.locator("#temperature input[type=number]")
+    system = page.locator("#system textarea")
+    try:
+        system.fill("Answer in five words or fewer.")
+        temperature.fill("0.3")
+        temperature.press("Enter")
+        page.locator("#preset-name textarea").fill("Terse")
+        page.locator("#preset-default input").check()
+        page.locator("#save-preset").click()
+        expect(page.locator("#preset input")).to_have_value("Terse")
+        saved = Presets().get("Terse")
+        assert saved is not None and saved.system_prompt == "Answer in five words or fewer."
+        assert saved.settings["temperature"] == 0.3 and saved.n_ctx == ui.runtime.engine.n_ctx
+        shot(page, "24-preset-saved")
+        page.locator("#new-chat").click()  # a new chat starts from the default preset
+        expect(system).to_have_value("Answer in five words or fewer.")
+        expect(page.locator("#temperature input[type=range]")).to_have_value("0.3")
+        temperature.fill("1.2")
+        temperature.press("Enter")
+        expect(page.locator("#temperature input[type=range]")).to_have_value("1.2")
+        ask(page, "Name the capital city of Finland.")
+        wait_answered(page)
+        page.locator("#preset input").click()
+        page.get_by_role("option", name="Terse").click()  # picked: the chat's settings become the preset's
+        expect(page.locator("#temperature input[type=range]")).to_have_value("0.3")
+        wait_until(lambda: conversation_titled(ui, "Name the capital city of Finland.").settings["temperature"]
+                   == 0.3, "the picked preset kept with the chat")
+        page.locator("#delete-preset").click()
+        expect(page.locator("#preset input")).to_have_value("")
+        assert Presets().names() == [] and Presets().default() is None
+        page.locator("#new-chat").click()  # no default preset: the server's defaults again
+        expect(system).to_have_value("")
+    finally:
+        for name in Presets().names():  # never leave a default preset to the tests after this one
+            Presets().delete(name)
+
+
 def test_the_context_length_is_shown_and_a_new_one_reloads_the_model(page, ui: RunningUI):
     open_settings(page)
     box = page.locator("#n-ctx input")
@@ -672,6 +714,9 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     assert "placement: not measured (asked not to)" in log and "kept smollm2-135m Q4_1" in log
     assert ui.runtime.model.startswith(str(home))  # now answering with the tuned file
     expect(page.locator("#status")).to_contain_text("SmolLM2")
+    # The Models panel took the new profile without a reload: the tuned file has its measured speed.
+    tuned = page.locator("#catalog tr[data-choice='smollm2-135m:Q4_1'] td").nth(6)
+    expect(tuned).to_have_text(re.compile(r"^[\d.]+ tok/s$"))
     shot(page, "15-wizard-done", full_page=True)
     ask(page, "Name the capital city of France.")
     expect(last_reply(page)).to_contain_text("Paris", timeout=LONG)

@@ -122,9 +122,12 @@ def choose_download(page, key: str, quant: str) -> None:
 
     model = load_catalog()[key]
     box = page.locator("#download-choice input")
+    if not box.input_value():  # nothing chosen yet: nothing to download, and the button says so
+        expect(page.locator("#download")).to_be_disabled()
     box.click()
     page.get_by_role("option", name=re.compile(re.escape(f"{model.name} {quant} "))).click()
     expect(box).to_have_value(re.compile(re.escape(f"{model.name} {quant}")))
+    expect(page.locator("#download")).to_be_enabled()
 
 
 def download_of(page, key: str, quant: str):

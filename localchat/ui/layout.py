@@ -19,7 +19,8 @@ from .chat import ChatCore
 from .session import SHOWN_SETTINGS, Sampling
 from .models_panel import ModelsPanel, model_choices
 from .pre_read import PreReader
-from .settings_panel import build_settings_panel, follow_load, resize, sampling_of
+from .presets import Presets
+from .settings_panel import build_settings_panel, follow_load, resize, sampling_of, starting, wire_presets
 from .transfer_panel import build_transfer
 from .tuning import TuneJob, tuned_summary
 
@@ -46,6 +47,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
     defaults = defaults or Sampling()
     store = core.store
     pre_reader = PreReader(core)
+    presets = Presets()
 
     def conversations(selected: str | None = None, query: str = "") -> dict[str, Any]:
         query = (query or "").strip()
@@ -108,7 +110,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
             regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate")
             edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit")
             settings_btn = gr.Button("Settings", size="sm", elem_id="open-settings")
-        panel = build_settings_panel(defaults, system_prompt, core)
+        panel = build_settings_panel(defaults, system_prompt, core, presets)
         system, sliders = panel.system, panel.controls
         max_tokens, seed = panel.control("max_tokens"), panel.control("seed")
 
@@ -237,8 +239,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
 
         def load(cid: str | None) -> tuple:
             conv = store.get(cid) if cid else None
-            if conv is None:
-                return [], "[]", None, system_prompt, *(gr.skip(),) * len(SHOWN_SETTINGS), [], ""
+            if conv is None:  # a new chat: the default preset's settings, or the server's
+                return [], "[]", None, *starting(presets, defaults, system_prompt), [], ""
             s = conv.settings
             return (*view(conv.id), conv.id, conv.system_prompt,
                     *(s.get(name, getattr(defaults, name)) for name in SHOWN_SETTINGS), [], "")
@@ -259,8 +261,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
             return *new_chat(), *switch_draft(drafts, leaving, draft, None)
 
         def new_chat() -> tuple:
-            return [], "[]", None, system_prompt, *(getattr(defaults, name) for name in SHOWN_SETTINGS), [], "", \
-                conversations(None)
+            return [], "[]", None, *starting(presets, defaults, system_prompt), [], "", conversations(None)
 
         def delete(cid: str | None) -> tuple:
             if cid:
@@ -334,6 +335,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         action_go.click(act, [action, conv_id, pending, max_tokens], [*chat_outputs, pending, meter, convs], api_name=False,
                         js="(request, ...rest) => [window.localchatAction || '', ...rest]")
         settings_btn.click(None, None, None, js="() => localchatToggleSettings()", api_name=False)
+        wire_presets(panel, presets, defaults, conv_id, save_settings, lambda: core.runtime.engine.n_ctx)
         panel.reload.click(functools.partial(resize, core), [panel.n_ctx], [panel.n_ctx, panel.note, status],
                            api_name=False, concurrency_limit=1)
         chat_state = [*chat_outputs, conv_id, *settings_inputs, pending, meter]
@@ -361,8 +363,10 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                                           for x in sliders if x is not seed)], save_settings,
               [conv_id, *settings_inputs], None, api_name=False)
         models_panel.wire(model, status, demo)  # the model picker switches through the panel
+        # The Models panel's Measured column and "best here" come from the profile the wizard just saved.
         tune_btn.click(tune, [tune_download, tune_placements], [tune_log, tune_note, model, status], api_name=False,
-                       concurrency_limit=1)
+                       concurrency_limit=1).then(models_panel.refreshed, None,
+                                                 [models_panel.table, models_panel.local, model], api_name=False)
         demo.load(on_page_load, [last_chat, width], [convs, model, status, tune_note, tune_box, sidebar, *chat_state],
                   api_name=False, js="(last, px) => { localchatApplyTheme(); return [last, window.innerWidth]; }")
     return demo

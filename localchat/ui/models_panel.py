@@ -63,10 +63,14 @@ class ModelsPanel:
         with gr.Row(equal_height=True, elem_id="download-row"):
             self.choice = gr.Dropdown(label="File to download", choices=[], scale=1, min_width=280,
                                       elem_id="download-choice")
-            self.download_btn = gr.Button("Download", variant="primary", scale=0, min_width=100, elem_id="download")
-            self.pause_btn = gr.Button("Pause", scale=0, min_width=80, elem_id="pause-download")
-            self.resume_btn = gr.Button("Resume", scale=0, min_width=90, elem_id="resume-download")
-            self.cancel_btn = gr.Button("Cancel", variant="stop", scale=0, min_width=90, elem_id="cancel-download")
+            # Off until a file is chosen: with nothing chosen there is nothing they could do.
+            self.download_btn = gr.Button("Download", variant="primary", scale=0, min_width=100, elem_id="download",
+                                          interactive=False)
+            self.pause_btn = gr.Button("Pause", scale=0, min_width=80, elem_id="pause-download", interactive=False)
+            self.resume_btn = gr.Button("Resume", scale=0, min_width=90, elem_id="resume-download",
+                                        interactive=False)
+            self.cancel_btn = gr.Button("Cancel", variant="stop", scale=0, min_width=90, elem_id="cancel-download",
+                                        interactive=False)
         self.progress = gr.HTML(progress_html([]), elem_id="downloads")
         gr.Markdown("**Model files on this machine**: localchat's models folder, the hub cache, LM Studio, Ollama.")
         self.local = gr.HTML(elem_id="local-models")
@@ -184,6 +188,9 @@ class ModelsPanel:
         shown = [self.progress, self.table, self.local, model]
         # The bars are the progress: no spinner over the tables while a download runs.
         quiet = {"api_name": False, "concurrency_limit": None, "show_progress": "hidden"}
+        buttons = [self.download_btn, self.pause_btn, self.resume_btn, self.cancel_btn]
+        self.choice.change(lambda choice: [gr.update(interactive=bool(choice))] * len(buttons), [self.choice], buttons,
+                           api_name=False, queue=False)
         self.download_btn.click(self.download, [self.choice], shown, **quiet)
         self.resume_btn.click(self.download, [self.choice], shown, **quiet)
         self.pause_btn.click(self.pause, [self.choice], [self.progress], **quiet)

@@ -90,3 +90,11 @@ SHOWN_SETTINGS = (*SAMPLING_SETTINGS, "context_overflow")
 def settings_of(sampling: Sampling) -> dict[str, Any]:
     """A conversation's stored settings: the ones the window shows."""
     return {name: getattr(sampling, name) for name in SHOWN_SETTINGS}
+
+
+def checked_settings(raw: dict[str, Any]) -> dict[str, Any]:
+    """The settings the window shows out of ones from a file (an import, a preset): numbers (the seed may
+    be none; each is range-checked when used) and the overflow policy by name; anything else is dropped."""
+    return {k: v for k, v in raw.items() if k in SHOWN_SETTINGS
+            and (isinstance(v, (int, float)) and not isinstance(v, bool) or (k == "seed" and v is None)
+                 or (k == "context_overflow" and v in POLICIES))}

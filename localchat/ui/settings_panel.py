@@ -7,7 +7,7 @@ conversation and the message box instead of pushing them out of view.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import gradio as gr
 
@@ -15,7 +15,8 @@ from ..errors import LocalchatError
 from ..runtime.overflow import POLICIES
 from ..runtime.sampling import LIMITS
 from .chat import ChatCore
-from .session import SHOWN_SETTINGS, Sampling
+from .presets import Preset, Presets
+from .session import SHOWN_SETTINGS, Sampling, settings_of
 
 MIN_CONTEXT = 64  # the n_ctx setting's own lower bound (config.py)
 OVERFLOW_CHOICES = [("Leave out the oldest turns", "rolling"),
@@ -34,6 +35,15 @@ def slider(name: str, label: str, low: float, high: float, step: float, value: f
 
 
 @dataclass(slots=True)
+class PresetControls:
+    pick: gr.Dropdown
+    name: gr.Textbox
+    save: gr.Button
+    as_default: gr.Checkbox
+    delete: gr.Button
+
+
+@dataclass(slots=True)
 class SettingsPanel:
     drawer: gr.Sidebar
     system: gr.Textbox
@@ -42,6 +52,7 @@ class SettingsPanel:
     reload: gr.Button
     note: gr.Markdown
     shown_ctx: gr.State  # the context length the box last showed from the loaded model
+    presets: PresetControls
 
     @property
     def inputs(self) -> list[Any]:
@@ -52,11 +63,21 @@ class SettingsPanel:
         return self.controls[SHOWN_SETTINGS.index(name)]
 
 
-def build_settings_panel(defaults: Sampling, system_prompt: str, core: ChatCore) -> SettingsPanel:
+def build_settings_panel(defaults: Sampling, system_prompt: str, core: ChatCore, saved: Presets) -> SettingsPanel:
     """The drawer's components (inside the Blocks being built); it starts closed."""
     d = defaults
     with gr.Sidebar(open=False, position="right", width=340, elem_id="settings-panel") as drawer:
         gr.Markdown("**Settings for this chat**")
+        with gr.Group(elem_id="presets"):
+            pick = gr.Dropdown(saved.names(), value=None, label="Preset", elem_id="preset",
+                               info="Sets this chat's settings from a saved preset.")
+            with gr.Row(equal_height=True):
+                name = gr.Textbox(placeholder="Name these settings", show_label=False, container=False, scale=3,
+                                  elem_id="preset-name")
+                save = gr.Button("Save as preset", size="sm", scale=2, elem_id="save-preset")
+            with gr.Row(equal_height=True):
+                as_default = gr.Checkbox(label="New chats start with it", value=False, elem_id="preset-default")
+                delete = gr.Button("Delete preset", size="sm", elem_id="delete-preset")
         system = gr.Textbox(system_prompt, label="System prompt", lines=2, max_lines=6, elem_id="system")
         sliders = {
             "temperature": slider("temperature", "Temperature (0: greedy)", 0, 2, 0.05, d.temperature),
@@ -83,7 +104,61 @@ def build_settings_panel(defaults: Sampling, system_prompt: str, core: ChatCore)
         reload = gr.Button("Reload the model with this context", size="sm", elem_id="reload-context")
         note = gr.Markdown(context_note(core), elem_id="context-note")
     return SettingsPanel(drawer, system, [sliders[name] for name in SHOWN_SETTINGS], n_ctx, reload, note,
-                         gr.State(core.runtime.engine.n_ctx))
+                         gr.State(core.runtime.engine.n_ctx), PresetControls(pick, name, save, as_default, delete))
+
+
+def starting(saved: Presets, defaults: Sampling, system_prompt: str) -> tuple[Any, ...]:
+    """A new chat's system prompt and control values (in SHOWN_SETTINGS order): the default preset's over
+    the server's defaults."""
+    preset = saved.default()
+    if preset is None:
+        return system_prompt, *(getattr(defaults, name) for name in SHOWN_SETTINGS)
+    return preset.system_prompt, *(preset.settings.get(name, getattr(defaults, name)) for name in SHOWN_SETTINGS)
+
+
+def wire_presets(panel: SettingsPanel, saved: Presets, defaults: Sampling, conv_id: gr.State,
+                 save_settings: Callable[..., None], panel_context: Callable[[], int]) -> None:
+    """Save the drawer's settings under a name, set them from one (kept in the open chat), delete one."""
+    controls = panel.presets
+    shown = [panel.system, *panel.controls]
+
+    def save(name: str, as_default: bool, system: str, *values: Any) -> tuple:
+        *chosen, n_ctx = values
+        try:
+            saved.save(Preset(name or "", system or "", settings_of(sampling_of(tuple(chosen), defaults)),
+                              int(n_ctx) if n_ctx else None), as_default)
+        except LocalchatError as exc:
+            gr.Warning(str(exc))
+            return gr.skip(), gr.skip()
+        gr.Info(f"Saved the preset “{name.strip()}”" + (": new chats start with it." if as_default else "."))
+        return gr.update(choices=saved.names(), value=name.strip()), ""
+
+    def pick(name: str | None) -> tuple:
+        preset = saved.get(name)
+        if preset is None:
+            return (gr.skip(),) * (len(shown) + 2)
+        values = [preset.settings.get(n, getattr(defaults, n)) for n in SHOWN_SETTINGS]
+        default = saved.default()
+        n_ctx = gr.skip()
+        if preset.n_ctx and preset.n_ctx != panel_context():  # the box says it; Reload applies it
+            n_ctx = preset.n_ctx
+            gr.Info(f"“{preset.name}” was saved with {preset.n_ctx:,} tokens of context: press “Reload the model "
+                    "with this context” to use that too.")
+        return preset.system_prompt, *values, default is not None and default.name == preset.name, n_ctx
+
+    def delete(name: str | None) -> dict[str, Any]:
+        if name and saved.delete(name):
+            gr.Info(f"Deleted the preset “{name}”.")
+        return gr.update(choices=saved.names(), value=None)
+
+    controls.save.click(save, [controls.name, controls.as_default, *shown, panel.n_ctx],
+                        [controls.pick, controls.name], api_name=False)
+    controls.name.submit(save, [controls.name, controls.as_default, *shown, panel.n_ctx],
+                         [controls.pick, controls.name], api_name=False)
+    # Picked, the settings are this chat's own from then on: kept with it as a change in the drawer is.
+    controls.pick.input(pick, [controls.pick], [*shown, controls.as_default, panel.n_ctx], api_name=False).then(
+        save_settings, [conv_id, *shown], None, api_name=False)
+    controls.delete.click(delete, [controls.pick], [controls.pick], api_name=False)
 
 
 def sampling_of(values: tuple, defaults: Sampling) -> Sampling:

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RequestError
-from ..runtime.overflow import POLICIES
-from .session import SHOWN_SETTINGS
+from .session import checked_settings
 from .store import Conversation, Store
 from .uploads import MAX_UPLOAD_BYTES
 
@@ -92,11 +91,7 @@ def _checked_chat(chat: Any, n: int) -> tuple[str, str, dict[str, Any], list[tup
             raise RequestError(f"{where}: message {i} needs a role (user or assistant), text content and "
                                "an object of stats.")
         kept.append((m["role"], m["content"], _without_paths(m.get("stats", {}), 0)))
-    # Only the settings the window shows, as numbers (the seed may be none; each is range-checked when used)
-    # and the overflow policy by name.
-    shown = {k: v for k, v in settings.items() if k in SHOWN_SETTINGS
-             and (isinstance(v, (int, float)) and not isinstance(v, bool) or (k == "seed" and v is None)
-                  or (k == "context_overflow" and v in POLICIES))}
+    shown = checked_settings(settings)
     if settings.get("renamed") is True:  # a title the user chose stays when the first message is edited
         shown["renamed"] = True
     return title.strip() or "Imported chat", system, shown, kept
