@@ -704,8 +704,15 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     page.locator("#tune-button").scroll_into_view_if_needed()
     expect(page.locator("#tune-button")).to_be_in_viewport()  # the sidebar has slid in
     shot(page, "14-wizard-offered")
-    page.locator("#tune-download input").uncheck()
+    expect(page.locator("#tune-download input")).not_to_be_checked()  # no gigabytes fetched unless asked
     page.locator("#tune-placements input").uncheck()  # test_tune measures placements; here the window's part
+    # Cancelled once it is under way: nothing is kept, and the wizard can be run again.
+    page.locator("#tune-button").click()
+    expect(page.locator("#tune-log textarea")).to_have_value(re.compile("measuring smollm2-135m"), timeout=300_000)
+    page.locator("#tune-cancel").click()
+    expect(page.locator("#tune-log textarea")).to_have_value(re.compile("cancelled"), timeout=60_000)
+    expect(page.locator("#tune-cancel")).to_be_hidden(timeout=60_000)
+    expect(note).to_contain_text("has not been tuned yet")
     page.locator("#tune-button").click()
     expect(page.locator("#tune-log textarea")).to_have_value(re.compile("measuring smollm2-135m"), timeout=300_000)
     expect(note).to_contain_text("Tuned", timeout=900_000)

@@ -88,11 +88,15 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
             # Open where the machine is not tuned (checked again on every page load).
             with gr.Accordion("Hardware wizard", open=tuned_summary()[0] is None, elem_id="tune") as tune_box:
                 tune_note = gr.Markdown(elem_id="tune-note")
-                tune_download = gr.Checkbox(True, label="May download a better model", elem_id="tune-download")
+                # Off unless asked: a better model can be gigabytes, fetched without another question.
+                tune_download = gr.Checkbox(False, label="May download a better model (can be several GB)",
+                                            elem_id="tune-download")
                 tune_placements = gr.Checkbox(True, label="Measure where the model runs best (splits across "
                                                           "devices; a few minutes more)", elem_id="tune-placements")
                 tune_btn = gr.Button("Tune for this machine", size="sm", elem_id="tune-button")
-                tune_log = gr.Textbox(label="Wizard", lines=8, max_lines=8, interactive=False, visible=False,
+                tune_cancel = gr.Button("Cancel the wizard", size="sm", variant="stop", visible=False,
+                                        elem_id="tune-cancel")
+                tune_log = gr.Textbox(label="Wizard", lines=14, max_lines=14, interactive=False, visible=False,
                                       autoscroll=True, elem_id="tune-log")
         chatbot = gr.Chatbot(elem_id="chat", label="localchat", sanitize_html=True, allow_tags=False,
                              height="65vh", buttons=["copy"], feedback_options=None, editable="user",
@@ -284,24 +288,35 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
             job = tune_jobs.get("current")
             if job is None or not job.running:
                 job = tune_jobs["current"] = TuneJob(download, placements)
+            running, ended = gr.update(visible=True), gr.update(visible=False)  # the Cancel button
             while job.running:
-                yield gr.update(value=job.log(), visible=True), gr.skip(), gr.skip(), gr.skip()
+                yield gr.update(value=job.log(), visible=True), gr.skip(), gr.skip(), gr.skip(), running
                 time.sleep(0.5)
             job.wait()
             kept, note = tuned_summary()
+            if job.cancelled:
+                gr.Info("The wizard was cancelled; the settings are as they were.")
+                yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip(), ended
+                return
             if job.returncode != 0 or kept is None:
                 gr.Warning("The wizard stopped before it kept a model; its log says why.")
-                yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip()
+                yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip(), ended
                 return
             try:
                 core.runtime.switch(kept.path)  # the tuned file, with its tuned settings
             except LocalchatError as exc:
                 gr.Warning(f"tuned, but loading the kept model failed: {exc}")
-                yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip()
+                yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip(), ended
                 return
             gr.Info(f"Tuned: now answering with {kept.model} {kept.quant}.")
             yield (gr.update(value=job.log(), visible=True), note,
-                   gr.update(choices=model_choices(core.runtime.model), value=core.runtime.model), core.status())
+                   gr.update(choices=model_choices(core.runtime.model), value=core.runtime.model), core.status(),
+                   ended)
+
+        def cancel_tune() -> None:
+            job = tune_jobs.get("current")
+            if job is not None:
+                job.cancel()
 
         def on_page_load(last: str | None, px: float | None) -> tuple:
             profile, note = tuned_summary()
@@ -364,8 +379,9 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
               [conv_id, *settings_inputs], None, api_name=False)
         models_panel.wire(model, status, demo)  # the model picker switches through the panel
         # The Models panel's Measured column and "best here" come from the profile the wizard just saved.
-        tune_btn.click(tune, [tune_download, tune_placements], [tune_log, tune_note, model, status], api_name=False,
-                       concurrency_limit=1).then(models_panel.refreshed, None,
+        tune_cancel.click(cancel_tune, None, None, api_name=False, queue=False)
+        tune_btn.click(tune, [tune_download, tune_placements], [tune_log, tune_note, model, status, tune_cancel],
+                       api_name=False, concurrency_limit=1).then(models_panel.refreshed, None,
                                                  [models_panel.table, models_panel.local, model], api_name=False)
         demo.load(on_page_load, [last_chat, width], [convs, model, status, tune_note, tune_box, sidebar, *chat_state],
                   api_name=False, js="(last, px) => { localchatApplyTheme(); return [last, window.innerWidth]; }")

@@ -30,6 +30,7 @@ class TuneJob:
     def __init__(self, download: bool = True, placements: bool = True, command: list[str] | None = None) -> None:
         self.lines: list[str] = []
         self.returncode: int | None = None
+        self.cancelled = False
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # lines arrive as the wizard prints them
         self._process = subprocess.Popen(command or tune_command(download, placements), stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True, env=env, errors="replace")
@@ -56,6 +57,13 @@ class TuneJob:
     def stop(self) -> None:
         if self.running:
             self._process.terminate()
+
+    def cancel(self) -> None:
+        """Stop the wizard at the user's word: it keeps nothing (a profile is written only at its end)."""
+        if self.running:
+            self.cancelled = True
+            self.lines.append("cancelled")
+            self.stop()
 
 
 def tuned_summary() -> tuple[Profile | None, str]:
