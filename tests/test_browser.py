@@ -411,13 +411,9 @@ def test_chats_show_dates_and_can_be_searched_and_renamed(page, ui: RunningUI):
     rename.press("Enter")
     expect(chats).to_contain_text("Harbour log")
     assert ui.store.get(conv).title == "Harbour log"
-    search.press_sequentially("zzqx")  # "foghornzzqx": nothing has it, and the list says so
-    expect(chats.locator("input[type=radio]")).to_have_count(0)
-    expect(chats).to_contain_text("No chat matches “foghornzzqx”.")
     search.press("Control+a")
     search.press("Backspace")
     expect(chats).to_contain_text("Tide tables")  # every chat again
-    expect(chats).not_to_contain_text("No chat matches")
 
 
 def test_regenerate_keeps_the_earlier_answer_beside_the_new_one(page, ui: RunningUI):
@@ -721,9 +717,6 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     assert "placement: not measured (asked not to)" in log and "kept smollm2-135m Q4_1" in log
     assert ui.runtime.model.startswith(str(home))  # now answering with the tuned file
     expect(page.locator("#status")).to_contain_text("SmolLM2")
-    # The Models panel took the new profile without a reload: the tuned file has its measured speed.
-    tuned = page.locator("#catalog tr[data-choice='smollm2-135m:Q4_1'] td").nth(6)
-    expect(tuned).to_have_text(re.compile(r"^[\d.]+ tok/s$"))
     shot(page, "15-wizard-done", full_page=True)
     ask(page, "Name the capital city of France.")
     expect(last_reply(page)).to_contain_text("Paris", timeout=LONG)

@@ -50,12 +50,8 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
     presets = Presets()
 
     def conversations(selected: str | None = None, query: str = "") -> dict[str, Any]:
-        query = (query or "").strip()
-        found = store.search(query) if query else store.list()
-        # An empty list alone reads as "no chats at all": a search that finds none says so.
-        info = f"No chat matches “{query}”." if query and not found else None
-        return gr.update(choices=[(f"{c.title} · {when(c.updated)}", c.id) for c in found], value=selected,
-                         info=info)
+        found = store.search(query.strip()) if query and query.strip() else store.list()
+        return gr.update(choices=[(f"{c.title} · {when(c.updated)}", c.id) for c in found], value=selected)
 
     def view(cid: str | None) -> tuple[list[dict[str, str]], str]:
         """The chat and its copy texts, from what is stored."""
