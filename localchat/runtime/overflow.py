@@ -67,8 +67,9 @@ def without(messages: Sequence[dict[str, Any]], gone: Sequence[int]) -> list[dic
 def fit(messages: Sequence[dict[str, Any]], count: Callable[[list[dict[str, Any]]], int], room: int, policy: str,
         pinned: Callable[[int], bool] = lambda turn: False, at_least: int = 0) -> Fitted:
     """The messages with as few turns left out as makes `count(messages) <= room` (never fewer than
-    `at_least`, the number left out for the turn before). `pinned(i)`: turn i may not go. Raises ContextOverflowError when the policy is
-    refuse and something would have to go, or when what may not go is too long alone."""
+    `at_least`, the number left out for the turn before). `pinned(i)`: turn i may not go. Raises
+    ContextOverflowError when the policy is refuse and something would have to go, or when what may not
+    go is too long alone."""
     if policy not in POLICIES:
         raise ValueError(f"context overflow policy {policy!r} is not one of {', '.join(POLICIES)}")
     head, turns = turns_of(messages)
@@ -79,21 +80,29 @@ def fit(messages: Sequence[dict[str, Any]], count: Callable[[list[dict[str, Any]
     def kept(k: int) -> list[dict[str, Any]]:
         return without(messages, droppable[:k])
 
+    counted: dict[int, int] = {}
+
+    def size(k: int) -> int:
+        """The prompt's tokens with the first k droppable turns left out; each k rendered and counted once."""
+        if k not in counted:
+            counted[k] = count(kept(k))
+        return counted[k]
+
     def fewest(limit: int, low: int) -> int | None:
         """The fewest turns left out (at least `low`) that fit in `limit`; counts O(log turns) prompts."""
         high = len(droppable)
-        if count(kept(high)) > limit:
+        if size(high) > limit:
             return None
         while low < high:
             middle = (low + high) // 2
-            if count(kept(middle)) <= limit:
+            if size(middle) <= limit:
                 high = middle
             else:
                 low = middle + 1
         return low
 
     at_least = min(at_least, len(droppable))
-    tokens = count(kept(at_least))
+    tokens = size(at_least)
     if tokens <= room:
         return Fitted(kept(at_least), tuple(droppable[:at_least]), tokens)
     if policy == "refuse":
@@ -104,8 +113,8 @@ def fit(messages: Sequence[dict[str, Any]], count: Callable[[list[dict[str, Any]
     if needed is None:
         raise ContextOverflowError(
             f"even with every earlier turn left out, the system prompt, the documents and the newest message take "
-            f"{count(kept(len(droppable))):,} tokens, more than the {room:,} the context leaves for them; shorten "
+            f"{size(len(droppable)):,} tokens, more than the {room:,} the context leaves for them; shorten "
             "the message, attach less, or lower the answer's token limit.")
     roomy = fewest(int(room * (1 - SLACK)), needed)
     k = needed if roomy is None else roomy
-    return Fitted(kept(k), tuple(droppable[:k]), count(kept(k)))
+    return Fitted(kept(k), tuple(droppable[:k]), size(k))
