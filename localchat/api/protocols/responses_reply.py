@@ -50,7 +50,8 @@ class _Items:
         events = self.close("completed")
         self.items.append(item)
         self.open = item
-        events.append(("response.output_item.added", {"output_index": len(self.items) - 1, "item": copy.deepcopy(item)}))
+        events.append(("response.output_item.added",
+                       {"output_index": len(self.items) - 1, "item": copy.deepcopy(item)}))
         return events
 
     def text(self, text: str, logprobs: list[TokenLogprob]) -> list[Event]:
@@ -59,14 +60,15 @@ class _Items:
             events += self._begin({"id": "msg_" + secrets.token_hex(12), "type": "message", "status": "in_progress",
                                    "role": "assistant", "content": []})
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            events.append(("response.content_part.added", {**self._event_ids(), "content_index": 0, "part": copy.deepcopy(part)}))
+            events.append(("response.content_part.added",
+                           {**self._event_ids(), "content_index": 0, "part": copy.deepcopy(part)}))
             self.open["content"].append(part)
-        part = self.open["content"][0]
+        part, shaped = self.open["content"][0], _logprobs(logprobs)
         part["text"] += text
-        part["logprobs"] += _logprobs(logprobs)
+        part["logprobs"] += shaped
         if text:
             events.append(("response.output_text.delta", {**self._event_ids(), "content_index": 0, "delta": text,
-                                                          "logprobs": _logprobs(logprobs)}))
+                                                          "logprobs": shaped}))
         return events
 
     def call(self, start: CallStart) -> list[Event]:
