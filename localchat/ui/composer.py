@@ -1,17 +1,20 @@
 """The composer: the message box with its attach, Send and Stop buttons, and above it the attached files as
 removable chips with their token counts and the context meter (one component: whatever changes the attached
-files shows both)."""
+files shows both); and their events but Send's (chat_view.py answers it)."""
 
 from __future__ import annotations
 
+import functools
 import html
 from dataclasses import dataclass
+from typing import Iterator
 
 import gradio as gr
 
 from ..errors import LocalchatError
 from .chat import ChatCore
 from .uploads import ACCEPTED, discard_received, store_upload
+from .window import Window
 
 
 @dataclass(slots=True)
@@ -71,3 +74,24 @@ def attach(core: ChatCore, uploaded: list[str] | None, docs: list[str], max_toke
         finally:
             discard_received(path)
     return docs, shown(core, docs, max_tokens, conv_id), None
+
+
+def wire(compose: Composer, w: Window) -> None:
+    """Attach, Stop, and the read-ahead of the attached documents."""
+    core, pre_reader, max_tokens = w.core, w.pre_reader, w.panel.control("max_tokens")
+
+    def read_ahead(docs: list[str], cid: str | None, sys_prompt: str, tokens: float,
+                   request: gr.Request) -> Iterator[str]:
+        """Read the attached documents before the question (pre_read.py); a newer change ends it."""
+        stream = pre_reader.start(request.session_hash, cid, docs or [], sys_prompt or "", int(tokens))
+        if stream is None:
+            yield ""
+            return
+        yield from pre_reader.follow(request.session_hash, stream)
+
+    compose.stop.click(core.stop, [w.conv_id], None, queue=False, api_name=False)
+    compose.attach.upload(functools.partial(attach, core), [compose.attach, w.pending, max_tokens, w.conv_id],
+                          [w.pending, compose.attached, compose.attach], api_name=False)
+    # "multiple": a detach or a chat switch runs at once and ends the read-ahead in flight.
+    w.pending.change(read_ahead, [w.pending, w.conv_id, w.panel.system, max_tokens], [compose.reading],
+                     api_name=False, trigger_mode="multiple", concurrency_limit=8, show_progress="hidden")

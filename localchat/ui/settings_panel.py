@@ -6,6 +6,7 @@ conversation and the message box instead of pushing them out of view.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -114,6 +115,27 @@ def starting(saved: Presets, defaults: Sampling, system_prompt: str) -> tuple[An
     if preset is None:
         return system_prompt, *(getattr(defaults, name) for name in SHOWN_SETTINGS)
     return preset.system_prompt, *(preset.settings.get(name, getattr(defaults, name)) for name in SHOWN_SETTINGS)
+
+
+def wire_settings_panel(panel: SettingsPanel, core: ChatCore, saved: Presets, defaults: Sampling, conv_id: gr.State,
+                        status: gr.Markdown) -> None:
+    """The drawer's events: every change kept with the open chat, the presets, the context's reload; `status` is
+    the window's status line."""
+    system, sliders, seed = panel.system, panel.controls, panel.control("seed")
+
+    def save_settings(cid: str | None, sys_prompt: str, *values: float) -> None:
+        if cid:
+            core.save_settings(cid, sys_prompt or "", sampling_of(values, defaults))
+
+    wire_presets(panel, saved, defaults, conv_id, save_settings, lambda: core.runtime.engine.n_ctx)
+    panel.reload.click(functools.partial(resize, core), [panel.n_ctx], [panel.n_ctx, panel.note, status],
+                       api_name=False, concurrency_limit=1)
+    # The status changes with every load (a model switch, the wizard, a new context): so does the context box.
+    status.change(functools.partial(follow_load, core), [panel.shown_ctx],
+                  [panel.n_ctx, panel.note, panel.shown_ctx], api_name=False)
+    gr.on([system.blur, seed.blur, *(x.input if isinstance(x, gr.Dropdown) else x.release
+                                     for x in sliders if x is not seed)], save_settings,
+          [conv_id, *panel.inputs], None, api_name=False)
 
 
 def wire_presets(panel: SettingsPanel, saved: Presets, defaults: Sampling, conv_id: gr.State,

@@ -1,0 +1,199 @@
+"""The chat: the conversation with its copy texts and the page script's request box, the composer under it
+(composer.py), the answer buttons under that; and the handlers that answer: Send, Regenerate, an edit in place,
+a branch's ‹ ›, an answer's versions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import gradio as gr
+
+from ..errors import LocalchatError
+from . import composer as composing
+from . import render
+from . import versions
+from .session import Sampling
+from .settings_panel import sampling_of
+from .window import Window
+
+
+@dataclass(slots=True)
+class ChatView:
+    chatbot: gr.Chatbot
+    copy_texts: gr.Textbox
+    action: gr.Textbox
+    action_go: gr.Button
+    compose: composing.Composer
+    previous: gr.Button
+    next: gr.Button
+    regenerate: gr.Button
+    edit: gr.Button
+    settings: gr.Button
+
+
+def build() -> ChatView:
+    """The chat's components, in page order (inside the Blocks being built)."""
+    chatbot = gr.Chatbot(elem_id="chat", label="localchat", sanitize_html=True, allow_tags=False,
+                         height="65vh", buttons=["copy"], feedback_options=None, editable="user",
+                         placeholder="Ask anything, or attach documents and ask about them.")
+    copy_texts = gr.Textbox(value="[]", elem_id="sources", elem_classes="lc-hidden", show_label=False,
+                            interactive=False, container=False)
+    # The page script's requests that carry a value (a chip's ×, a branch arrow): it puts the request here.
+    action = gr.Textbox(elem_id="action", elem_classes="lc-hidden", show_label=False, container=False)
+    action_go = gr.Button("Act", elem_id="action-go", elem_classes="lc-hidden")
+    compose = composing.build_composer()
+    with gr.Row():
+        prev_btn = gr.Button("‹ Answer", size="sm", elem_id="previous-answer", min_width=60)
+        next_btn = gr.Button("Answer ›", size="sm", elem_id="next-answer", min_width=60)
+        regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate")
+        edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit")
+        settings_btn = gr.Button("Settings", size="sm", elem_id="open-settings")
+    return ChatView(chatbot, copy_texts, action, action_go, compose, prev_btn, next_btn, regen_btn, edit_btn,
+                    settings_btn)
+
+
+class Replies:
+    """The chat's handlers. An expected error is a warning toast and the outputs stay as they were: a raised
+    error would also paint every output of the event with a red "Error" badge."""
+
+    def __init__(self, w: Window) -> None:
+        self.w, self.core, self.store = w, w.core, w.store
+
+    def respond(self, request: gr.Request, text: str, cid: str | None, docs: list[str], sys_prompt: str,
+                *values: float) -> Iterator[tuple]:
+        core = self.core
+        text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
+        if not text.strip():
+            yield (gr.skip(),) * 8
+            return
+        sampling = sampling_of(values, self.w.defaults)
+        try:
+            cid = core.open_conversation(cid, text, sys_prompt, sampling)
+        except LocalchatError as exc:
+            gr.Warning(str(exc))
+            yield (gr.skip(),) * 8
+            return
+        # The question takes over what the read-ahead has read so far, and reads the rest itself.
+        self.w.pre_reader.stop(request.session_hash)
+        if core.busy(cid):
+            gr.Info("Sent once the answer in progress ends.")
+        # The box is cleared once, now; the updates that stream the answer leave it alone.
+        yield gr.skip(), "", cid, [], "", gr.skip(), gr.skip(), gr.skip()
+        with core.turn(cid):  # a message sent mid-answer waits here for that answer to end
+            try:
+                core.add_user_turn(cid, text, docs, sys_prompt, sampling)
+            except LocalchatError as exc:
+                gr.Warning(str(exc))
+                yield (gr.skip(), text, cid, docs, composing.shown(core, docs, sampling.max_tokens, cid), gr.skip(),
+                       gr.skip(), gr.skip())
+                return
+            yield from self.stream_reply(cid, sampling)
+
+    def stream_reply(self, cid: str, sampling: Sampling, earlier: list | None = None) -> Iterator[tuple]:
+        """Called with the conversation's turn held; `earlier`: the answers a regenerate keeps."""
+        core, w = self.core, self.w
+        shown = core.display(self.store.get(cid))
+        try:
+            for reply in core.answer(cid, sampling, earlier):
+                yield (shown + [{"role": "assistant", "content": reply}], gr.skip(), cid, gr.skip(), gr.skip(),
+                       w.conversations(cid), gr.skip(), gr.skip())
+        except LocalchatError as exc:  # refused by the engine (a regenerate with more max tokens, say)
+            gr.Warning(str(exc))
+        # The saved conversation, numbers included, is the final word on what was said.
+        chat, copy = w.view(cid)
+        yield chat, gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid), core.status(), copy
+
+    def regenerate(self, cid: str | None, *values: float) -> Iterator[tuple]:
+        conv = self.store.get(cid) if cid else None
+        if conv is None or not any(m.role == "user" for m in conv.messages):
+            gr.Warning("nothing to regenerate yet; send a message first.")
+            yield (gr.skip(),) * 8
+            return
+        with self.core.turn(conv.id):
+            kept = versions.drop_reply(self.store, conv.id)  # ‹ › shows them again
+            yield from self.stream_reply(conv.id, sampling_of(values, self.w.defaults), kept)
+
+    def edit_message(self, edit: gr.EditData, cid: str | None, sys_prompt: str, *values: Any) -> Iterator[tuple]:
+        """A user message edited in place: the chat continues from it; what followed stays a branch (‹ 1/2 ›)."""
+        core, view = self.core, self.w.view
+        index = edit.index if isinstance(edit.index, int) else edit.index[0]
+        text = edit.value if isinstance(edit.value, str) else str(edit.value)
+        conv = self.store.get(cid) if cid else None
+        if conv is None or not 0 <= index < len(conv.messages) or conv.messages[index].role != "user":
+            yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
+            return
+        note = core.turn_note(index, conv.messages[index])  # the edit box starts with what the chat shows
+        text = render.from_inert(text[: -len(note)] if note and text.endswith(note) else text)
+        if not text.strip():  # emptied: nothing to ask, the chat stays as it was
+            yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
+            return
+        sampling = sampling_of(values, self.w.defaults)
+        core.stop(cid)
+        with core.turn(conv.id):
+            try:
+                core.edit_turn(conv.id, index, text, sys_prompt or "", sampling)
+            except LocalchatError as exc:
+                gr.Warning(str(exc))
+                yield *view(conv.id)[:1], *(gr.skip(),) * 6, view(conv.id)[1]
+                return
+            yield from self.stream_reply(conv.id, sampling)
+
+    def show_version(self, cid: str | None, step: int) -> tuple:
+        if cid:
+            versions.show_version(self.store, cid, step)
+        return self.w.view(cid)
+
+    def act(self, request: str, cid: str | None, docs: list[str], mx: float) -> tuple:
+        """A request of the page script: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›)."""
+        core = self.core
+        kind, *numbers = (request or "").split(":")
+        try:
+            args = [int(n) for n in numbers]  # from the client: numbers or nothing
+        except ValueError:
+            return (gr.skip(),) * 5
+        if kind == "remove" and len(args) == 1:
+            docs = [d for i, d in enumerate(docs or []) if i != args[0]]
+            return gr.skip(), gr.skip(), docs, composing.shown(core, docs, mx, cid), gr.skip()
+        if kind == "branch" and len(args) == 2 and cid:
+            if core.busy(cid):
+                gr.Warning("the answer in progress ends first; stop it to switch branches now.")
+                return (gr.skip(),) * 5
+            with core.turn(cid):
+                core.show_branch(cid, args[0], max(min(args[1], 1), -1))
+            # A first turn's branch names the chat.
+            return *self.w.view(cid), gr.skip(), gr.skip(), self.w.conversations(cid)
+        return (gr.skip(),) * 5
+
+    def edit_last(self, cid: str | None) -> None:
+        """The page opened the last user message's own edit box (the pencil's: an edit forks the chat
+        and the old branch stays); here only the toast when there is none."""
+        conv = self.store.get(cid) if cid else None
+        if conv is None or not any(m.role == "user" for m in conv.messages):
+            gr.Warning("there is no message to edit yet.")
+
+
+def wire(w: Window, view: ChatView) -> None:
+    """The chat's events and the composer's."""
+    replies = Replies(w)
+    conv_id, settings_inputs, sliders = w.conv_id, w.panel.inputs, w.panel.controls
+    # The engine batches concurrent chats, so several tabs may stream at once; within one chat a
+    # message sent mid-answer is taken at once ("multiple") and waits for its turn in ChatCore.
+    for trigger in (view.compose.send.click, w.message.submit):
+        trigger(replies.respond, [w.message, conv_id, w.pending, *settings_inputs], w.reply_outputs,
+                api_name="send" if trigger == view.compose.send.click else False, concurrency_limit=8,
+                trigger_mode="multiple")
+    composing.wire(view.compose, w)
+    view.regenerate.click(replies.regenerate, [conv_id, *sliders], w.reply_outputs,
+                          api_name=False, concurrency_limit=8)
+    view.edit.click(replies.edit_last, [conv_id], None, api_name=False,
+                    js="(cid) => { const pencils = document.querySelectorAll(\"#chat button[aria-label='Edit']\");"
+                       " if (pencils.length) pencils[pencils.length - 1].click(); return [cid]; }")
+    view.action_go.click(replies.act, [view.action, conv_id, w.pending, w.panel.control("max_tokens")],
+                         [*w.chat_outputs, w.pending, w.meter, w.convs], api_name=False,
+                         js="(request, ...rest) => [window.localchatAction || '', ...rest]")
+    view.settings.click(None, None, None, js="() => localchatToggleSettings()", api_name=False)
+    view.previous.click(lambda cid: replies.show_version(cid, -1), [conv_id], w.chat_outputs, api_name=False)
+    view.next.click(lambda cid: replies.show_version(cid, +1), [conv_id], w.chat_outputs, api_name=False)
+    view.chatbot.edit(replies.edit_message, [conv_id, *settings_inputs], w.reply_outputs, api_name=False,
+                      concurrency_limit=8)

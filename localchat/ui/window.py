@@ -1,0 +1,102 @@
+"""What the window's parts share: the chat logic with a new chat's settings, the components more than one part
+reads or writes, and the helpers they all use (the chat list, the chat shown, a chat opened)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from .chat import ChatCore
+from .models_panel import model_choices
+from .pre_read import PreReader
+from .presets import Presets
+from .session import SHOWN_SETTINGS, Sampling
+from .settings_panel import SettingsPanel, starting
+from .store import Store
+
+
+def when(timestamp: float, now: float | None = None) -> str:
+    """A chat's date in the list: the time today, the day this year, the date before."""
+    moment, today = time.localtime(timestamp), time.localtime(now)
+    if moment[:3] == today[:3]:
+        return time.strftime("%H:%M", moment)
+    return time.strftime("%b %d" if moment.tm_year == today.tm_year else "%Y-%m-%d", moment)
+
+
+def sources(conv: Any) -> str:
+    """Each shown message's own text, for the copy buttons (the page script reads it)."""
+    return json.dumps([m.content for m in conv.messages] if conv is not None else [])
+
+
+def conversations(store: Store, selected: str | None = None, query: str = "") -> dict[str, Any]:
+    """The chat list: every chat, or those `query` finds; `selected` is the one chosen."""
+    found = store.search(query.strip()) if query and query.strip() else store.list()
+    return gr.update(choices=[(f"{c.title} · {when(c.updated)}", c.id) for c in found], value=selected)
+
+
+@dataclass(slots=True)
+class Window:
+    core: ChatCore
+    defaults: Sampling  # with system_prompt: a new conversation's settings
+    system_prompt: str
+    presets: Presets
+    pre_reader: PreReader
+    conv_id: gr.State
+    pending: gr.State  # stored paths of the documents attached to the next message
+    drafts: gr.State  # conversation id ("" for a new chat) -> its unsent message
+    convs: gr.Radio
+    model: gr.Dropdown
+    status: gr.Markdown
+    chatbot: gr.Chatbot
+    copy_texts: gr.Textbox
+    message: gr.Textbox
+    meter: gr.HTML  # the attached files' chips and the context meter
+    panel: SettingsPanel
+
+    @property
+    def store(self) -> Store:
+        return self.core.store
+
+    @property
+    def chat_outputs(self) -> list[Any]:
+        return [self.chatbot, self.copy_texts]
+
+    @property
+    def reply_outputs(self) -> list[Any]:
+        """What an answer's handlers write, in their tuples' order."""
+        return [self.chatbot, self.message, self.conv_id, self.pending, self.meter, self.convs, self.status,
+                self.copy_texts]
+
+    @property
+    def chat_state(self) -> list[Any]:
+        """What opening a chat writes, in `load`'s order."""
+        return [*self.chat_outputs, self.conv_id, *self.panel.inputs, self.pending, self.meter]
+
+    def conversations(self, selected: str | None = None, query: str = "") -> dict[str, Any]:
+        return conversations(self.store, selected, query)
+
+    def view(self, cid: str | None) -> tuple[list[dict[str, str]], str]:
+        """The chat and its copy texts, from what is stored."""
+        conv = self.store.get(cid) if cid else None
+        return self.core.display(conv), sources(conv)
+
+    def load(self, cid: str | None) -> tuple:
+        """The chat `cid` opened (`chat_state`'s values)."""
+        conv = self.store.get(cid) if cid else None
+        if conv is None:  # a new chat: the default preset's settings, or the server's
+            return [], "[]", None, *starting(self.presets, self.defaults, self.system_prompt), [], ""
+        s = conv.settings
+        return (*self.view(conv.id), conv.id, conv.system_prompt,
+                *(s.get(name, getattr(self.defaults, name)) for name in SHOWN_SETTINGS), [], "")
+
+    def new_chat(self) -> tuple:
+        """A new chat opened, then the chat list with none chosen."""
+        return *self.load(None), self.conversations(None)
+
+    def picker(self) -> dict[str, Any]:
+        """The model picker: the models found here, the loaded one chosen."""
+        return gr.update(choices=model_choices(self.core.runtime.model), value=self.core.runtime.model)

@@ -1,0 +1,87 @@
+"""The sidebar's hardware wizard: what this machine is tuned for, whether the wizard may download a better
+model and measure placements, Tune and Cancel, and its log (tuning.py runs it; this is the window's part)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import gradio as gr
+
+from ..errors import LocalchatError
+from .models_panel import ModelsPanel
+from .tuning import TuneJob, tuned_summary
+from .window import Window
+
+
+@dataclass(slots=True)
+class Wizard:
+    box: gr.Accordion
+    note: gr.Markdown
+    download: gr.Checkbox
+    placements: gr.Checkbox
+    tune: gr.Button
+    cancel: gr.Button
+    log: gr.Textbox
+
+
+def build() -> Wizard:
+    """The wizard's accordion (inside the sidebar being built)."""
+    # Open where the machine is not tuned (checked again on every page load).
+    with gr.Accordion("Hardware wizard", open=tuned_summary()[0] is None, elem_id="tune") as box:
+        note = gr.Markdown(elem_id="tune-note")
+        # Off unless asked: a better model can be gigabytes, fetched without another question.
+        download = gr.Checkbox(False, label="May download a better model (can be several GB)",
+                               elem_id="tune-download")
+        placements = gr.Checkbox(True, label="Measure where the model runs best (splits across "
+                                             "devices; a few minutes more)", elem_id="tune-placements")
+        tune = gr.Button("Tune for this machine", size="sm", elem_id="tune-button")
+        cancel = gr.Button("Cancel the wizard", size="sm", variant="stop", visible=False, elem_id="tune-cancel")
+        log = gr.Textbox(label="Wizard", lines=14, max_lines=14, interactive=False, visible=False, autoscroll=True,
+                         elem_id="tune-log")
+    return Wizard(box, note, download, placements, tune, cancel, log)
+
+
+def wire(w: Window, wizard: Wizard, models: ModelsPanel) -> None:
+    """Tune runs the wizard (or follows the one running) and loads what it kept; Cancel stops it."""
+    core = w.core
+    jobs: dict[str, TuneJob] = {}  # one wizard at a time for the whole app, whichever tab started it
+
+    def tune(download: bool, placements: bool) -> Iterator[tuple]:
+        job = jobs.get("current")
+        if job is None or not job.running:
+            job = jobs["current"] = TuneJob(download, placements)
+        running, ended = gr.update(visible=True), gr.update(visible=False)  # the Cancel button
+        while job.running:
+            yield gr.update(value=job.log(), visible=True), gr.skip(), gr.skip(), gr.skip(), running
+            time.sleep(0.5)
+        job.wait()
+        kept, note = tuned_summary()
+        if job.cancelled:
+            gr.Info("The wizard was cancelled; the settings are as they were.")
+            yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip(), ended
+            return
+        if job.returncode != 0 or kept is None:
+            gr.Warning("The wizard stopped before it kept a model; its log says why.")
+            yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip(), ended
+            return
+        try:
+            core.runtime.switch(kept.path)  # the tuned file, with its tuned settings
+        except LocalchatError as exc:
+            gr.Warning(f"tuned, but loading the kept model failed: {exc}")
+            yield gr.update(value=job.log(), visible=True), note, gr.skip(), gr.skip(), ended
+            return
+        gr.Info(f"Tuned: now answering with {kept.model} {kept.quant}.")
+        yield gr.update(value=job.log(), visible=True), note, w.picker(), core.status(), ended
+
+    def cancel() -> None:
+        job = jobs.get("current")
+        if job is not None:
+            job.cancel()
+
+    wizard.cancel.click(cancel, None, None, api_name=False, queue=False)
+    # The Models panel's Measured column and "best here" come from the profile the wizard just saved.
+    shown = [wizard.log, wizard.note, w.model, w.status, wizard.cancel]
+    wizard.tune.click(tune, [wizard.download, wizard.placements], shown, api_name=False, concurrency_limit=1).then(
+        models.refreshed, None, [models.table, models.local, w.model], api_name=False)
