@@ -35,6 +35,11 @@ class Candidate:
     def label(self) -> str:
         return f"{self.key} {self.quant}"
 
+    @property
+    def n_gpu_layers(self) -> int:
+        """The planner's GPU layers for it (0 without a prediction)."""
+        return self.predicted.n_gpu_layers if self.predicted else 0
+
     def summary(self) -> dict:
         """What the profile keeps of a candidate."""
         found = {"model": self.key, "quant": self.quant, "n_ctx": self.n_ctx, "layout": self.layout,

@@ -38,6 +38,9 @@ class DraftMeasurement:
         return {**asdict(self), "speedup": round(self.speedup, 3)}
 
 
+Speculation = tuple[str, DraftMeasurement, float]  # (draft key, what was measured, predicted speedup)
+
+
 def acceptance_from(tokens_per_pass: float, k: float) -> float:
     """The per-token acceptance a for which k drafts yield `tokens_per_pass` tokens per target pass
     (the runtime's `expected_tokens`, the model the planner's draft decision uses)."""

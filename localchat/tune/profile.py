@@ -8,15 +8,23 @@ import json
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ConfigError
 from ..hardware import HardwareInfo
 from ..paths import config_dir
 from ..planning.cost import MIN_DRAFT_SPEEDUP as DRAFT_PAYS  # below it a draft is not worth its memory
+from ..planning.cost import gpu_indices
 from ..planning.placements import Arrangement, placement_of
+
+if TYPE_CHECKING:
+    from .candidates import Candidate
+    from .draft import Speculation
+    from .formats import FormatRun
+    from .measure import Measurement
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +83,24 @@ class Profile:
     created: str = ""
     version: int = PROFILE_VERSION
 
+    @classmethod
+    def measured(cls, hardware: HardwareInfo, kept: Candidate, *, layout: str, step_budget: int,
+                 efficiency: dict[str, float], considered: list[Candidate], runs: list[FormatRun], format_reason: str,
+                 checkpoint: FormatRun | None, spec: Speculation | None, placements: list[dict[str, Any]],
+                 placement_reason: str, chart: str | None) -> "Profile":
+        """What the wizard kept on `hardware`: the measured candidate `kept`, run as `layout`, or the GPTQ
+        `checkpoint` of it that won the side-by-side `runs`; with the catalog draft's numbers when `spec`."""
+        m, p = kept.measurement, kept.predicted
+        numbers = _checkpoint_numbers(checkpoint) if checkpoint else _gguf_numbers(kept, m, step_budget)
+        return cls(
+            fingerprint=fingerprint(hardware), hardware=hardware_text(hardware), model=kept.key, layout=layout,
+            n_ctx=m.n_ctx, n_threads=m.n_threads, n_gpu_layers=kept.n_gpu_layers,
+            devices=gpu_indices(p.devices) if p and layout == kept.layout and placement_of(layout).names_gpus else "",
+            placements=placements, placement_reason=placement_reason, efficiency=efficiency,
+            candidates=[c.summary() for c in considered], formats=[r.to_dict() for r in runs],
+            format_reason=format_reason, chart=chart, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **numbers, **_draft_numbers(spec))
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
         return dataclasses.asdict(self)
@@ -104,6 +130,47 @@ class Profile:
     def measured_acceptance(self) -> dict[str, float]:
         """For Wants(measured_acceptance=...): the kept model's measured draft acceptance, if any."""
         return {self.model: self.draft_acceptance} if self.draft and self.draft_acceptance > 0 else {}
+
+
+def _gguf_numbers(kept: Candidate, m: Measurement, step_budget: int) -> dict[str, Any]:
+    """The kept GGUF file, measured (`m`) and predicted, by Profile field."""
+    p = kept.predicted
+    return {"quant": kept.quant, "path": str(kept.path), "step_budget": step_budget,
+            "prefill_tps": m.prefill_tps, "decode_tps": m.decode_tps,
+            "predicted_prefill_tps": round(p.prefill_tps, 1) if p else 0.0,
+            "predicted_decode_tps": round(p.decode_tps, 1) if p else 0.0,
+            "memory": {"weights": m.memory.weights, "kv": m.memory.kv,
+                       "compute": m.memory.compute + m.memory.output, "total": m.memory.total},
+            "predicted_memory": ({"weights": p.weights, "kv": p.kv, "compute": p.compute, "total": p.memory}
+                                 if p else {}),
+            "step_ms": {str(k): v for k, v in m.step_ms.items()},
+            "chunk_ms": {str(k): v for k, v in m.chunk_ms.items()}}
+
+
+def _checkpoint_numbers(run: FormatRun) -> dict[str, Any]:
+    """What runs is the checkpoint: its path and the numbers of its side-by-side run, by Profile field
+    (no step costs: they were measured on the GGUF file's worker)."""
+    return {"quant": run.quant, "path": run.path, "step_budget": 0,
+            "prefill_tps": run.prefill_tps, "decode_tps": run.decode_tps,
+            "predicted_prefill_tps": 0.0, "predicted_decode_tps": run.predicted_decode_tps,
+            "memory": {"weights": run.weights, "total": run.weights}, "predicted_memory": {},
+            "step_ms": {}, "chunk_ms": {}}
+
+
+def _draft_numbers(spec: Speculation | None) -> dict[str, Any]:
+    """The catalog draft measured with the kept model, by Profile field; none when it was not measured."""
+    if not spec:
+        return {}
+    key, d, predicted = spec
+    return {"draft": key, "draft_path": d.draft_path, "draft_acceptance": d.acceptance,
+            "draft_tokens_per_pass": d.tokens_per_pass, "plain_decode_tps": d.plain_tps,
+            "draft_decode_tps": d.draft_tps, "draft_speedup": round(d.speedup, 3),
+            "predicted_draft_speedup": round(predicted, 3)}
+
+
+def hardware_text(hardware: HardwareInfo) -> str:
+    """The machine as the profile names it: its CPU and cores."""
+    return f"{hardware.cpu_model}, {hardware.physical_cores} cores"
 
 
 def fingerprint(hardware: HardwareInfo) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, TextIO
@@ -15,7 +14,7 @@ from ..errors import LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
 from ..hardware.probe import probe
 from ..models.catalog import ModelFacts, load_catalog
-from ..planning.cost import DECODE_FILL, gpu_indices
+from ..planning.cost import DECODE_FILL
 from ..planning.placements import layout_for, placement_of
 from ..planning.planner import SPEED_TIE, Wants, plan
 from ..models.resolve import catalog_draft
@@ -25,11 +24,11 @@ from ..units import size_text
 from .calibrate import corrections, predict
 from .candidates import Candidate, candidates_of, gather, print_candidates
 from .chart import ChartRow, save_chart
-from .draft import DraftMeasurement, measure_draft
-from .formats import RACE_TOKENS, race
+from .draft import Speculation, measure_draft
+from .formats import RACE_TOKENS, FormatRun, race
 from .measure import Measurement, measure
 from .placements import tune_placement
-from .profile import Profile, fingerprint, profile_path, save_profile
+from .profile import Profile, hardware_text, profile_path, save_profile
 
 # A prompt chunk beside streaming chats may stretch one step to this: 20 tokens/s still reads smoothly.
 LATENCY_TARGET_MS = 50.0
@@ -63,9 +62,6 @@ def _step_budget(m: Measurement) -> int:
     return max(fitting, default=0)
 
 
-Speculation = tuple[str, DraftMeasurement, float]  # (draft key, what was measured, predicted speedup)
-
-
 def _measure_draft(best: Candidate, entries: dict[str, ModelFacts], hardware: HardwareInfo,
                    facts: dict[str, ModelFacts], efficiency: dict[str, float], n_tokens: int,
                    out: TextIO) -> Speculation | None:
@@ -78,7 +74,7 @@ def _measure_draft(best: Candidate, entries: dict[str, ModelFacts], hardware: Ha
     print(f"measuring draft {key} with {best.label} ...", file=out, flush=True)
     try:
         found = measure_draft(best.path, draft_path, n_ctx=m.n_ctx, n_threads=m.n_threads,
-                              n_gpu_layers=best.predicted.n_gpu_layers if best.predicted else 0, n_tokens=n_tokens)
+                              n_gpu_layers=best.n_gpu_layers, n_tokens=n_tokens)
     except LocalchatError as exc:
         print(f"  draft {key}: not measured ({exc})", file=out)
         return None
@@ -106,29 +102,28 @@ def _print_table(measured: list[Candidate], best: Candidate, spec: Speculation |
 
 def machine_line(hardware: HardwareInfo) -> str:
     """The wizard's first line: the machine it tunes, its memory in the units `localchat probe` shows."""
-    return (f"hardware: {hardware.cpu_model}, {hardware.physical_cores} cores, {size_text(hardware.ram_total)} RAM"
+    return (f"hardware: {hardware_text(hardware)}, {size_text(hardware.ram_total)} RAM"
             + "".join(f"; {g.name} {size_text(g.memory_total)}" for g in hardware.gpus))
 
 
-def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | None = None, download: bool = True,
-               out: TextIO = sys.stdout, *, wants: Wants | None = None, fill: int = DECODE_FILL,
-               max_measured: int = 2, refresh: bool | None = None, draft_tokens: int = DRAFT_TOKENS,
-               placement_doc_tokens: int = PLACEMENT_DOC_TOKENS, race_tokens: tuple[int, int] = RACE_TOKENS) -> Profile:
-    """Tune this machine end to end and save the profile; returns it. `refresh`: ask the hub for current
-    file sizes (default: when downloading is allowed). `placement_doc_tokens` 0 skips measuring placements.
-    `race_tokens`: the prompt and answer of the side-by-side run of the kept model's GGUF and GPTQ files."""
-    # Predict decode at the fill the measurements use, so predicted and measured compare.
-    wants = replace(wants or Wants(), decode_fill=fill)
+def _machine_and_catalog(probe_fn: Callable[[], HardwareInfo], catalog: Path | None, network: bool,
+                         out: TextIO) -> tuple[HardwareInfo, dict[str, ModelFacts], dict[str, ModelFacts]]:
+    """The machine, the catalog's entries and their facts with current file sizes (asking the hub with
+    `network`); prints the machine's line and what the sizes' refresh noted."""
     hardware = probe_fn()
     entries = load_catalog(catalog)
-    sized = refresh_sizes(entries, network=download if refresh is None else refresh)
-    facts = sized.facts
+    sized = refresh_sizes(entries, network=network)
     apply_to_entries(entries, sized)
     print(machine_line(hardware), file=out)
     for note in sized.reasons + sized.warnings:
         print(f"  {note}", file=out)
-    first = plan(hardware, facts, wants)
-    considered = candidates_of(first, hardware, facts, wants)
+    return hardware, entries, sized.facts
+
+
+def _candidates(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str, ModelFacts], wants: Wants,
+                download: bool, max_measured: int, out: TextIO) -> tuple[list[Candidate], list[Candidate]]:
+    """The plan's candidates (the top 3 printed) and those whose file is here or was fetched."""
+    considered = candidates_of(plan(hardware, facts, wants), hardware, facts, wants)
     print("plan (top 3, predicted):", file=out)
     print_candidates(considered[:3], out)
     ready = gather(considered, hardware, facts, entries, wants, download, max_measured, out)
@@ -136,18 +131,28 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
         tried = "; ".join(f"{c.label}: {c.status}" for c in considered)
         raise ModelNotFoundError(f"no candidate model file is here or could be fetched ({tried}). Connect to the "
                                  "network and run `localchat tune` again, or `localchat pull` a model first.")
+    return considered, ready
+
+
+def _warn_if_busy(out: TextIO) -> None:
+    """Warn when other programs keep cores busy: the speeds measured now would be low."""
     busy = _busy_cores()
     if busy >= BUSY_CORES:
         print(f"warning: other programs keep {busy:.1f} cores busy; llama.cpp's threads wait on each other when a "
               "core is taken, so the speeds measured now will be low. Close them and run `localchat tune` again "
               "for a profile that fits an idle machine.", file=out)
+
+
+def _measure_each(ready: list[Candidate], hardware: HardwareInfo, fill: int, out: TextIO) -> list[Candidate]:
+    """Measure each candidate on the real runtime; one that fails to load is noted in its status and
+    skipped. Returns those measured; none is a ModelNotFoundError."""
+    _warn_if_busy(out)
     measured = []
     for c in ready:
         print(f"measuring {c.label} (n_ctx {c.n_ctx}, {hardware.physical_cores} threads) ...", file=out, flush=True)
         try:
-            layers = c.predicted.n_gpu_layers if c.predicted else 0
             c.measurement = measure(c.path, n_ctx=c.n_ctx, n_threads=hardware.physical_cores,
-                                    n_gpu_layers=layers, fill=fill)
+                                    n_gpu_layers=c.n_gpu_layers, fill=fill)
         except LocalchatError as exc:
             c.status = f"failed to load: {exc}"
             continue
@@ -159,79 +164,95 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     if not measured:
         raise ModelNotFoundError("no candidate model could be loaded: "
                                  + "; ".join(f"{c.label}: {c.status}" for c in ready))
-    best = _keep_best(measured, wants)
-    best.status = "kept"
+    return measured
+
+
+def _calibrate(best: Candidate, hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str, ModelFacts],
+               wants: Wants, download: bool, race_tokens: tuple[int, int],
+               out: TextIO) -> tuple[dict[str, float], list[FormatRun], str]:
+    """The planner corrections the kept model's measurement makes, and the side-by-side run of its GGUF
+    file and GPTQ checkpoint (its verdict printed): (corrections, the runs, the verdict)."""
     m = best.measurement
     efficiency = corrections(hardware, facts, best.key, best.quant, best.n_ctx, best.layout,
                              m.decode_tps, m.prefill_tps, base=wants.efficiency, fill=m.decode_fill)
-    p = best.predicted
     runs, format_reason, torch_rate = race(hardware, facts, entries, best.key, best.quant, best.path, m.n_ctx,
-                                           m.n_threads, p.n_gpu_layers if p else 0, wants, out, race_tokens,
+                                           m.n_threads, best.n_gpu_layers, wants, out, race_tokens,
                                            download=download)
     print(f"format: {format_reason}", file=out)
     efficiency |= torch_rate  # the torch kernels' measured share, where the planner offers GPTQ
-    checkpoint = next((r for r in runs if r.format == "gptq" and r.status == "kept"), None)
-    spec = _measure_draft(best, entries, hardware, facts, efficiency, draft_tokens, out) if not checkpoint else None
-    _print_table(measured, best, spec, out)
-    layout, placements, placement_reason = best.layout, [], "not measured (asked not to): the planner's is kept"
+    return efficiency, runs, format_reason
+
+
+def _placement(best: Candidate, hardware: HardwareInfo, facts: dict[str, ModelFacts], checkpoint: FormatRun | None,
+               spec: Speculation | None, doc_tokens: int, out: TextIO) -> tuple[str, list[dict], str]:
+    """The layout the profile keeps, each placement measured (with `doc_tokens`; 0 measures none), and why."""
     if checkpoint:  # the torch worker runs on one device: there is no placement to choose
-        layout = "gpu" if any(not g.unified for g in hardware.gpus) else "cpu"
-        placement_reason = "not measured: the GPTQ checkpoint runs on the torch worker, on one device"
-    elif placement_doc_tokens:
-        planned = placement_of(best.layout).name
-        base = WorkerConfig(n_ctx=m.n_ctx, n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0)
-        kept, placements, placement_reason = tune_placement(
-            best.path, hardware, base, planned, Path(spec[1].draft_path) if spec else None, placement_doc_tokens, out)
-        if kept != planned:  # the planner's layout did not win: the profile keeps the layout the winner runs
-            layout = layout_for(kept, p.n_gpu_layers if p else 0, facts[best.key].n_layer)
-    print(f"placement: {placement_reason}", file=out)
-    profile = Profile(
-        fingerprint=fingerprint(hardware), hardware=f"{hardware.cpu_model}, {hardware.physical_cores} cores",
-        model=best.key, quant=best.quant, path=str(best.path), layout=layout, n_ctx=m.n_ctx,
-        n_threads=m.n_threads, n_gpu_layers=p.n_gpu_layers if p else 0,
-        step_budget=_step_budget(m),
-        devices=gpu_indices(p.devices) if p and layout == best.layout
-        and placement_of(layout).names_gpus else "",
-        placements=placements, placement_reason=placement_reason,
-        prefill_tps=m.prefill_tps, decode_tps=m.decode_tps,
-        predicted_prefill_tps=round(p.prefill_tps, 1) if p else 0.0,
-        predicted_decode_tps=round(p.decode_tps, 1) if p else 0.0,
-        memory={"weights": m.memory.weights, "kv": m.memory.kv, "compute": m.memory.compute + m.memory.output,
-                "total": m.memory.total},
-        predicted_memory={"weights": p.weights, "kv": p.kv, "compute": p.compute, "total": p.memory} if p else {},
-        step_ms={str(k): v for k, v in m.step_ms.items()}, chunk_ms={str(k): v for k, v in m.chunk_ms.items()},
-        efficiency=efficiency, candidates=[c.summary() for c in considered],
-        formats=[r.to_dict() for r in runs], format_reason=format_reason,
-        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    if checkpoint:  # what runs is the checkpoint: its path and the numbers of its side-by-side run
-        profile.quant, profile.path = checkpoint.quant, checkpoint.path
-        profile.decode_tps, profile.prefill_tps = checkpoint.decode_tps, checkpoint.prefill_tps
-        profile.predicted_decode_tps, profile.predicted_prefill_tps = checkpoint.predicted_decode_tps, 0.0
-        profile.memory = {"weights": checkpoint.weights, "total": checkpoint.weights}
-        profile.predicted_memory, profile.step_ms, profile.chunk_ms, profile.step_budget = {}, {}, {}, 0
-    if spec:
-        key, d, predicted = spec
-        profile.draft, profile.draft_path, profile.draft_acceptance = key, d.draft_path, d.acceptance
-        profile.draft_tokens_per_pass, profile.plain_decode_tps, profile.draft_decode_tps = \
-            d.tokens_per_pass, d.plain_tps, d.draft_tps
-        profile.draft_speedup, profile.predicted_draft_speedup = round(d.speedup, 3), round(predicted, 3)
-    path = profile_path()
-    chart = path.with_name("profile.png")
+        return ("gpu" if any(not g.unified for g in hardware.gpus) else "cpu", [],
+                "not measured: the GPTQ checkpoint runs on the torch worker, on one device")
+    if not doc_tokens:
+        return best.layout, [], "not measured (asked not to): the planner's is kept"
+    m, planned = best.measurement, placement_of(best.layout).name
+    base = WorkerConfig(n_ctx=m.n_ctx, n_threads=m.n_threads, n_gpu_layers=best.n_gpu_layers)
+    kept, placements, reason = tune_placement(
+        best.path, hardware, base, planned, Path(spec[1].draft_path) if spec else None, doc_tokens, out)
+    if kept == planned:
+        return best.layout, placements, reason
+    # The planner's layout did not win: the profile keeps the layout the winner runs.
+    return layout_for(kept, best.n_gpu_layers, facts[best.key].n_layer), placements, reason
+
+
+def _draw_chart(measured: list[Candidate], chart: Path, hardware: HardwareInfo) -> tuple[str | None, str]:
+    """Each measured candidate's predicted and measured numbers drawn into `chart`: (its path, "") or,
+    when it cannot be drawn, (None, why)."""
     rows = [ChartRow(c.label, c.predicted.decode_tps if c.predicted else 0, c.measurement.decode_tps,
                      c.predicted.prefill_tps if c.predicted else 0, c.measurement.prefill_tps,
                      c.predicted.memory / 1e6 if c.predicted else 0, c.measurement.memory.total / 1e6)
             for c in measured]
     try:
-        drawn_by = save_chart(rows, chart, f"localchat tune: predicted vs measured ({profile.hardware})")
-        profile.chart = str(chart)
+        save_chart(rows, chart, f"localchat tune: predicted vs measured ({hardware_text(hardware)})")
     except (ImportError, OSError) as exc:
-        drawn_by = f"no chart ({exc})"
-    save_profile(profile, path)
+        return None, f"no chart ({exc})"
+    return str(chart), ""
+
+
+def _print_kept(profile: Profile, path: Path, no_chart: str, out: TextIO) -> None:
+    """The wizard's last lines: what was kept, the planner corrections, where the profile and chart are."""
     print(f"\nkept {profile.model} {profile.quant}: {profile.decode_tps:.1f} tok/s decode, {profile.prefill_tps:.0f} "
           f"tok/s prefill, {size_text(profile.memory['total'])}; step budget {profile.step_budget or 'adaptive'}",
           file=out)
-    print("planner corrections: " + ", ".join(f"{k} {v:g}" for k, v in efficiency.items()), file=out)
-    print(f"profile: {path}\nchart:   {profile.chart or drawn_by}", file=out)
+    print("planner corrections: " + ", ".join(f"{k} {v:g}" for k, v in profile.efficiency.items()), file=out)
+    print(f"profile: {path}\nchart:   {profile.chart or no_chart}", file=out)
+
+
+def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | None = None, download: bool = True,
+               out: TextIO = sys.stdout, *, wants: Wants | None = None, fill: int = DECODE_FILL,
+               max_measured: int = 2, refresh: bool | None = None, draft_tokens: int = DRAFT_TOKENS,
+               placement_doc_tokens: int = PLACEMENT_DOC_TOKENS, race_tokens: tuple[int, int] = RACE_TOKENS) -> Profile:
+    """Tune this machine end to end and save the profile; returns it. `refresh`: ask the hub for current
+    file sizes (default: when downloading is allowed). `placement_doc_tokens` 0 skips measuring placements.
+    `race_tokens`: the prompt and answer of the side-by-side run of the kept model's GGUF and GPTQ files."""
+    # Predict decode at the fill the measurements use, so predicted and measured compare.
+    wants = replace(wants or Wants(), decode_fill=fill)
+    hardware, entries, facts = _machine_and_catalog(probe_fn, catalog, download if refresh is None else refresh, out)
+    considered, ready = _candidates(hardware, facts, entries, wants, download, max_measured, out)
+    measured = _measure_each(ready, hardware, fill, out)
+    best = _keep_best(measured, wants)
+    best.status = "kept"
+    efficiency, runs, format_reason = _calibrate(best, hardware, facts, entries, wants, download, race_tokens, out)
+    checkpoint = next((r for r in runs if r.format == "gptq" and r.status == "kept"), None)
+    spec = _measure_draft(best, entries, hardware, facts, efficiency, draft_tokens, out) if not checkpoint else None
+    _print_table(measured, best, spec, out)
+    layout, placements, placement_reason = _placement(best, hardware, facts, checkpoint, spec,
+                                                      placement_doc_tokens, out)
+    print(f"placement: {placement_reason}", file=out)
+    path = profile_path()
+    chart, no_chart = _draw_chart(measured, path.with_name("profile.png"), hardware)
+    profile = Profile.measured(hardware, best, layout=layout, step_budget=_step_budget(best.measurement),
+                               efficiency=efficiency, considered=considered, runs=runs, format_reason=format_reason,
+                               checkpoint=checkpoint, spec=spec, placements=placements,
+                               placement_reason=placement_reason, chart=chart)
+    save_profile(profile, path)
+    _print_kept(profile, path, no_chart, out)
     return profile
 
 
