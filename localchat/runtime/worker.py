@@ -1,4 +1,4 @@
-"""A Worker owns one llama.cpp model and context. Only workers touch llama.cpp. (Just over 300 lines:
+"""A Worker owns one llama.cpp model and context. Only workers touch llama.cpp. (Some 360 lines:
 loading, batches, KV operations, state hand-over and samplers are one object's view of one context.)"""
 
 from __future__ import annotations
@@ -75,6 +75,27 @@ class Worker:
         if self.config.deterministic and self.config.n_gpu_layers:
             log.warning("--deterministic holds for the CPU kernels; layers offloaded to a GPU round as its "
                         "kernels do, which may depend on the batch")
+        self.model = self._load_model(on_progress)
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
+        self.max_threads = self.config.n_threads or default_threads()
+        self.ctx, cparams = self._new_context()
+        self.threads = (self.max_threads, self.max_threads)  # (single-token steps, batches)
+        self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
+        self.fingerprint = self._fingerprint(cparams)
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self._batch = llama_cpp.llama_batch_init(self.config.n_batch, 0, 1)
+        # Deterministic mode keeps the cells packed (_close_holes); this is (seq_id, first, last) when the
+        # topmost used cells are known to hold exactly that sequence's positions first..last, in order.
+        self._top_run: tuple[int, int, int] | None = None
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.bos_token = llama_cpp.llama_vocab_bos(self.vocab)
+        self.eos_token = llama_cpp.llama_vocab_eos(self.vocab)
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    def _model_params(self) -> llama_cpp.llama_model_params:
+        """llama.cpp's model parameters for this worker's config (the progress callback aside)."""
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = self.config.n_gpu_layers
         mparams.main_gpu = self.config.main_gpu
@@ -82,11 +103,18 @@ class Worker:
             else llama_cpp.LLAMA_SPLIT_MODE_NONE
         if self.config.tensor_split:
             slots = llama_cpp.llama_max_devices()
-            self._tensor_split = (ctypes.c_float * slots)(*self.config.tensor_split[:slots])  # llama.cpp keeps the pointer
+            # llama.cpp keeps the pointer: the array lives as long as the worker.
+            self._tensor_split = (ctypes.c_float * slots)(*self.config.tensor_split[:slots])
             mparams.tensor_split = self._tensor_split
         # Repacked weights (the CPU's fast layouts) use one kernel for a single row and another
         # for several: only the deterministic mode does without them.
         mparams.use_extra_bufts = not self.config.deterministic
+        return mparams
+
+    def _load_model(self, on_progress: Callable[[float], None] | None) -> llama_cpp.llama_model_p:
+        """The model, loaded from the file; one llama.cpp cannot load is a ModelLoadError (the CPU
+        backend released)."""
+        mparams = self._model_params()
         if on_progress is not None:
             # llama.cpp keeps the pointer while it loads: the callback object must outlive the call.
             report = llama_cpp.llama_progress_callback(lambda share, _: on_progress(share) or True)
@@ -100,10 +128,10 @@ class Worker:
                 f"could not load {self.model_path} ({reason}). The file may be truncated or corrupt: "
                 "download it again (`localchat pull`), or pick another model."
             )
-        self.model = model
-        self.vocab = llama_cpp.llama_model_get_vocab(model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
-        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(model)
+        return model
+
+    def _context_params(self) -> llama_cpp.llama_context_params:
+        """llama.cpp's context parameters for this worker's config."""
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = self.config.n_ctx
         cparams.n_batch = self.config.n_batch
@@ -112,7 +140,6 @@ class Worker:
             cparams.type_k = cparams.type_v = GGML_TYPE_Q8_0
             cparams.op_offload = False  # a GPU would take the prompt's big matrix products, not single tokens
         cparams.n_seq_max = self.config.n_seq_max
-        self.max_threads = self.config.n_threads or default_threads()
         cparams.n_threads = self.max_threads
         cparams.n_threads_batch = self.max_threads
         cparams.kv_unified = True  # one cell pool shared by every sequence: prefixes can be shared
@@ -122,30 +149,25 @@ class Worker:
         cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.config.flash_attn \
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.no_perf = True
-        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        return cparams
+
+    def _new_context(self) -> tuple[llama_cpp.llama_context_p, llama_cpp.llama_context_params]:
+        """The model's context and the parameters it was made with; one that cannot be made is a
+        ModelLoadError (the model freed, the CPU backend released)."""
+        cparams = self._context_params()
+        ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not ctx and self.config.deterministic:
             # Q8_0 needs head sizes in multiples of its 32-value blocks; BF16 takes any size and
             # has the same single per-row attention kernel (only F16 and F32 get the others).
             cparams.type_k = cparams.type_v = GGML_TYPE_BF16
-            ctx = llama_cpp.llama_init_from_model(model, cparams)
+            ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not ctx:
-            llama_cpp.llama_model_free(model)
+            llama_cpp.llama_model_free(self.model)
             backends.release()
             reason = "; ".join(llama_log.recent_problems) or "out of memory?"
-            raise ModelLoadError(f"could not create a context of {self.config.n_ctx} tokens ({reason}); try a smaller n_ctx.")
-        self.ctx = ctx
-        self.threads = (self.max_threads, self.max_threads)  # (single-token steps, batches)
-        self.n_ctx = llama_cpp.llama_n_ctx(ctx)
-        self.fingerprint = self._fingerprint(cparams)
-        self.memory = llama_cpp.llama_get_memory(ctx)
-        self._batch = llama_cpp.llama_batch_init(self.config.n_batch, 0, 1)
-        # Deterministic mode keeps the cells packed (_close_holes); this is (seq_id, first, last) when the
-        # topmost used cells are known to hold exactly that sequence's positions first..last, in order.
-        self._top_run: tuple[int, int, int] | None = None
-        self._piece_buf = ctypes.create_string_buffer(256)
-        self.bos_token = llama_cpp.llama_vocab_bos(self.vocab)
-        self.eos_token = llama_cpp.llama_vocab_eos(self.vocab)
-        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+            raise ModelLoadError(f"could not create a context of {self.config.n_ctx} tokens ({reason}); "
+                                 "try a smaller n_ctx.")
+        return ctx, cparams
 
     # -- vocabulary -------------------------------------------------------------------------
 
