@@ -89,11 +89,13 @@ def _window_epilog(window: list[argparse.Action]) -> str:
     return "\n".join(lines)
 
 
-# Sampling flags (--top-p sets top_p); unset ones keep SamplingParams' own defaults, and
-# SamplingParams.validate checks them against the limits the API and the window share.
-_SAMPLING_FLAGS = (("temperature", float), ("top_p", float), ("top_k", int), ("min_p", float),
-                   ("repeat_penalty", float), ("presence_penalty", float), ("frequency_penalty", float),
-                   ("max_tokens", int))
+# Sampling flags (--top-p sets top_p): one per limited parameter of runtime/sampling.py but the seed,
+# which only `chat` takes. Unset ones keep SamplingParams' own defaults, and SamplingParams.validate
+# checks them against the limits the API and the window share.
+def _sampling_flags() -> list[str]:
+    from .runtime.sampling import LIMITS
+
+    return [name for name in LIMITS if name != "seed"]
 
 
 def _sampling_args(parser: argparse.ArgumentParser, defaults_for: str = "") -> None:
@@ -103,13 +105,14 @@ def _sampling_args(parser: argparse.ArgumentParser, defaults_for: str = "") -> N
 
     group = parser.add_argument_group(f"sampling defaults for {defaults_for}" if defaults_for else "sampling")
     base = SamplingParams()
-    for dest, kind in _SAMPLING_FLAGS:
+    for dest in _sampling_flags():
         default = getattr(base, dest)
         about = f"default {default}" if default is not None else "answer length limit in tokens"
-        group.add_argument("--" + dest.replace("_", "-"), type=kind, dest=dest, help=f"{about}; {LIMITS[dest].words()}")
+        limit = LIMITS[dest]
+        group.add_argument("--" + dest.replace("_", "-"), type=limit.kind, dest=dest, help=f"{about}; {limit.words()}")
     if not defaults_for:
         group.add_argument("--system", help="system prompt")
-        group.add_argument("--seed", type=int, help=LIMITS["seed"].words())
+        group.add_argument("--seed", type=LIMITS["seed"].kind, help=LIMITS["seed"].words())
         group.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
@@ -241,7 +244,7 @@ def _sampling(args: argparse.Namespace):
     from .runtime.sampling import SamplingParams
 
     params = SamplingParams(seed=getattr(args, "seed", None), stop=list(getattr(args, "stop", [])))
-    for dest, _ in _SAMPLING_FLAGS:
+    for dest in _sampling_flags():
         if getattr(args, dest, None) is not None:
             setattr(params, dest, getattr(args, dest))
     params.validate()

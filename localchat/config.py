@@ -124,6 +124,11 @@ class Settings:
                                     commands=("ui",), choices=POLICIES)
     verbose: bool = setting(False, "show llama.cpp's log and debug messages", commands=(TOP,))
 
+    def __post_init__(self) -> None:
+        # Every path that makes settings checks them, a copy with one value changed included
+        # (dataclasses.replace: the window's context reload).
+        validate(self)
+
 
 DECLARED: dict[str, Declared] = {f.name: f.metadata["declared"] for f in fields(Settings)}
 _KINDS = {"bool": bool, "int": int, "str": str}
@@ -234,9 +239,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
     _apply(values, from_env, "environment")
     _apply(values, {k: v for k, v in (overrides or {}).items() if v is not None}, "command line")
     values = {**_tuned(values.get("model"), hardware), **values}
-    settings = Settings(**values)
-    validate(settings)
-    return settings
+    return Settings(**values)
 
 
 def validate(settings: Settings) -> None:

@@ -120,18 +120,16 @@ def _section_pieces(doc: Document, text: str, anchor: str, target: int, count: C
 
 
 def _anchors(pieces: list[_Piece]) -> list[str]:
-    """A chunk's places, in order: its sections' anchors, or the very lines it holds where known."""
-    anchors: list[str] = []
+    """A chunk's places, in order: its sections' anchors, or the very lines it holds where known (the
+    lines of pieces that follow each other as one range)."""
+    places: list[str | tuple[int, int]] = []
     for piece in pieces:
-        if piece.lines is None:
-            anchors.append(piece.anchor)
-            continue
-        last = _LINES.match(anchors[-1]) if anchors else None
-        if last and int(last.group(2) or last.group(1)) + 1 >= piece.lines[0]:
-            anchors[-1] = line_anchor(int(last.group(1)), max(piece.lines[1], int(last.group(2) or last.group(1))))
+        last = places[-1] if places else None
+        if piece.lines is not None and isinstance(last, tuple) and last[1] + 1 >= piece.lines[0]:
+            places[-1] = (last[0], max(last[1], piece.lines[1]))
         else:
-            anchors.append(line_anchor(*piece.lines))
-    return list(dict.fromkeys(anchors))
+            places.append(piece.lines or piece.anchor)
+    return list(dict.fromkeys(p if isinstance(p, str) else line_anchor(*p) for p in places))
 
 
 def _split(paragraph: str, by_lines: bool) -> tuple[list[str], str]:

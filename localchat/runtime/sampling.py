@@ -61,6 +61,12 @@ class Limit:
     open_low: bool = False
     open_high: bool = False
     note: str = ""  # what special values mean
+    whole: bool = False  # a count, a length or a seed: whole numbers only
+
+    @property
+    def kind(self) -> type:
+        """The type a flag or a control reads its value as."""
+        return int if self.whole else float
 
     def holds(self, value: float) -> bool:
         above = self.low is None or (value > self.low if self.open_low else value >= self.low)
@@ -88,15 +94,15 @@ def _number(value: float | None) -> str:
 # what its samplers accept. An API request's top_p 0 means greedy and never reaches top_p.
 LIMITS: dict[str, Limit] = {
     "temperature": Limit(0, 2, note="0: greedy"),
-    "top_k": Limit(0, note="0: off"),
+    "top_k": Limit(0, note="0: off", whole=True),
     "top_p": Limit(0, 1, open_low=True),
     "min_p": Limit(0, 1, open_high=True),
     "repeat_penalty": Limit(0, 10, open_low=True),
     "presence_penalty": Limit(-2, 2),
     "frequency_penalty": Limit(-2, 2),
-    "penalty_last_n": Limit(-1, note="-1: the whole context, 0: off"),
-    "max_tokens": Limit(1),
-    "seed": Limit(0, 2**32 - 1),
+    "penalty_last_n": Limit(-1, note="-1: the whole context, 0: off", whole=True),
+    "max_tokens": Limit(1, whole=True),
+    "seed": Limit(0, 2**32 - 1, whole=True),
 }
 MAX_STOPS = 16
 

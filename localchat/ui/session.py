@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ..errors import LocalchatError
 from ..runtime.engine import Engine
 from ..runtime.overflow import POLICIES
-from ..runtime.sampling import SamplingParams
+from ..runtime.sampling import LIMITS, SamplingParams
 
 
 @dataclass(slots=True)
@@ -52,13 +52,14 @@ _ENGINE_DEFAULTS = SamplingParams()
 
 @dataclass(slots=True)
 class Sampling:
-    """The per-conversation settings shown in the window: sampling over the server's defaults, and what
-    the chat does when it outgrows the context (runtime/overflow.py)."""
+    """The per-conversation settings shown in the window, in the order its controls (and the /send API's
+    arguments) give them: sampling over the server's defaults, then what the chat does when it outgrows
+    the context (runtime/overflow.py). Names and defaults are SamplingParams' own, but for the answer limit
+    and the seed, which the window always shows with a value."""
 
     temperature: float = _ENGINE_DEFAULTS.temperature
     top_p: float = _ENGINE_DEFAULTS.top_p
     max_tokens: int = WINDOW_MAX_TOKENS
-    base: SamplingParams = field(default_factory=SamplingParams)  # what the window does not show
     top_k: int = _ENGINE_DEFAULTS.top_k
     min_p: float = _ENGINE_DEFAULTS.min_p
     repeat_penalty: float = _ENGINE_DEFAULTS.repeat_penalty
@@ -66,6 +67,7 @@ class Sampling:
     presence_penalty: float = _ENGINE_DEFAULTS.presence_penalty
     frequency_penalty: float = _ENGINE_DEFAULTS.frequency_penalty
     context_overflow: str = POLICIES[0]
+    base: SamplingParams = field(default_factory=SamplingParams)  # what the window does not show
 
     @classmethod
     def over(cls, base: SamplingParams, context_overflow: str = POLICIES[0]) -> "Sampling":
@@ -75,16 +77,15 @@ class Sampling:
                    context_overflow=context_overflow)
 
     def params(self) -> SamplingParams:
+        """The engine's parameters: each control's number as the type SamplingParams takes (a slider's
+        value may come as a float)."""
         shown = {name: getattr(self, name) for name in SAMPLING_SETTINGS}
-        return dataclasses.replace(self.base, **shown | {
-            "max_tokens": int(self.max_tokens), "top_k": int(self.top_k),
-            "seed": None if self.seed is None else int(self.seed)})
+        return dataclasses.replace(self.base, **{name: value if value is None else LIMITS[name].kind(value)
+                                                 for name, value in shown.items()})
 
 
-# In the order the window's controls (and the /send API's arguments) give them: sampling, then overflow.
-SAMPLING_SETTINGS = ("temperature", "top_p", "max_tokens", "top_k", "min_p", "repeat_penalty", "seed",
-                     "presence_penalty", "frequency_penalty")
-SHOWN_SETTINGS = (*SAMPLING_SETTINGS, "context_overflow")
+SHOWN_SETTINGS = tuple(f.name for f in dataclasses.fields(Sampling) if f.name != "base")
+SAMPLING_SETTINGS = SHOWN_SETTINGS[:SHOWN_SETTINGS.index("context_overflow")]  # the ones SamplingParams takes
 
 
 def settings_of(sampling: Sampling) -> dict[str, Any]:
