@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from dataclasses import fields
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 
 from . import paths
 from .config import Settings
+from .errors import ModelLoadError
 from .units import size_text
 
 if TYPE_CHECKING:
@@ -63,22 +65,43 @@ def open_engine(settings: Settings, status: Callable[[str], None] | None = None,
         status(f"loading {path.name}")
     arrangement = arrange_workers(settings, worker, path, draft)
     log.info("placement: %s", arrangement.description)
-    config = EngineConfig(worker=arrangement.worker, step_budget=settings.step_budget, draft_path=draft,
-                          lookup=settings.speculation and draft is None, prefill=arrangement.prefill,
-                          draft_worker=arrangement.draft, step_costs=arrangement.step_costs, on_load_progress=progress,
-                          kv_disk_dir=paths.kv_states_dir() if settings.kv_disk_mb else None,
-                          kv_disk_bytes=settings.kv_disk_mb << 20)
-    engine = Engine.load(path, config)
-    engine.placement = arrangement.description
-    return engine
+    config = EngineConfig.placed(arrangement, step_budget=settings.step_budget, draft_path=draft,
+                                 lookup=settings.speculation and draft is None, on_load_progress=progress,
+                                 kv_disk_dir=paths.kv_states_dir() if settings.kv_disk_mb else None,
+                                 kv_disk_bytes=settings.kv_disk_mb << 20)
+    return Engine.load(path, config)
+
+
+def open_supervised(settings: Settings, status: Callable[[str], None] | None = None,
+                    progress: Callable[[float], None] | None = None):
+    """The configured model in a supervised runner process (runners/): how the server (the window and
+    the API) loads, so a model file, grammar or schema that crashes or stalls llama.cpp costs the
+    requests in flight, not the server. A file that crashed its runner while loading is refused until
+    it changes."""
+    import dataclasses
+
+    from .models import bad_files
+    from .runners.supervisor import LoadCrashError, SupervisedEngine
+
+    path = model_file(settings.model)  # fetched here, where the progress bar shows
+    reason = bad_files.reason_for(path)
+    if reason is not None:
+        raise ModelLoadError(f"{path.name} is marked bad: {reason}. Choose another file, or download this one "
+                             "again.")
+    if status is not None:
+        status(f"loading {path.name}")
+    try:
+        return SupervisedEngine(functools.partial(open_engine, dataclasses.replace(settings, model=str(path))),
+                                progress)
+    except LoadCrashError as exc:
+        bad_files.mark(path, f"the model runner {exc.how} when it was loaded")
+        raise
 
 
 def arrange_workers(settings: Settings, worker, path, draft):
     """The workers of the configured placement (`auto`: the tuned profile's when it holds for this model,
     else the planner's pick for this machine), with the profile's measured step costs where they hold.
     The hardware is read (quickly, in-process, once) only when the placement depends on it."""
-    import functools
-
     from .planning.choose import choose_arrangement
     from .tune.profile import launch_profile, quick_hardware, tuned_for
 

@@ -9,7 +9,7 @@ import logging
 from typing import Callable
 
 from .api.app import ServeOptions
-from .assemble import open_engine
+from .assemble import open_supervised
 from .config import Settings
 from .errors import LocalchatError
 
@@ -26,7 +26,7 @@ def serve_api(options: ServeOptions, settings: Callable[[], Settings], progress:
     if options.backend:
         return serve(options)
     chosen = settings()
-    with ProgressLine(enabled=progress) as line, open_engine(chosen, status=line.set) as engine:
+    with ProgressLine(enabled=progress) as line, open_supervised(chosen, status=line.set) as engine:
         line.clear()  # the banner comes next
         return serve(options, engine, served_name(chosen.model), system_prompt=chosen.system_prompt)
 
@@ -58,7 +58,7 @@ def open_window(options: ServeOptions, settings_for: Callable[[str | None], Sett
     def load(model: str, n_ctx: int | None = None, progress: Callable[[float], None] | None = None):
         chosen = settings if model == settings.model else settings_for(model)
         # A context length the window asks for replaces the settings' (and the tuned profile's) for this load.
-        return open_engine(chosen if n_ctx is None else dataclasses.replace(chosen, n_ctx=n_ctx), progress=progress)
+        return open_supervised(chosen if n_ctx is None else dataclasses.replace(chosen, n_ctx=n_ctx), progress=progress)
 
     try:
         with instance.recorded(url) if plain else contextlib.nullcontext():

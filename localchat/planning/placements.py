@@ -37,6 +37,14 @@ class Arrangement:
     # the speculator instead of measuring again (None: not tuned, or the profile does not hold).
     step_costs: dict[int, float] | None = None
 
+    def with_context(self, n_ctx: int) -> "Arrangement":
+        """The same workers, each holding at least `n_ctx` tokens of context."""
+        def roomy(worker: WorkerConfig | None) -> WorkerConfig | None:
+            return dataclasses.replace(worker, n_ctx=max(worker.n_ctx, n_ctx)) if worker else None
+
+        return dataclasses.replace(self, worker=roomy(self.worker), prefill=roomy(self.prefill),
+                                   draft=roomy(self.draft))
+
 
 @dataclass(slots=True)
 class Ask:

@@ -46,6 +46,9 @@ class Prompt(str):
         prompt.pieces = pieces
         return prompt
 
+    def __reduce__(self) -> tuple:
+        return Prompt, (str(self), self.pieces)  # pickled whole: a model runner tokenizes it piece by piece
+
     def each_piece(self) -> Iterator[tuple[str, bool]]:
         """The pieces, checking the request's time budget before each (tokenizing may be long)."""
         budget = current_budget()

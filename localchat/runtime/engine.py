@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import queue
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ from .draft_model import DraftModel
 from .events import Failed, PrefillProgress, Stream
 from .kv_disk import Hit, KVDiskCache
 from .prompt_lookup import PromptLookup
-from .resample import Resampled
+from .resample import Resampled, checked
 from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .sequence import KVHandover, Sequence
@@ -66,11 +68,20 @@ class EngineConfig:
     # Where long prompt prefixes' KV state is saved and restored from (kv_disk.py); None: nowhere.
     kv_disk_dir: Path | None = None
     kv_disk_bytes: int = 4 << 30
+    description: str = ""  # what runs where, in words (the planner's; empty: the engine says it plainly)
+
+    @classmethod
+    def placed(cls, arrangement: Any, **rest: Any) -> "EngineConfig":
+        """The config of a placement's workers (`planning/placements.py: Arrangement`, which names them
+        and the step costs measured for them), with the rest of the knobs as given."""
+        return cls(worker=arrangement.worker, prefill=arrangement.prefill, draft_worker=arrangement.draft,
+                   step_costs=arrangement.step_costs, description=arrangement.description, **rest)
 
 
 # A saved state is restored only when it spares this many prompt tokens beyond what is resident:
 # below that, reading them is about as quick as reading the file.
 RESTORE_MIN_GAIN = 256
+RECENT_STEPS = 64  # the steps `typical_step` is the median of
 
 
 _ids = itertools.count(1)
@@ -90,31 +101,34 @@ def _open_target(model_path: str | Path, config: EngineConfig) -> Worker:
 class Engine:
     """Continuous batching over one Worker: many sequences, one llama_decode per step."""
 
-    def __init__(self, worker: Worker, step_budget: int = 0, drafter: Drafter | None = None,
-                 spec_config: SpecConfig | None = None, prefill_worker: Worker | None = None,
-                 handover_min_tokens: int = 128, adapt_threads: bool = True,
-                 step_costs: dict[int, float] | None = None, kv_disk: KVDiskCache | None = None) -> None:
+    def __init__(self, worker: Worker, config: EngineConfig | None = None, *, drafter: Drafter | None = None,
+                 prefill_worker: Worker | None = None, kv_disk: KVDiskCache | None = None) -> None:
+        """An engine over loaded workers (`load` opens them from a config): the config is read whole."""
+        config = config or EngineConfig()
         self.worker = worker
         self.kv_disk = kv_disk
         self.n_ctx = worker.n_ctx
-        self.scheduler = Scheduler(worker.n_ctx, worker.config.n_seq_max, worker.config.n_batch, step_budget)
+        self.scheduler = Scheduler(worker.n_ctx, worker.config.n_seq_max, worker.config.n_batch, config.step_budget)
         self.template = ChatTemplate(
             worker.chat_template(), worker.token_text(worker.bos_token) if worker.bos_token >= 0 else "",
             worker.token_text(worker.eos_token) if worker.eos_token >= 0 else "",
         )
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._by_id: dict[str, Sequence] = {}
-        self.placement = "one worker"  # what runs where, in words (the CLI names the devices)
+        self.placement = config.description or ("prefill and decode workers" if prefill_worker else "one worker")
         self.speculator: Speculator | None = None
         if drafter is not None:
-            self.speculator = Speculator(drafter, StepCosts(step_costs), spec_config or SpecConfig())
+            self.speculator = Speculator(drafter, StepCosts(config.step_costs), config.spec)
         self.meter = StepMeter(worker, self.scheduler.budget, self.speculator.costs if self.speculator else None,
-                               adapt_threads)
+                               config.adapt_threads)
         self.runner = StepRunner(worker, self.scheduler, self.speculator, self.meter, self._by_id, kv_disk)
         self.pd: PDSplit | None = None
         if prefill_worker is not None:
-            self.pd = PDSplit(prefill_worker, worker, self._handed_over, handover_min_tokens)
-            self.placement = "prefill and decode workers"
+            self.pd = PDSplit(prefill_worker, worker, self._handed_over, config.handover_min_tokens)
+        # The step in progress (its start on perf_counter's clock) and the last steps' seconds: a model
+        # runner's watchdog reads them (runners/child.py).
+        self.step_started: float | None = None
+        self.recent_steps: collections.deque[float] = collections.deque(maxlen=RECENT_STEPS)
         self._thread = threading.Thread(target=self._run, name="localchat-engine", daemon=True)
         self._closed = False
         self._draining = False
@@ -140,8 +154,7 @@ class Engine:
             identity = getattr(worker, "state_identity", None)  # llama.cpp workers: their KV state can be saved
             kv_disk = KVDiskCache(config.kv_disk_dir, identity, config.kv_disk_bytes) \
                 if config.kv_disk_dir is not None and identity else None
-            return cls(worker, config.step_budget, drafter, config.spec, prefill, config.handover_min_tokens,
-                       config.adapt_threads, config.step_costs, kv_disk)
+            return cls(worker, config, drafter=drafter, prefill_worker=prefill, kv_disk=kv_disk)
         except LocalchatError:
             for each in loaded:
                 each.close()
@@ -167,11 +180,11 @@ class Engine:
     def submit(self, request: Request) -> Stream | Resampled:
         """Queue a request; its events arrive on the returned stream. Bad requests raise here. A grammar
         with a check (a JSON schema's keywords it cannot express) gets only answers that pass it."""
-        stream = self._submit(request)
-        check = request.sampling.grammar.check if request.sampling.grammar is not None else None
-        return Resampled(self._submit, request, stream, check) if check is not None else stream
+        return checked(self.submit_unchecked, request)
 
-    def _submit(self, request: Request) -> Stream:
+    def submit_unchecked(self, request: Request, sink: Callable[[Any], None] | None = None) -> Stream:
+        """Queue a request whose answer nobody checks here; `sink` takes its events instead of the
+        stream (a model runner: its server checks the answers)."""
         if self._closed:
             raise EngineError("the engine is shut down; start a new one.")
         params = request.sampling
@@ -190,7 +203,7 @@ class Engine:
                    if self.worker.n_ctx_train > self.n_ctx else ".")
             )
         request_id = request.id or f"req-{next(_ids)}"
-        stream = Stream(request_id, self.cancel)
+        stream = Stream(request_id, self.cancel, sink)
         seq = Sequence(id=request_id, tokens=tokens, max_tokens=max_tokens, stream=stream,
                        output=TextOutput(list(params.stop)), ignore_eos=params.ignore_eos,
                        speculate=request.speculate, num_logprobs=params.logprobs, num_forced=len(forced))
@@ -229,6 +242,16 @@ class Engine:
                                   daemon=True)
         closer.start()
         return closer
+
+    @property
+    def typical_step(self) -> float:
+        """The median of the last steps' seconds (0 before the first): what a step costs here."""
+        return statistics.median(self.recent_steps) if self.recent_steps else 0.0
+
+    @property
+    def drafter_name(self) -> str:
+        """What drafts for speculation, in words: "off" without speculation."""
+        return type(self.speculator.drafter).__name__ if self.speculator is not None else "off"
 
     @property
     def steps(self) -> int:
@@ -272,11 +295,15 @@ class Engine:
             except queue.Empty:
                 pass
             if self.scheduler.has_work():
+                self.step_started = started = time.perf_counter()
                 try:
                     self.runner.step()
                 except Exception as exc:  # a bug or a llama.cpp failure: fail the work, keep serving
                     log.exception("engine step failed")
                     self._fail_all(exc if isinstance(exc, LocalchatError) else EngineError(f"internal error: {exc!r}"))
+                finally:
+                    self.step_started = None
+                    self.recent_steps.append(time.perf_counter() - started)
 
     def _take(self, kind: str, item: Any) -> None:
         if kind == "submit":

@@ -138,11 +138,14 @@ class Result:
 class Stream:
     """The events of one request, in order. Iterate it; it ends after Done or Failed."""
 
-    def __init__(self, request_id: str, cancel: Callable[[str], None]) -> None:
+    def __init__(self, request_id: str, cancel: Callable[[str], None],
+                 sink: Callable[[Event], None] | None = None) -> None:
         self.id = request_id
         self._queue: queue.Queue[Event] = queue.Queue()
         self._cancel = cancel
         self.finished = False
+        if sink is not None:  # the events go elsewhere as they come (a model runner sends them to the server)
+            self.put = sink  # type: ignore[method-assign]
 
     def put(self, event: Event) -> None:
         self._queue.put(event)

@@ -53,6 +53,13 @@ class SchemaUnmetError(RequestError):
     """The answer kept breaking a schema keyword the grammar leaves to the check."""
 
 
+def checked(submit: Callable[["Request"], "Stream"], request: "Request") -> "Stream | Resampled":
+    """Submit `request`; where its grammar carries a check, the stream that gives only passing answers."""
+    stream = submit(request)
+    check = request.sampling.grammar.check if request.sampling.grammar is not None else None
+    return Resampled(submit, request, stream, check) if check is not None else stream
+
+
 class Resampled:
     """A Stream (the same interface) whose answer passes `check`."""
 

@@ -6,7 +6,6 @@ runs it on the real model; a split is kept only where it measurably wins over on
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import TextIO
 
@@ -26,11 +25,8 @@ MIN_IDLE_SPEED = 0.9
 
 def measure_placement(path: Path, layout: Arrangement, doc_tokens: int, draft: Path | None = None) -> MixedResult:
     """Load the model as `layout` says and run the mixed workload on it."""
-    def roomy(worker):  # the document and the chats must fit beside each other
-        return dataclasses.replace(worker, n_ctx=max(worker.n_ctx, doc_tokens + 2048)) if worker else None
-
-    config = EngineConfig(worker=roomy(layout.worker), prefill=roomy(layout.prefill), draft_worker=roomy(layout.draft),
-                          draft_path=draft if layout.draft is not None else None)
+    roomy = layout.with_context(doc_tokens + 2048)  # the document and the chats must fit beside each other
+    config = EngineConfig.placed(roomy, draft_path=draft if layout.draft is not None else None)
     with Engine.load(path, config) as engine:
         return mixed_workload(engine, layout.placement, doc_tokens)
 

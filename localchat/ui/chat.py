@@ -337,9 +337,7 @@ class ChatCore:
     def status(self) -> str:
         rt = self.runtime
         worker = rt.engine.worker
-        spec = rt.engine.speculator
-        speculation = type(spec.drafter).__name__ if spec is not None else "off"
         model = Path(rt.model).name if rt.model.lower().endswith(".gguf") else rt.model
         weights = worker.describe()
         return render.status_markdown(model, worker.model_path, weights, rt.engine.n_ctx, rt.engine.placement,
-                                      speculation)
+                                      rt.engine.drafter_name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
+from ..models import bad_files
 from ..models.importers import LocalModel
 from ..units import rate_text
 from .model_browser import FOUND_IN, CatalogRow, Download, file_label, percent, size_text
@@ -26,6 +27,7 @@ STYLE = """<style>
 .lc-badge { font-size: 0.75em; padding: 0 0.35em; border-radius: 0.5em; background: var(--color-accent);
   color: white; white-space: nowrap; }
 .lc-no { color: var(--body-text-color-subdued); }
+.lc-bad { color: var(--error-text-color, #b91c1c); font-size: 0.85em; white-space: normal; }
 .lc-path { font-family: var(--font-mono); font-size: 0.85em; word-break: break-all; min-width: 24rem;
   color: var(--body-text-color-subdued); }
 .lc-download { margin: 0.25rem 0; }
@@ -69,10 +71,19 @@ def local_table(models: list[LocalModel]) -> str:
     """The GGUF files found on this machine and where."""
     if not models:
         return "<p class='lc-no'>No GGUF files found here yet.</p>"
-    body = "".join(f"<tr>{_cell(file_label(m))}{_cell(FOUND_IN.get(m.source, m.source))}"
+    body = "".join(f"<tr>{_local_name(m)}{_cell(FOUND_IN.get(m.source, m.source))}"
                    f"{_cell(size_text(m.size), 'lc-num')}{_cell(str(m.path), 'lc-path')}</tr>" for m in models)
     return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr><th>File</th><th>Found in</th>"
             f"<th>Size</th><th>Path</th></tr></thead><tbody>{body}</tbody></table></div>")
+
+
+def _local_name(model: LocalModel) -> str:
+    """A local file's name cell, with why it is not offered when it crashed the model runner (bad_files.py)."""
+    bad = bad_files.reason_for(model.path)
+    if bad is None:
+        return _cell(file_label(model))
+    return (f"<td>{escape(file_label(model))}<br><span class='lc-bad' data-bad='1'>does not load: {escape(bad)}"
+            "</span></td>")
 
 
 def progress_html(jobs: list[Download]) -> str:

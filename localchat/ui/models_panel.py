@@ -149,7 +149,7 @@ class ModelsPanel:
         """Load the chosen model in the background; the current one answers until the new one is ready."""
         core = self.core
         if not name or name == core.runtime.model or time.monotonic() - self._failed.get(name, -60) < 10:
-            yield gr.skip(), core.status()
+            yield gr.skip(), core.status(), gr.skip()
             return
         # The name comes from the client: only a model this window lists may load.
         if name not in {value for _, value in model_choices(core.runtime.model, self.catalog)}:
@@ -172,14 +172,16 @@ class ModelsPanel:
             share = core.runtime.loading
             read = f"{share:.0%} read, " if share else ""
             yield gr.skip(), (f"Loading **{shown}**{f' ({size_text(size)})' if size else ''}… {read}"
-                              f"{time.monotonic() - started:.0f} s so far; the current model answers meanwhile.")
+                              f"{time.monotonic() - started:.0f} s so far; the current model answers meanwhile."), \
+                gr.skip()
             loader.join(POLL_S)
         if failure:
             self._failed[name] = time.monotonic()
             gr.Warning(f"{shown} did not load, so the current model stays: {failure[0]}")
         else:
             gr.Info(f"Now answering with {shown} (loaded in {time.monotonic() - started:.1f} s).")
-        yield gr.update(value=core.runtime.model), core.status()
+        # The local files again: a file that crashed the model runner is marked there now.
+        yield gr.update(value=core.runtime.model), core.status(), local_table(local_models())
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -198,7 +200,7 @@ class ModelsPanel:
         self.importer.upload(self.import_file, [self.importer], [self.note, self.local, model, self.importer],
                              api_name=False, concurrency_limit=1)
         # The status line shows the load as it goes: no spinner over it.
-        model.input(self.switch, [model], [model, status], api_name=False, concurrency_limit=1,
+        model.input(self.switch, [model], [model, status, self.local], api_name=False, concurrency_limit=1,
                     show_progress="hidden")
         # Another tab's download shows here too, and keeps moving while it runs.
         demo.load(lambda: self.choice_update(), None, [self.choice], api_name=False).then(

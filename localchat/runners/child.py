@@ -1,0 +1,151 @@
+"""The model runner: a child process holding one Engine, driven by the server over a pipe.
+
+llama.cpp aborts or segfaults on some inputs (a crafted model file, a grammar its parser cannot
+take) and can spin for minutes inside one step (an ambiguous grammar doubles its stacks per token).
+In the server's own process that would take the window, the API and every answer in flight with it;
+in a runner it costs one process, which the server's supervisor (supervisor.py) restarts.
+
+The protocol, one pickled tuple per message (both sides are this program):
+- in: ("submit", call, rid, request), ("cancel", rid), ("call", call, method, args), ("drain",), ("close",)
+- out: ("progress", share) while loading, then ("ready", RunnerInfo) or ("load_failed", error);
+  ("reply", call, value, error) per call or submit; ("event", rid, event) per stream event;
+  ("stalled", seconds, limit) just before the watchdog ends the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import EngineError, LocalchatError
+from ..runtime.engine import Engine
+from ..runtime.worker_types import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+# What the runner answers as calls: the engine's read-only questions.
+CALLS = ("prompt_tokens", "count_tokens")
+# A step may run this many times the typical step (the median of the last ones) before the watchdog
+# ends it, and never less than the floor: prefill steps are bounded by the step budget, so a step far
+# past both is llama.cpp spinning (an ambiguous grammar), not work. A median, not the longest: the
+# steps of a grammar that slows with every token must not raise the limit they are held to.
+STALL_FACTOR = 50
+STALL_EXIT = 70  # the runner's exit status after its watchdog ended a stalled step
+
+
+@dataclass(slots=True)
+class RunnerInfo:
+    """What the server shows and needs of the loaded model, read once when the runner is ready."""
+
+    model_path: Path
+    description: str  # the worker's describe()
+    n_ctx: int
+    n_ctx_train: int
+    config: WorkerConfig
+    chat_template: str
+    bos_text: str
+    eos_text: str
+    placement: str
+    drafter: str
+
+    def describe(self) -> str:
+        return self.description
+
+    @classmethod
+    def of(cls, engine: Engine) -> "RunnerInfo":
+        worker, template = engine.worker, engine.template
+        return cls(Path(getattr(worker, "model_path", "")), worker.describe(), engine.n_ctx, worker.n_ctx_train,
+                   worker.config, template.source, template.bos_token, template.eos_token, engine.placement,
+                   engine.drafter_name)
+
+
+def serve(conn: Any, opener: Callable[..., Engine], stall_floor_s: float) -> None:
+    """The runner process's main: load through `opener(progress=...)`, then answer until told to stop
+    or the server goes away."""
+    outbox: queue.Queue[tuple | None] = queue.Queue()
+    sender = threading.Thread(target=_send_all, args=(conn, outbox), name="localchat-runner-send", daemon=True)
+    sender.start()
+
+    def end(status: int = 0) -> None:
+        outbox.put(None)  # what is queued goes out first
+        sender.join(timeout=10)
+        os._exit(status)  # llama.cpp's threads need no goodbye
+
+    try:
+        engine = opener(progress=lambda share: outbox.put(("progress", share)))
+    except LocalchatError as exc:
+        outbox.put(("load_failed", exc))
+        end()
+    outbox.put(("ready", RunnerInfo.of(engine)))
+    threading.Thread(target=_watch, args=(engine, outbox, stall_floor_s, end), name="localchat-runner-watchdog",
+                     daemon=True).start()
+    _answer(conn, engine, outbox, end)
+
+
+def _answer(conn: Any, engine: Engine, outbox: queue.Queue, end: Callable[[int], None]) -> None:
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the server is gone: nobody is left to answer
+            os._exit(0)
+        kind = message[0]
+        if kind in ("submit", "call"):
+            outbox.put(("reply", message[1], *_reply(engine, outbox, message)))
+        elif kind == "cancel":
+            engine.cancel(message[1])
+        elif kind == "drain":  # a model switch: the answers in flight end here, cancels still come
+            closer = engine.close_when_done()
+            threading.Thread(target=lambda: (closer.join(), end(0)), daemon=True).start()
+        elif kind == "close":
+            engine.close()
+            end(0)
+
+
+def _reply(engine: Engine, outbox: queue.Queue, message: tuple) -> tuple[Any, LocalchatError | None]:
+    """A submit's or a call's (value, error)."""
+    try:
+        if message[0] == "submit":
+            _, _, rid, request = message
+            request.id = rid  # the server's name for it: the events go back under it
+            engine.submit_unchecked(request, sink=lambda event: outbox.put(("event", rid, event)))
+            return None, None
+        _, _, method, *args = message
+        if method not in CALLS:
+            raise EngineError(f"the model runner has no call {method!r}.")
+        return getattr(engine, method)(*args), None
+    except LocalchatError as exc:
+        return None, exc
+    except Exception as exc:  # a bug: that request fails, the runner keeps serving
+        log.exception("the model runner failed a %s", message[0])
+        return None, EngineError(f"internal error in the model runner: {exc!r}")
+
+
+def _send_all(conn: Any, outbox: queue.Queue) -> None:
+    """One thread writes the pipe, so a slow reader never holds up the engine's step."""
+    while (message := outbox.get()) is not None:
+        try:
+            conn.send(message)
+        except (OSError, ValueError):  # the server is gone
+            os._exit(0)
+
+
+def _watch(engine: Engine, outbox: queue.Queue, floor_s: float, end: Callable[[int], None]) -> None:
+    """End the process when one step runs far past the steps before it: nothing can interrupt
+    llama.cpp inside a step, and every other request waits behind it."""
+    while True:
+        time.sleep(min(1.0, floor_s / 4))
+        started = engine.step_started
+        if started is None:
+            continue
+        limit = max(floor_s, STALL_FACTOR * engine.typical_step)
+        seconds = time.perf_counter() - started
+        if seconds > limit and engine.step_started == started:
+            log.error("a step ran %.1f s (limit %.1f s): ending the runner", seconds, limit)
+            outbox.put(("stalled", seconds, limit))
+            end(STALL_EXIT)

@@ -1,0 +1,354 @@
+"""The server's side of a model runner: the Engine's surface (submit, prompt_tokens, count_tokens,
+n_ctx, template, worker, close_when_done...) over a child process that it starts, watches and restarts.
+
+When the runner dies (a signal, an abort, the OOM killer, its own watchdog) every request in flight
+hears why, a new runner loads the same model, and the requests that were not to blame go on in it:
+each is sent again with the text it had streamed as the answer's forced beginning (`Request.forced`),
+so its caller sees one answer, a pause, and no error. The ones to blame fail with the cause: a
+request whose submit was being read when the runner died (its grammar is parsed there), or, when a
+step stalled, the requests with a grammar (all of them, if none has one). A crash in the middle of
+a step names no culprit, so then every request in flight fails rather than crashing the next runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import multiprocessing
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import EngineError, LocalchatError, ModelLoadError
+from ..runtime.chat_template import ChatTemplate
+from ..runtime.engine import Request
+from ..runtime.events import Done, Failed, Stream, TextDelta
+from ..runtime.resample import Resampled, checked
+from . import child
+from .child import RunnerInfo
+
+log = logging.getLogger(__name__)
+
+STALL_FLOOR_S = 20.0  # the watchdog's least patience with one step (child.py scales it up from measured steps)
+MAX_RESTARTS = 5  # in a row without an answer finishing between them: then the runner stays down
+
+
+class LoadCrashError(ModelLoadError):
+    """The model file killed its runner while loading (llama.cpp aborted or crashed on it)."""
+
+    def __init__(self, message: str, how: str = "") -> None:
+        super().__init__(message)
+        self.how = how  # 'crashed (SIGABRT)'
+
+
+def ended(exitcode: int | None) -> str:
+    """How a process ended, in words: 'crashed (SIGSEGV)', 'was stopped by its watchdog', 'exited (1)'."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"crashed ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"crashed (signal {-exitcode})"
+    if exitcode == child.STALL_EXIT:
+        return "was stopped by its watchdog"
+    return f"exited ({exitcode})"
+
+
+@dataclass(slots=True)
+class _InFlight:
+    request: Request  # as the runner was given it
+    stream: Stream  # the caller's
+    text: list[str] = field(default_factory=list)  # what has streamed so far
+
+
+@dataclass(slots=True)
+class _Call:
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: LocalchatError | None = None
+
+
+@dataclass(slots=True)
+class _Process:
+    """One runner: its process, its end of the pipe, and what it was doing when it died."""
+
+    process: Any
+    conn: Any
+    submitting: set[str] = field(default_factory=set)  # requests whose submit it is reading now
+    stalled: str = ""  # the watchdog's words, when it ended the runner
+
+
+class SupervisedEngine:
+    """An Engine in a runner process, restarted with the same model when it dies."""
+
+    def __init__(self, opener: Callable[..., Any], progress: Callable[[float], None] | None = None,
+                 stall_floor_s: float = STALL_FLOOR_S) -> None:
+        """`opener(progress=...)` loads the engine; it runs in the runner, so it must pickle (a
+        functools.partial of a module-level function)."""
+        self._opener, self._floor = opener, stall_floor_s
+        self._lock = threading.Lock()  # the tables below, and writes to the pipe
+        self._flight: dict[str, _InFlight] = {}
+        self._calls: dict[int, _Call] = {}
+        self._ids = itertools.count(1)
+        self._closing = False
+        self._drained = threading.Event()
+        self.restarts = 0  # runners started after the first (tests and the status read it)
+        self._failures = 0
+        self._runner = self._start(progress)
+        self.info: RunnerInfo = self._info
+        self.n_ctx = self.info.n_ctx
+        self.worker = self.info  # the loaded model's facts: model_path, describe(), n_ctx_train, config
+        self.placement, self.drafter_name = self.info.placement, self.info.drafter
+        self.template = ChatTemplate(self.info.chat_template, self.info.bos_text, self.info.eos_text)
+
+    # -- the Engine's surface -------------------------------------------------------------
+
+    def submit(self, request: Request) -> Stream | Resampled:
+        """As Engine.submit: bad requests raise here; an answer with a check is checked here."""
+        return checked(self._submit, request)
+
+    def prompt_tokens(self, request: Request) -> list[int]:
+        return self._call("prompt_tokens", _sendable(request))
+
+    def count_tokens(self, text: str) -> int:
+        return self._call("count_tokens", text)
+
+    def cancel(self, request_id: str) -> None:
+        self._send(("cancel", request_id))
+
+    def close(self) -> None:
+        """End the runner now; requests in flight end with an error."""
+        self._end(("close",))
+
+    def close_when_done(self) -> threading.Thread:
+        """The runner ends once the answers it is giving have ended (a model switch); returns the waiter."""
+        self._end(("drain",))
+        waiter = threading.Thread(target=self._drained.wait, name="localchat-runner-retire", daemon=True)
+        waiter.start()
+        return waiter
+
+    @property
+    def pid(self) -> int:
+        """The runner process's id (it changes with a restart)."""
+        return self._runner.process.pid
+
+    def __enter__(self) -> "SupervisedEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests and calls ---------------------------------------------------------------
+
+    def _submit(self, request: Request) -> Stream:
+        rid = f"run-{next(self._ids)}"
+        stream = Stream(rid, self.cancel)
+        self._flight[rid] = _InFlight(_sendable(request), stream)
+        try:
+            self._call_on(("submit",), rid, self._flight[rid].request)
+        except LocalchatError:
+            self._flight.pop(rid, None)
+            raise
+        return stream
+
+    def _call(self, method: str, *args: Any) -> Any:
+        return self._call_on(("call",), None, method, *args)
+
+    def _call_on(self, kind: tuple[str], rid: str | None, *args: Any) -> Any:
+        """Send a submit or a call and wait for its reply (the runner answers them in order)."""
+        call, pending = next(self._ids), _Call()
+        with self._lock:
+            if self._closing:
+                raise EngineError("the model runner is shut down; start a new one.")
+            runner = self._runner
+            self._calls[call] = pending
+            if rid is not None:
+                runner.submitting.add(rid)
+            message = (kind[0], call, rid, *args) if rid is not None else (kind[0], call, *args)
+            try:
+                runner.conn.send(message)
+            except (OSError, ValueError):
+                pass  # the runner is dying: the reader fails this call when it sees the end
+        pending.done.wait()
+        if rid is not None:
+            runner.submitting.discard(rid)
+        if pending.error is not None:
+            raise pending.error
+        return pending.value
+
+    def _send(self, message: tuple) -> None:
+        with self._lock:
+            try:
+                self._runner.conn.send(message)
+            except (OSError, ValueError):
+                pass  # a dead runner: its requests end with its death
+
+    def _end(self, message: tuple) -> None:
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            try:
+                self._runner.conn.send(message)
+            except (OSError, ValueError):
+                pass
+        if message[0] == "close":
+            self._runner.process.join(10)
+            if self._runner.process.is_alive():
+                self._runner.process.kill()
+
+    # -- the runner process ---------------------------------------------------------------
+
+    def _start(self, progress: Callable[[float], None] | None) -> _Process:
+        """Start a runner and wait until its model is loaded; raise what stopped it otherwise."""
+        context = multiprocessing.get_context("spawn")  # never fork: the server runs threads
+        ours, theirs = context.Pipe()
+        process = context.Process(target=child.serve, args=(theirs, self._opener, self._floor),
+                                  name="localchat-runner", daemon=True)
+        process.start()
+        theirs.close()
+        while True:
+            try:
+                message = ours.recv()
+            except (EOFError, OSError):
+                process.join()
+                ours.close()
+                how = ended(process.exitcode)
+                if process.exitcode is not None and process.exitcode < 0:  # a signal: llama.cpp aborted on the file
+                    raise LoadCrashError(f"the model runner {how} while loading the model: llama.cpp could not read "
+                                         "this file. Choose another file or download it again.", how) from None
+                raise EngineError(f"the model runner {how} before the model was loaded; the log says why.") from None
+            if message[0] == "progress":
+                if progress is not None:
+                    progress(message[1])
+            elif message[0] == "load_failed":
+                process.join()
+                ours.close()
+                raise message[1]
+            elif message[0] == "ready":
+                self._info = message[1]
+                runner = _Process(process, ours)
+                threading.Thread(target=self._read, args=(runner,), name="localchat-runner-read", daemon=True).start()
+                return runner
+
+    def _read(self, runner: _Process) -> None:
+        """Pass the runner's replies and events on, until it ends."""
+        while True:
+            try:
+                message = runner.conn.recv()
+            except (EOFError, OSError):
+                break
+            kind = message[0]
+            if kind == "event":
+                self._event(message[1], message[2])
+            elif kind == "reply":
+                _, call, value, error = message
+                with self._lock:
+                    pending = self._calls.pop(call, None)
+                if pending is not None:
+                    pending.value, pending.error = value, error
+                    pending.done.set()
+            elif kind == "stalled":
+                runner.stalled = f"one step ran {message[1]:.1f} s, past the {message[2]:.1f} s a step may take"
+        runner.process.join()
+        runner.conn.close()
+        self._died(runner)
+
+    def _event(self, rid: str, event: Any) -> None:
+        flight = self._flight.get(rid)
+        if flight is None:
+            return
+        if isinstance(event, TextDelta):
+            flight.text.append(event.text)
+        elif isinstance(event, (Done, Failed)):
+            self._flight.pop(rid, None)
+            self._failures = 0
+        flight.stream.put(event)
+
+    def _died(self, runner: _Process) -> None:
+        """The runner ended: a planned end closes the streams; any other is a crash, and a restart."""
+        how = ended(runner.process.exitcode)
+        with self._lock:
+            calls, self._calls = self._calls, {}
+            flights = dict(self._flight)
+            closing = self._closing
+            blamed = self._blamed(runner, flights)  # before the waiting submits wake and leave `submitting`
+            reading = set(runner.submitting)
+        crash = EngineError(f"the model runner {how}" + (f" ({runner.stalled})" if runner.stalled else "")
+                            + (" while reading this request; it was restarted. Check the request's grammar, "
+                               "schema or tools, or send it again." if not closing else "."))
+        for pending in calls.values():
+            pending.error = crash
+            pending.done.set()
+        if closing:
+            for rid, flight in flights.items():
+                self._flight.pop(rid, None)
+                flight.stream.put(Failed(EngineError("the model runner was shut down before this request finished.")))
+            self._drained.set()
+            return
+        log.error("the model runner %s%s; restarting it", how, f" ({runner.stalled})" if runner.stalled else "")
+        for rid in blamed:
+            self._flight.pop(rid, None)
+            flights[rid].stream.put(Failed(self._blame(how, runner, flights[rid])))
+        self._restart(how, {rid: f for rid, f in flights.items() if rid not in blamed and rid not in reading})
+
+    def _blamed(self, runner: _Process, flights: dict[str, _InFlight]) -> set[str]:
+        """The requests the runner's end is laid to (see the module's note)."""
+        if runner.stalled:
+            grammared = {rid for rid, f in flights.items() if f.request.sampling.grammar is not None}
+            return grammared or set(flights)
+        reading = {rid for rid in flights if rid in runner.submitting}
+        return reading or set(flights)
+
+    def _blame(self, how: str, runner: _Process, flight: _InFlight) -> EngineError:
+        cause = "its grammar" if flight.request.sampling.grammar is not None else "this request"
+        if runner.stalled:
+            return EngineError(f"the model runner {how}: {runner.stalled} while answering with {cause}, so it was "
+                               "ended and restarted. Simplify the grammar or schema (an ambiguous one makes "
+                               "llama.cpp's matcher grow with every token) and send it again.")
+        return EngineError(f"the model runner {how} while answering with {cause}; it was restarted. "
+                           "Send it again; if it fails the same way, change the grammar, schema or tools.")
+
+    def _restart(self, how: str, survivors: dict[str, _InFlight]) -> None:
+        """A new runner with the same model; the requests not to blame go on in it."""
+        self._failures += 1
+        try:
+            if self._failures > MAX_RESTARTS:
+                raise EngineError(f"the model runner ended {MAX_RESTARTS} times in a row; it is left stopped. "
+                                  "Restart localchat.")
+            runner = self._start(None)
+        except LocalchatError as exc:
+            with self._lock:
+                self._closing = True
+            for rid, flight in survivors.items():
+                self._flight.pop(rid, None)
+                flight.stream.put(Failed(EngineError(f"the model runner {how} and could not be restarted: {exc}")))
+            return
+        with self._lock:
+            self._runner = runner
+            self.restarts += 1
+        for rid, flight in survivors.items():
+            self._resume(rid, flight)
+
+    def _resume(self, rid: str, flight: _InFlight) -> None:
+        """Send a request again, beginning with what it had streamed; its caller's stream goes on."""
+        request = flight.request
+        said = "".join(flight.text)
+        again = dataclasses.replace(request, forced=request.forced + said)
+        flight.request, flight.text = again, []  # the engine counts forced tokens against max_tokens
+        try:
+            self._call_on(("submit",), rid, again)
+        except LocalchatError as exc:
+            self._flight.pop(rid, None)
+            flight.stream.put(Failed(EngineError(f"the model runner was restarted and this request could not "
+                                                 f"go on: {exc}")))
+
+
+def _sendable(request: Request) -> Request:
+    """The request as the runner takes it: the grammar's answer check stays on this side."""
+    grammar = request.sampling.grammar
+    if grammar is None or grammar.check is None:
+        return request
+    return dataclasses.replace(request, sampling=dataclasses.replace(
+        request.sampling, grammar=dataclasses.replace(grammar, check=None)))
