@@ -92,10 +92,12 @@ class SupervisedEngine:
         self._calls: dict[int, _Call] = {}
         self._ids = itertools.count(1)
         self._closing = False
+        self._up = threading.Event()  # a runner is ready to take requests (clear while one restarts)
         self._drained = threading.Event()
         self.restarts = 0  # runners started after the first (tests and the status read it)
         self._failures = 0
         self._runner = self._start(progress)
+        self._up.set()
         self.info: RunnerInfo = self._info
         self.n_ctx = self.info.n_ctx
         self.worker = self.info  # the loaded model's facts: model_path, describe(), n_ctx_train, config
@@ -158,6 +160,7 @@ class SupervisedEngine:
     def _call_on(self, kind: tuple[str], rid: str | None, *args: Any) -> Any:
         """Send a submit or a call and wait for its reply (the runner answers them in order)."""
         call, pending = next(self._ids), _Call()
+        self._up.wait()  # a request that comes while a runner restarts goes to the new one
         with self._lock:
             if self._closing:
                 raise EngineError("the model runner is shut down; start a new one.")
@@ -275,6 +278,7 @@ class SupervisedEngine:
             closing = self._closing
             blamed = self._blamed(runner, flights)  # before the waiting submits wake and leave `submitting`
             reading = set(runner.submitting)
+            self._up.clear()
         crash = EngineError(f"the model runner {how}" + (f" ({runner.stalled})" if runner.stalled else "")
                             + (" while reading this request; it was restarted. Check the request's grammar, "
                                "schema or tools, or send it again." if not closing else "."))
@@ -286,6 +290,7 @@ class SupervisedEngine:
                 self._flight.pop(rid, None)
                 flight.stream.put(Failed(EngineError("the model runner was shut down before this request finished.")))
             self._drained.set()
+            self._up.set()  # what waits sees the end
             return
         log.error("the model runner %s%s; restarting it", how, f" ({runner.stalled})" if runner.stalled else "")
         for rid in blamed:
@@ -321,6 +326,7 @@ class SupervisedEngine:
         except LocalchatError as exc:
             with self._lock:
                 self._closing = True
+            self._up.set()  # what waits sees the end
             for rid, flight in survivors.items():
                 self._flight.pop(rid, None)
                 flight.stream.put(Failed(EngineError(f"the model runner {how} and could not be restarted: {exc}")))
@@ -328,6 +334,7 @@ class SupervisedEngine:
         with self._lock:
             self._runner = runner
             self.restarts += 1
+        self._up.set()
         for rid, flight in survivors.items():
             self._resume(rid, flight)
 

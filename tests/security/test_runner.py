@@ -201,3 +201,40 @@ def test_how_a_runner_ended_is_said_in_words():
     assert ended(-signal.SIGSEGV) == "crashed (SIGSEGV)"
     assert ended(STALL_EXIT) == "was stopped by its watchdog"
     assert ended(1) == "exited (1)"
+
+
+def test_localchat_serve_answers_from_a_runner_and_outlives_it(model_path: Path, tmp_path: Path):
+    """The real command: `localchat serve` loads its model in a runner process; killing that process
+    costs no more than a restart, and the server answers again."""
+    import socket
+    import subprocess
+    import sys
+
+    import psutil
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "LOCALCHAT_N_CTX": "1024", "LOCALCHAT_N_THREADS": "1", "LOCALCHAT_SPECULATION": "false"}
+    log = tmp_path / "serve.log"  # a file, not a pipe: llama.cpp's log would fill a pipe nobody reads
+    with log.open("wb") as sink:
+        server = subprocess.Popen([sys.executable, "-m", "localchat", "serve", "--port", str(port)], env=env,
+                                  stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def answering() -> bool:
+            assert server.poll() is None, log.read_text(errors="replace")[-3000:]
+            try:
+                return chat(url, "Say hi.", max_tokens=4).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(answering, 600, "the server's first answer")
+        runners = [p for p in psutil.Process(server.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+        assert len(runners) == 1, runners  # the model is in its own process, not the server's
+        runners[0].kill()
+        wait_until(answering, 600, "an answer after the runner was killed")
+        assert server.poll() is None
+    finally:
+        server.terminate()
+        server.wait(60)
