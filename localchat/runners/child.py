@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -68,27 +67,30 @@ class RunnerInfo:
 def serve(conn: Any, opener: Callable[..., Engine], stall_floor_s: float) -> None:
     """The runner process's main: load through `opener(progress=...)`, then answer until told to stop
     or the server goes away."""
-    outbox: queue.Queue[tuple | None] = queue.Queue()
-    sender = threading.Thread(target=_send_all, args=(conn, outbox), name="localchat-runner-send", daemon=True)
-    sender.start()
+    lock = threading.Lock()
 
-    def end(status: int = 0) -> None:
-        outbox.put(None)  # what is queued goes out first
-        sender.join(timeout=10)
-        os._exit(status)  # llama.cpp's threads need no goodbye
+    def send(message: tuple) -> None:
+        # Written at once, from whichever thread has it (the engine's, for stream events): a thread
+        # between them would wake once more per token, on cores llama.cpp's threads are using.
+        # The server reads the pipe all the time, so a write does not wait.
+        with lock:
+            try:
+                conn.send(message)
+            except (OSError, ValueError):  # the server is gone
+                os._exit(0)
 
     try:
-        engine = opener(progress=lambda share: outbox.put(("progress", share)))
+        engine = opener(progress=lambda share: send(("progress", share)))
     except LocalchatError as exc:
-        outbox.put(("load_failed", exc))
-        end()
-    outbox.put(("ready", RunnerInfo.of(engine)))
-    threading.Thread(target=_watch, args=(engine, outbox, stall_floor_s, end), name="localchat-runner-watchdog",
+        send(("load_failed", exc))
+        os._exit(0)
+    send(("ready", RunnerInfo.of(engine)))
+    threading.Thread(target=_watch, args=(engine, send, stall_floor_s), name="localchat-runner-watchdog",
                      daemon=True).start()
-    _answer(conn, engine, outbox, end)
+    _answer(conn, engine, send)
 
 
-def _answer(conn: Any, engine: Engine, outbox: queue.Queue, end: Callable[[int], None]) -> None:
+def _answer(conn: Any, engine: Engine, send: Callable[[tuple], None]) -> None:
     while True:
         try:
             message = conn.recv()
@@ -96,24 +98,24 @@ def _answer(conn: Any, engine: Engine, outbox: queue.Queue, end: Callable[[int],
             os._exit(0)
         kind = message[0]
         if kind in ("submit", "call"):
-            outbox.put(("reply", message[1], *_reply(engine, outbox, message)))
+            send(("reply", message[1], *_reply(engine, send, message)))
         elif kind == "cancel":
             engine.cancel(message[1])
         elif kind == "drain":  # a model switch: the answers in flight end here, cancels still come
             closer = engine.close_when_done()
-            threading.Thread(target=lambda: (closer.join(), end(0)), daemon=True).start()
+            threading.Thread(target=lambda: (closer.join(), os._exit(0)), daemon=True).start()
         elif kind == "close":
             engine.close()
-            end(0)
+            os._exit(0)  # llama.cpp's threads need no goodbye
 
 
-def _reply(engine: Engine, outbox: queue.Queue, message: tuple) -> tuple[Any, LocalchatError | None]:
+def _reply(engine: Engine, send: Callable[[tuple], None], message: tuple) -> tuple[Any, LocalchatError | None]:
     """A submit's or a call's (value, error)."""
     try:
         if message[0] == "submit":
             _, _, rid, request = message
             request.id = rid  # the server's name for it: the events go back under it
-            engine.submit_unchecked(request, sink=lambda event: outbox.put(("event", rid, event)))
+            engine.submit_unchecked(request, sink=lambda event: send(("event", rid, event)))
             return None, None
         _, _, method, *args = message
         if method not in CALLS:
@@ -126,16 +128,7 @@ def _reply(engine: Engine, outbox: queue.Queue, message: tuple) -> tuple[Any, Lo
         return None, EngineError(f"internal error in the model runner: {exc!r}")
 
 
-def _send_all(conn: Any, outbox: queue.Queue) -> None:
-    """One thread writes the pipe, so a slow reader never holds up the engine's step."""
-    while (message := outbox.get()) is not None:
-        try:
-            conn.send(message)
-        except (OSError, ValueError):  # the server is gone
-            os._exit(0)
-
-
-def _watch(engine: Engine, outbox: queue.Queue, floor_s: float, end: Callable[[int], None]) -> None:
+def _watch(engine: Engine, send: Callable[[tuple], None], floor_s: float) -> None:
     """End the process when one step runs far past the steps before it: nothing can interrupt
     llama.cpp inside a step, and every other request waits behind it."""
     while True:
@@ -147,5 +140,5 @@ def _watch(engine: Engine, outbox: queue.Queue, floor_s: float, end: Callable[[i
         seconds = time.perf_counter() - started
         if seconds > limit and engine.step_started == started:
             log.error("a step ran %.1f s (limit %.1f s): ending the runner", seconds, limit)
-            outbox.put(("stalled", seconds, limit))
-            end(STALL_EXIT)
+            send(("stalled", seconds, limit))
+            os._exit(STALL_EXIT)
