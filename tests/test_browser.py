@@ -187,6 +187,38 @@ def test_typing_during_an_answer_is_kept_and_a_message_sent_then_is_answered_nex
     shot(page, "6-sent-mid-stream")
 
 
+def test_a_message_sent_mid_answer_waits_in_the_chat_and_one_cancelled_is_never_sent(page, ui: RunningUI):
+    set_max_tokens(page, 3008)  # an answer long enough to outlast what the test does meanwhile
+    question = "Count from 1 to 900, separated by commas."
+    ask(page, question)
+    expect(last_reply(page)).to_contain_text("generating", timeout=LONG)
+    waiting = page.locator("#chat .user").filter(has_text="waiting — sent when the answer ends")
+    ask(page, "Name the capital city of Japan.")
+    expect(waiting).to_have_count(1)
+    ask(page, "Which city is the capital of France?")
+    expect(waiting).to_have_count(2)
+    expect(page.locator("#message textarea")).to_have_value("")
+    expect(waiting.first).to_contain_text("Japan")  # in the order sent, under the answer streaming
+    assert waiting.first.bounding_box()["y"] > last_reply(page).bounding_box()["y"]
+    expect(last_reply(page)).to_contain_text("generating")
+    shot(page, "27-waiting-messages")
+    waiting.filter(has_text="Japan").get_by_role("link", name="Cancel").click()
+    expect(waiting).to_have_count(1)
+    expect(waiting).to_contain_text("France")
+    expect(page.locator("#message textarea")).to_have_value("Name the capital city of Japan.")  # back, to edit
+    expect(last_reply(page)).to_contain_text("generating")  # taken back before its turn came
+    shot(page, "28-waiting-cancelled")
+    page.locator("#message textarea").fill("")
+    page.locator("#stop").click()  # stops the answer; the message still waiting goes next
+    expect(page.locator("#chat .user")).to_have_count(2, timeout=LONG)
+    expect(waiting).to_have_count(0, timeout=LONG)
+    expect(last_reply(page)).to_contain_text("Paris", timeout=LONG)
+    wait_answered(page)
+    messages = ui.store.get(conversation_titled(ui, question).id).messages
+    assert [m.content for m in messages if m.role == "user"] == [question, "Which city is the capital of France?"]
+    shot(page, "29-waiting-sent")
+
+
 def test_expected_errors_are_toasts_that_keep_the_window_and_log_no_traceback(page, capfd):
     badges = page.locator("#chat .error, #conversations .error, #status .error, #message .error, #meter .error")
     for button, toast in (("#regenerate", "nothing to regenerate"), ("#edit", "no message to edit")):

@@ -17,6 +17,23 @@ from ui_server import RunningUI, start_ui
 KEY = "ui-test-key-81c3"
 
 
+def test_messages_sent_mid_answer_go_oldest_first_and_a_cancelled_one_never_goes():
+    from localchat.ui.session import Sampling
+    from localchat.ui.underway import Underway
+
+    underway = Underway()
+    first, second, third = (underway.queue("c", text, [], "", Sampling()) for text in ("one", "<b>two</b>", "three"))
+    underway.show_answer("c", "streaming…")
+    tail = underway.tail("c", lambda message: "")
+    assert [m["content"].split("\n")[0] for m in tail] == ["streaming…", "one", "&lt;b&gt;two&lt;/b&gt;", "three"]
+    assert f"(#lc-cancel-{second.number})" in tail[2]["content"]
+    assert underway.cancel("c", second.number) == second and underway.cancel("c", second.number) is None
+    assert underway.cancel("other chat", third.number) is None  # a Cancel only takes back its own chat's
+    underway.end_answer("c")
+    assert [underway.next_message("c"), underway.next_message("c"), underway.next_message("c")] == [first, third, None]
+    assert underway.tail("c", lambda message: "") == []
+
+
 def test_model_html_is_escaped_outside_code():
     text = 'Hi <script>alert(1)</script> <img src=x onerror="alert(2)">\n```html\n<b>code</b>\n```'
     shown = inert(text)

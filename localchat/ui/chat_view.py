@@ -36,6 +36,7 @@ def build() -> ChatView:
     """The chat's components, in page order (inside the Blocks being built)."""
     chatbot = gr.Chatbot(elem_id="chat", label="localchat", sanitize_html=True, allow_tags=False,
                          height="65vh", buttons=["copy"], feedback_options=None, editable="user",
+                         group_consecutive_messages=False,  # a bubble, a copy button, an edit each
                          placeholder="Ask anything, or attach documents and ask about them.")
     copy_texts = gr.Textbox(value="[]", elem_id="sources", elem_classes="lc-hidden", show_label=False,
                             interactive=False, container=False)
@@ -62,7 +63,7 @@ class Replies:
 
     def respond(self, request: gr.Request, text: str, cid: str | None, docs: list[str], sys_prompt: str,
                 *values: float) -> Iterator[tuple]:
-        core = self.core
+        core, underway = self.core, self.w.underway
         text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
         if not text.strip():
             yield (gr.skip(),) * 8
@@ -76,19 +77,25 @@ class Replies:
             return
         # The question takes over what the read-ahead has read so far, and reads the rest itself.
         self.w.pre_reader.stop(request.session_hash)
-        if core.busy(cid):
-            gr.Info("Sent once the answer in progress ends.")
-        # The box is cleared once, now; the updates that stream the answer leave it alone.
-        yield gr.skip(), "", cid, [], "", gr.skip(), gr.skip(), gr.skip()
+        underway.queue(cid, text, docs or [], sys_prompt, sampling)
+        # The box is cleared once, now; the updates that stream the answer leave it alone. Sent mid-answer,
+        # the message shows at once under the answer as waiting, with its Cancel.
+        yield (self.w.view(cid)[0] if core.busy(cid) else gr.skip()), "", cid, [], "", gr.skip(), gr.skip(), gr.skip()
         with core.turn(cid):  # a message sent mid-answer waits here for that answer to end
+            message = underway.next_message(cid)  # the oldest still waiting: messages go in the order sent
+            if message is None:  # cancelled while it waited: its Cancel has shown the chat without it
+                # The event's last update is shown again when it ends: not the chat as it was at Send.
+                yield (gr.skip(),) * 8
+                return
             try:
-                core.add_user_turn(cid, text, docs, sys_prompt, sampling)
+                core.add_user_turn(cid, message.text, message.documents, message.system, message.sampling)
             except LocalchatError as exc:
                 gr.Warning(str(exc))
-                yield (gr.skip(), text, cid, docs, composing.shown(core, docs, sampling.max_tokens, cid), gr.skip(),
+                yield (self.w.view(cid)[0], message.text, cid, message.documents,
+                       composing.shown(core, message.documents, message.sampling.max_tokens, cid), gr.skip(),
                        gr.skip(), gr.skip())
                 return
-            yield from self.stream_reply(cid, sampling)
+            yield from self.stream_reply(cid, message.sampling)
 
     def stream_reply(self, cid: str, sampling: Sampling, earlier: list | None = None) -> Iterator[tuple]:
         """Called with the conversation's turn held; `earlier`: the answers a regenerate keeps."""
@@ -96,10 +103,13 @@ class Replies:
         shown = core.display(self.store.get(cid))
         try:
             for reply in core.answer(cid, sampling, earlier):
-                yield (shown + [{"role": "assistant", "content": reply}], gr.skip(), cid, gr.skip(), gr.skip(),
-                       w.conversations(cid), gr.skip(), gr.skip())
+                w.underway.show_answer(cid, reply)  # what any other update of this chat shows meanwhile
+                yield (shown + w.tail(cid), gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid), gr.skip(),
+                       gr.skip())
         except LocalchatError as exc:  # refused by the engine (a regenerate with more max tokens, say)
             gr.Warning(str(exc))
+        finally:
+            w.underway.end_answer(cid)
         # The saved conversation, numbers included, is the final word on what was said.
         chat, copy = w.view(cid)
         yield chat, gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid), core.status(), copy
@@ -144,26 +154,40 @@ class Replies:
             versions.show_version(self.store, cid, step)
         return self.w.view(cid)
 
-    def act(self, request: str, cid: str | None, docs: list[str], mx: float) -> tuple:
-        """A request of the page script: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›)."""
+    def act(self, request: str, cid: str | None, draft: str, docs: list[str], mx: float) -> tuple:
+        """A request of the page script: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›),
+        "cancel:N" (a waiting message's Cancel). Returns the chat, the copy texts, the message box, the
+        attached files, their chips and meter, and the chat list."""
         core = self.core
         kind, *numbers = (request or "").split(":")
         try:
             args = [int(n) for n in numbers]  # from the client: numbers or nothing
         except ValueError:
-            return (gr.skip(),) * 5
+            return (gr.skip(),) * 6
         if kind == "remove" and len(args) == 1:
             docs = [d for i, d in enumerate(docs or []) if i != args[0]]
-            return gr.skip(), gr.skip(), docs, composing.shown(core, docs, mx, cid), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip(), docs, composing.shown(core, docs, mx, cid), gr.skip()
         if kind == "branch" and len(args) == 2 and cid:
             if core.busy(cid):
                 gr.Warning("the answer in progress ends first; stop it to switch branches now.")
-                return (gr.skip(),) * 5
+                return (gr.skip(),) * 6
             with core.turn(cid):
                 core.show_branch(cid, args[0], max(min(args[1], 1), -1))
             # A first turn's branch names the chat.
-            return *self.w.view(cid), gr.skip(), gr.skip(), self.w.conversations(cid)
-        return (gr.skip(),) * 5
+            return *self.w.view(cid), gr.skip(), gr.skip(), gr.skip(), self.w.conversations(cid)
+        if kind == "cancel" and len(args) == 1 and cid:
+            return self.cancel(cid, args[0], draft, docs)
+        return (gr.skip(),) * 6
+
+    def cancel(self, cid: str, number: int, draft: str, docs: list[str]) -> tuple:
+        """A waiting message taken back: it leaves the chat and is never sent. An empty composer gets it back
+        to be edited and sent again; one holding something else keeps that."""
+        message = self.w.underway.cancel(cid, number)
+        chat = self.w.view(cid)[0]
+        if message is None or (draft or "").strip() or docs:
+            return chat, *(gr.skip(),) * 5
+        return (chat, gr.skip(), message.text, message.documents,
+                composing.shown(self.core, message.documents, message.sampling.max_tokens, cid), gr.skip())
 
     def edit_last(self, cid: str | None) -> None:
         """The page opened the last user message's own edit box (the pencil's: an edit forks the chat
@@ -186,11 +210,13 @@ def wire(w: Window, view: ChatView) -> None:
     composing.wire(view.compose, w)
     view.regenerate.click(replies.regenerate, [conv_id, *sliders], w.reply_outputs,
                           api_name=False, concurrency_limit=8)
+    # The last pencil shown: a waiting message's are hidden (page.py), it is not stored to be edited yet.
     view.edit.click(replies.edit_last, [conv_id], None, api_name=False,
-                    js="(cid) => { const pencils = document.querySelectorAll(\"#chat button[aria-label='Edit']\");"
+                    js="(cid) => { const pencils = [...document.querySelectorAll(\"#chat button[aria-label='Edit']\")]"
+                       ".filter((pencil) => pencil.offsetParent !== null);"
                        " if (pencils.length) pencils[pencils.length - 1].click(); return [cid]; }")
-    view.action_go.click(replies.act, [view.action, conv_id, w.pending, w.panel.control("max_tokens")],
-                         [*w.chat_outputs, w.pending, w.meter, w.convs], api_name=False,
+    view.action_go.click(replies.act, [view.action, conv_id, w.message, w.pending, w.panel.control("max_tokens")],
+                         [*w.chat_outputs, w.message, w.pending, w.meter, w.convs], api_name=False,
                          js="(request, ...rest) => [window.localchatAction || '', ...rest]")
     view.settings.click(None, None, None, js="() => localchatToggleSettings()", api_name=False)
     view.previous.click(lambda cid: replies.show_version(cid, -1), [conv_id], w.chat_outputs, api_name=False)

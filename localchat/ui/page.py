@@ -20,6 +20,12 @@ footer { display: none !important; }
   color: var(--body-text-color-subdued); }
 .lc-chip-remove:hover { color: var(--body-text-color); }
 #chat a[href^="#lc-branch-"] { text-decoration: none; padding: 0 0.3em; }
+/* A message sent while the answer streams: faded until its turn comes, its Cancel a small button; nothing
+   of it is stored yet to copy or edit, so its message buttons are hidden. */
+#chat .message-row:has(a[href^="#lc-cancel-"]) { opacity: 0.7; }
+#chat .message-row:has(a[href^="#lc-cancel-"]) + .message-buttons { display: none; }
+#chat a[href^="#lc-cancel-"] { text-decoration: none; padding: 0.05em 0.6em; border-radius: 999px;
+  border: 1px solid var(--border-color-primary); background: var(--background-fill-primary); font-style: normal; }
 /* A cited passage under a reply: its place, which opens to the text the reply was given. */
 #chat details.passage { margin: 0.2em 0; font-size: 0.9em; }
 #chat details.passage summary { cursor: pointer; color: var(--body-text-color-subdued); }
@@ -64,7 +70,8 @@ document.addEventListener("keydown", (event) => {
 });
 
 // Requests that carry a value go to the server through one hidden button, whose event reads
-// window.localchatAction: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›).
+// window.localchatAction: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›),
+// "cancel:N" (a waiting message's Cancel).
 function localchatAct(request) {
   window.localchatAction = request;
   document.querySelector("#action-go")?.click();
@@ -73,10 +80,12 @@ document.addEventListener("click", (event) => {
   const target = event.target.closest ? event.target : event.target.parentElement;
   const arrow = target?.closest("#chat a[href^='#lc-branch-']");
   const chip = target?.closest("#attachments .lc-chip-remove");
-  if (!arrow && !chip) return;
+  const cancel = target?.closest("#chat a[href^='#lc-cancel-']");
+  if (!arrow && !chip && !cancel) return;
   event.preventDefault();
   event.stopPropagation();
   if (chip) return localchatAct(`remove:${chip.dataset.index}`);
+  if (cancel) return localchatAct(`cancel:${cancel.getAttribute("href").slice("#lc-cancel-".length)}`);
   const [, index, way] = arrow.getAttribute("href").match(/^#lc-branch-(\d+)-(prev|next)$/) || [];
   if (index !== undefined) localchatAct(`branch:${index}:${way === "prev" ? -1 : 1}`);
 }, true);

@@ -72,6 +72,7 @@ def wire(w: Window, bar: Sidebar) -> None:
 
     def delete(cid: str | None) -> tuple:
         if cid:
+            w.underway.forget(cid)  # before the answer stops: no waiting message is sent to a deleted chat
             core.stop(cid)
             w.store.delete(cid)
         return (*w.new_chat(), gr.update(visible=False))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
@@ -16,7 +16,8 @@ from .pre_read import PreReader
 from .presets import Presets
 from .session import SHOWN_SETTINGS, Sampling
 from .settings_panel import SettingsPanel, starting
-from .store import Store
+from .store import Message, Store
+from .underway import Underway, Waiting
 
 
 def when(timestamp: float, now: float | None = None) -> str:
@@ -56,6 +57,7 @@ class Window:
     message: gr.Textbox
     meter: gr.HTML  # the attached files' chips and the context meter
     panel: SettingsPanel
+    underway: Underway = field(default_factory=Underway)  # each chat's answer streaming and messages waiting
 
     @property
     def store(self) -> Store:
@@ -80,9 +82,17 @@ class Window:
         return conversations(self.store, selected, query)
 
     def view(self, cid: str | None) -> tuple[list[dict[str, str]], str]:
-        """The chat and its copy texts, from what is stored."""
+        """The chat and its copy texts: what is stored, then what is under way (`tail`)."""
         conv = self.store.get(cid) if cid else None
-        return self.core.display(conv), sources(conv)
+        return self.core.display(conv) + self.tail(cid), sources(conv)
+
+    def tail(self, cid: str | None) -> list[dict[str, str]]:
+        """The answer streaming in chat `cid`, then its messages waiting, each with its Cancel."""
+        return self.underway.tail(cid, self.waiting_note)
+
+    def waiting_note(self, message: Waiting) -> str:
+        """What a waiting message's bubble notes under it, as a sent one's does (its attached documents)."""
+        return self.core.turn_note(-1, Message("user", message.text, {"documents": message.documents}))
 
     def load(self, cid: str | None) -> tuple:
         """The chat `cid` opened (`chat_state`'s values)."""
