@@ -448,6 +448,37 @@ def test_chats_show_dates_and_can_be_searched_and_renamed(page, ui: RunningUI):
     expect(chats).to_contain_text("Tide tables")  # every chat again
 
 
+def test_a_search_that_finds_no_chat_says_so_until_the_search_changes(page, ui: RunningUI):
+    conv = ui.store.create("Ferry timetable")
+    ui.store.append(conv, "user", "When does the last ferry leave?")
+    page.reload()
+    chats, note, search = page.locator("#conversations"), page.locator("#search-empty"), page.locator("#search textarea")
+    expect(chats).to_contain_text("Ferry timetable")
+    expect(note).to_be_hidden()
+    search.press_sequentially("zebra crossing")
+    expect(note).to_have_text("No chat matches “zebra crossing”.")
+    expect(chats.locator("input[type=radio]")).to_have_count(0)
+    shot(page, "30-search-no-match")
+    for _ in "crossing":
+        search.press("Backspace")
+    search.press("Backspace")
+    expect(note).to_have_text("No chat matches “zebra”.")  # follows what is typed
+    search.press("Control+a")
+    search.press_sequentially("ferry")  # changed to a search that finds one
+    expect(chats).to_contain_text("Ferry timetable")
+    expect(note).to_be_hidden()
+    search.press_sequentially(" to nowhere")
+    expect(note).to_have_text("No chat matches “ferry to nowhere”.")
+    page.locator("#new-chat").click()  # fills the list again, every chat: the line leaves with the empty list
+    expect(chats).to_contain_text("Ferry timetable")
+    expect(note).to_be_hidden()
+    search.press("Control+a")
+    search.press("Backspace")  # emptied: every chat again, and no line
+    expect(chats).to_contain_text("Ferry timetable")
+    expect(note).to_be_hidden()
+    shot(page, "31-search-emptied")
+
+
 def test_regenerate_keeps_the_earlier_answer_beside_the_new_one(page, ui: RunningUI):
     ask(page, "Name the capital city of Norway.")
     wait_answered(page)

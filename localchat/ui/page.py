@@ -9,6 +9,10 @@ footer { display: none !important; }
 .lc-hidden { display: none !important; }
 #theme-toggle { max-width: 9em; }
 #conversations { max-height: 45vh; overflow-y: auto; }  /* a long list keeps the model and status in reach */
+/* "No chat matches": the search sets it each time; a list that other events fill again (New chat, an answer's
+   title) shows chats, and the line never sits over them. */
+.sidebar:has(#conversations label) #search-empty { display: none !important; }
+#search-empty { color: var(--body-text-color-subdued); padding: 0 0.5em; }
 #attach { padding: 0 0.6em; }
 .lc-chips { display: flex; flex-wrap: wrap; gap: 0.4em; }
 .lc-chip { display: inline-flex; align-items: center; gap: 0.4em; max-width: 100%; padding: 0.15em 0.3em 0.15em 0.7em;

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from . import render
 from .store import Store
 from .transfer_panel import build_transfer
 from .window import Window, conversations
@@ -17,6 +18,7 @@ from .window import Window, conversations
 class Sidebar:
     new: gr.Button
     search: gr.Textbox
+    no_match: gr.Markdown  # "No chat matches “…”", shown by a search that finds none
     convs: gr.Radio
     rename: gr.Textbox
     delete: gr.Button
@@ -32,6 +34,7 @@ def build(store: Store, conv_id: gr.State) -> Sidebar:
     """The sidebar's components, in page order (inside the gr.Sidebar being built)."""
     new_btn = gr.Button("New chat", variant="primary", elem_id="new-chat")
     search = gr.Textbox(placeholder="Search chats", show_label=False, elem_id="search", container=False)
+    no_match = gr.Markdown("", visible=False, elem_id="search-empty")
     convs = gr.Radio(label="Conversations", choices=[], elem_id="conversations")
     rename_box = gr.Textbox(placeholder="Rename this chat (Enter saves)", show_label=False, elem_id="rename",
                             container=False)
@@ -46,8 +49,18 @@ def build(store: Store, conv_id: gr.State) -> Sidebar:
     model = gr.Dropdown(label="Model", choices=[], value=None, allow_custom_value=True, elem_id="model")
     status = gr.Markdown(elem_id="status")
     theme_btn = gr.Button("Dark / light", size="sm", elem_id="theme-toggle")
-    return Sidebar(new_btn, search, convs, rename_box, delete_btn, confirm, delete_yes, delete_no, model, status,
+    return Sidebar(new_btn, search, no_match, convs, rename_box, delete_btn, confirm, delete_yes, delete_no, model, status,
                    theme_btn)
+
+
+def searched(store: Store, query: str, selected: str | None) -> tuple:
+    """The chat list the search finds, and the line saying none matched, set by every search (hidden when
+    some match or the search is emptied): an empty list alone reads as "no chats at all"."""
+    query = (query or "").strip()
+    listed = conversations(store, selected, query)
+    if query and not listed["choices"]:
+        return listed, gr.update(value=f"No chat matches “{render.plain(query)}”.", visible=True)
+    return listed, gr.update(value="", visible=False)
 
 
 def switch_draft(drafts: dict[str, str], leaving: str | None, draft: str, opening: str | None) -> tuple:
@@ -91,8 +104,9 @@ def wire(w: Window, bar: Sidebar) -> None:
     w.chatbot.clear(lambda cid: (*w.view(cid), gr.update(visible=cid is not None)), [conv_id],
                     [*w.chat_outputs, bar.confirm], api_name=False)
     bar.theme.click(None, None, None, js="() => localchatToggleTheme()", api_name=False)
-    bar.search.input(lambda q, cid: w.conversations(cid, q), [bar.search, conv_id], [bar.convs], api_name=False,
-                     trigger_mode="always_last")
+    # Every change of the search, a deletion included (Backspace sends no input event to Gradio's textbox).
+    bar.search.change(lambda q, cid: searched(w.store, q, cid), [bar.search, conv_id], [bar.convs, bar.no_match],
+                      api_name=False, trigger_mode="always_last")
     bar.rename.submit(rename, [bar.rename, conv_id], [bar.convs, bar.rename], api_name=False)
     bar.delete.click(lambda cid: gr.update(visible=cid is not None), [conv_id], [bar.confirm], api_name=False)
     bar.delete_no.click(lambda: gr.update(visible=False), None, [bar.confirm], api_name=False)
