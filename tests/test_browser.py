@@ -236,6 +236,33 @@ def test_expected_errors_are_toasts_that_keep_the_window_and_log_no_traceback(pa
     assert "Traceback" not in capfd.readouterr().err
 
 
+def toggle_clickable_beside(page, toast, toggle) -> None:
+    """The toggle is what a click at its middle reaches, the toast showing beside it, clear of it."""
+    expect(toast).to_be_visible()
+    shown, button = toast.bounding_box(), toggle.bounding_box()
+    assert (shown["y"] >= button["y"] + button["height"] or shown["x"] + shown["width"] <= button["x"]
+            or shown["x"] >= button["x"] + button["width"]), (shown, button)
+    middle = [button["x"] + button["width"] / 2, button["y"] + button["height"] / 2]
+    assert page.evaluate("([x, y]) => !!document.elementFromPoint(x, y)?.closest('#settings-panel .toggle-button')",
+                         middle)
+
+
+def test_a_toast_leaves_the_settings_toggle_uncovered_and_clickable(page):
+    toggle, drawer = page.locator("#settings-panel .toggle-button"), page.locator("#settings-panel")
+    page.locator("#regenerate").click()
+    toast = page.locator(".toast-body").filter(has_text="nothing to regenerate").last
+    toggle_clickable_beside(page, toast, toggle)
+    shot(page, "32-toast-beside-the-toggle")
+    toggle.click()  # while the toast shows
+    expect(drawer).to_have_class(re.compile(r"\bopen\b"))
+    page.locator("#edit").click()  # another toast, the drawer open: its toggle has moved to the drawer's edge
+    toast = page.locator(".toast-body").filter(has_text="no message to edit").last
+    toggle_clickable_beside(page, toast, toggle)
+    shot(page, "33-toast-beside-the-open-drawer")
+    toggle.click()
+    expect(drawer).not_to_have_class(re.compile(r"\bopen\b"))
+
+
 def test_a_failed_model_switch_keeps_the_picker_on_the_model_that_answers(page, ui: RunningUI, model_path: Path,
                                                                          tmp_path: Path, monkeypatch):
     broken = tmp_path / ".lmstudio" / "models" / "broken" / "broken-model.gguf"

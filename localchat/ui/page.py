@@ -6,6 +6,9 @@ CSS = """
 #chat { flex-grow: 1; }
 #meter, #reading { font-size: 0.9em; margin-top: 0.3em; color: var(--body-text-color-subdued); }
 footer { display: none !important; }
+/* Toasts open below the drawers' toggles (at the window's top edges, 16 to 48 px down), never over them: the
+   settings drawer stays one click away while a toast shows. Gradio puts the first toast at this plus 12 px. */
+.toast-wrap { --toast-top: 48px !important; }
 .lc-hidden { display: none !important; }
 #theme-toggle { max-width: 9em; }
 #conversations { max-height: 45vh; overflow-y: auto; }  /* a long list keeps the model and status in reach */
