@@ -12,10 +12,12 @@ a step names no culprit, so then every request in flight fails rather than crash
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import itertools
 import logging
 import multiprocessing
+import multiprocessing.util  # noqa: F401 - its exit hook first, so the one below runs before it
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -33,6 +35,12 @@ log = logging.getLogger(__name__)
 
 STALL_FLOOR_S = 20.0  # the watchdog's least patience with one step (child.py scales it up from measured steps)
 MAX_RESTARTS = 5  # in a row without an answer finishing between them: then the runner stays down
+
+
+# Set as the interpreter exits, before multiprocessing ends the runners (atexit runs the hooks
+# registered last first): a runner ended then is not restarted.
+_EXITING = threading.Event()
+atexit.register(_EXITING.set)
 
 
 class LoadCrashError(ModelLoadError):
@@ -275,7 +283,7 @@ class SupervisedEngine:
         with self._lock:
             calls, self._calls = self._calls, {}
             flights = dict(self._flight)
-            closing = self._closing
+            closing = self._closing or _EXITING.is_set()
             blamed = self._blamed(runner, flights)  # before the waiting submits wake and leave `submitting`
             reading = set(runner.submitting)
             self._up.clear()
