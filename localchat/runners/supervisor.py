@@ -156,16 +156,16 @@ class SupervisedEngine:
         stream = Stream(rid, self.cancel)
         self._flight[rid] = _InFlight(_sendable(request), stream)
         try:
-            self._call_on(("submit",), rid, self._flight[rid].request)
+            self._call_on("submit", rid, self._flight[rid].request)
         except LocalchatError:
             self._flight.pop(rid, None)
             raise
         return stream
 
     def _call(self, method: str, *args: Any) -> Any:
-        return self._call_on(("call",), None, method, *args)
+        return self._call_on("call", None, method, *args)
 
-    def _call_on(self, kind: tuple[str], rid: str | None, *args: Any) -> Any:
+    def _call_on(self, kind: str, rid: str | None, *args: Any) -> Any:
         """Send a submit or a call and wait for its reply (the runner answers them in order)."""
         call, pending = next(self._ids), _Call()
         self._up.wait()  # a request that comes while a runner restarts goes to the new one
@@ -176,11 +176,16 @@ class SupervisedEngine:
             self._calls[call] = pending
             if rid is not None:
                 runner.submitting.add(rid)
-            message = (kind[0], call, rid, *args) if rid is not None else (kind[0], call, *args)
+            message = (kind, call, rid, *args) if rid is not None else (kind, call, *args)
             try:
                 runner.conn.send(message)
             except (OSError, ValueError):
                 pass  # the runner is dying: the reader fails this call when it sees the end
+            except Exception as exc:  # a request that does not pickle: a bug of ours, that request's error
+                self._calls.pop(call, None)
+                runner.submitting.discard(rid)
+                raise EngineError(f"internal error: the request could not be sent to the model runner ({exc!r})") \
+                    from exc
         pending.done.wait()
         if rid is not None:
             runner.submitting.discard(rid)
@@ -249,6 +254,10 @@ class SupervisedEngine:
             try:
                 message = runner.conn.recv()
             except (EOFError, OSError):
+                break
+            except Exception:  # a message that does not unpickle here: a bug of ours; the runner starts anew
+                log.exception("a model runner's message could not be read")
+                runner.process.kill()
                 break
             kind = message[0]
             if kind == "event":
@@ -353,7 +362,7 @@ class SupervisedEngine:
         again = dataclasses.replace(request, forced=request.forced + said)
         flight.request, flight.text = again, []  # the engine counts forced tokens against max_tokens
         try:
-            self._call_on(("submit",), rid, again)
+            self._call_on("submit", rid, again)
         except LocalchatError as exc:
             self._flight.pop(rid, None)
             flight.stream.put(Failed(EngineError(f"the model runner was restarted and this request could not "
