@@ -191,7 +191,13 @@ def status_markdown(model: str, path: Path, description: str, n_ctx: int, placem
     """The status panel: model, file and quant, context, placement, memory."""
     import psutil
 
-    rss = psutil.Process(os.getpid()).memory_info().rss
+    server = psutil.Process(os.getpid())
+    rss = server.memory_info().rss
+    for child in server.children(recursive=True):  # the model runner holds the model
+        try:
+            rss += child.memory_info().rss
+        except psutil.Error:  # ended meanwhile
+            pass
     try:
         size = size_text(path.stat().st_size)
     except OSError:
