@@ -479,7 +479,8 @@ def test_a_search_that_finds_no_chat_says_so_until_the_search_changes(page, ui: 
     conv = ui.store.create("Ferry timetable")
     ui.store.append(conv, "user", "When does the last ferry leave?")
     page.reload()
-    chats, note, search = page.locator("#conversations"), page.locator("#search-empty"), page.locator("#search textarea")
+    chats, note = page.locator("#conversations"), page.locator("#search-empty")
+    search = page.locator("#search textarea")
     expect(chats).to_contain_text("Ferry timetable")
     expect(note).to_be_hidden()
     search.press_sequentially("zebra crossing")
@@ -773,6 +774,68 @@ def test_at_phone_width_the_sidebar_starts_closed_and_leaves_the_chat_visible(pa
     expect(page.locator("#new-chat")).not_to_be_in_viewport()  # slid out to the left, not over the chat
     expect(page.locator("#message textarea")).to_be_in_viewport()
     shot(page, "13-phone-width")
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return (a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and a["y"] < b["y"] + b["height"]
+            and b["y"] < a["y"] + a["height"])
+
+
+def wait_covered_by(page, box: dict, drawer: str) -> None:
+    """Until a click at the middle of `box` reaches `drawer` (slid in over it), not something floating over it."""
+    page.wait_for_function("([x, y, drawer]) => !!document.elementFromPoint(x, y)?.closest(drawer)",
+                           arg=[box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, drawer])
+
+
+def test_at_390_by_844_the_message_box_the_chat_and_the_drawers_are_clear_of_each_other(page, ui: RunningUI):
+    conv = ui.store.create("Harbour ships")
+    for i in range(6):  # longer than the chat's height: the "↓" back to the latest message shows
+        ui.store.append(conv, "user", f"Question {i}: tell me about the harbour and its ships.")
+        ui.store.append(conv, "assistant", "The harbour holds many ships. " * 12)
+    page.set_viewport_size({"width": 390, "height": 844})
+    open_window(page, ui)
+    chats, toggle = page.locator(".sidebar:not(.right)"), page.locator(".sidebar:not(.right) .toggle-button")
+    expect(chats).not_to_have_class(re.compile(r"\bopen\b"))  # starts closed: it would cover the chat
+    toggle.click()
+    page.locator("#conversations").get_by_text("Harbour ships").click()
+    toggle.click()
+    expect(chats).not_to_have_class(re.compile(r"\bopen\b"))
+    expect(last_reply(page)).to_contain_text("many ships")
+    box = page.locator("#message textarea")
+    for part in ("#chat", "#message textarea", "#attach", "#send", "#stop"):
+        expect(page.locator(part)).to_be_in_viewport(ratio=1)
+    shown = box.bounding_box()
+    for other in ("#chat", "#attach", "#send", "#stop", ".sidebar:not(.right) .toggle-button",
+                  "#settings-panel .toggle-button"):
+        assert not overlap(shown, page.locator(other).bounding_box()), other
+    # The placeholder on one line, whole: nothing of it cut at the box's edge.
+    assert page.evaluate("""(box) => { const style = getComputedStyle(box);
+        const pen = document.createElement("canvas").getContext("2d");
+        pen.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+        const room = box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+        return pen.measureText(box.placeholder).width <= room && box.scrollHeight <= box.clientHeight; }""",
+                         box.element_handle())
+    # Scrolled up to the first message (again on each try: an update of the chat scrolls it back down).
+    page.wait_for_function("""() => { const chat = document.querySelector("#chat .bubble-wrap");
+        chat.scrollTop = 0;
+        chat.dispatchEvent(new Event("scroll"));
+        return !!document.querySelector("#chat .scroll-down-button-container button"); }""", polling=500)
+    down = page.locator("#chat .scroll-down-button-container button")
+    expect(down).to_be_visible()
+    down_box = down.bounding_box()  # where it shows, whether or not the chat keeps it once a drawer covers it
+    assert overlap(down_box, page.locator("#chat").bounding_box())  # inside the chat
+    assert not overlap(down_box, shown)
+    shot(page, "34-phone-390")
+    toggle.click()  # the sidebar over the chat: the "↓" stays under it
+    expect(chats).to_have_class(re.compile(r"\bopen\b"))
+    expect(chats).to_be_in_viewport(ratio=1)
+    wait_covered_by(page, down_box, ".sidebar:not(.right)")
+    shot(page, "35-phone-390-sidebar")
+    toggle.click()
+    open_settings(page)
+    expect(page.locator("#settings-panel")).to_be_in_viewport(ratio=1)  # slid in whole
+    wait_covered_by(page, down_box, "#settings-panel")
+    shot(page, "36-phone-390-settings")
 
 
 def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_model(page, ui: RunningUI, tmp_path,

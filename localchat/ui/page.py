@@ -38,9 +38,15 @@ footer { display: none !important; }
 #chat details.passage summary { cursor: pointer; color: var(--body-text-color-subdued); }
 #chat .passage-text { border-left: 3px solid var(--border-color-primary); padding: 0.3em 0.8em; margin: 0.3em 0;
   max-height: 16em; overflow-y: auto; white-space: normal; }
-/* A phone: the composer stays one row (the box, then two small buttons) and the chat takes the height. */
+/* The chat's "↓" (back to the latest message) stays inside the chat: Gradio lifts it over everything, so it
+   floated over an opened sidebar or settings drawer (z-index 1000). */
+#chat .scroll-down-button-container { z-index: 2; }
+/* A phone: the message box takes the composer's first row whole, its placeholder on one line, and Attach, Send
+   and Stop share the row under it; the chat takes the height. */
 @media (max-width: 600px) {
-  #send, #stop, #attach { min-width: 3.5em !important; padding: 0 0.4em; font-size: 0.9em; }
+  #composer { flex-wrap: wrap; gap: 0.4em; }
+  #composer > .form:has(#message) { order: -1; flex: 1 1 100% !important; min-width: 100% !important; }
+  #send, #stop, #attach { flex: 1 1 0 !important; min-width: 3.5em !important; padding: 0.4em; font-size: 0.9em; }
   #chat { height: 60vh !important; }
 }
 """
