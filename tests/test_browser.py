@@ -450,6 +450,29 @@ def test_an_unsent_draft_stays_with_its_chat(page, ui: RunningUI):
     expect(box).to_have_value("And of Bolivia?")  # back with its own chat
 
 
+def test_an_answer_streaming_in_one_chat_leaves_another_chat_opened_meanwhile_alone(page, ui: RunningUI):
+    """Opening another chat mid-answer: the answer goes on and is saved in its own chat, and the chat on
+    screen stays the one opened (every streaming update used to draw the answering chat over it)."""
+    ask(page, "Name the capital city of Chile.")
+    wait_answered(page)
+    page.locator("#new-chat").click()
+    set_max_tokens(page, 320)
+    ask(page, "Count from 1 to 200, separated by commas.")
+    expect(last_reply(page)).to_contain_text("generating", timeout=LONG)
+    page.locator("#conversations").get_by_text("Name the capital city of Chile.").click()
+    expect(page.locator("#chat .user")).to_have_text(["Name the capital city of Chile."])
+    counting = conversation_titled(ui, "Count from 1 to 200, separated by commas.")
+    wait_until(lambda: [m.role for m in ui.store.get(counting.id).messages] == ["user", "assistant"],
+               "the counting answer's end", 300)
+    expect(page.locator("#chat .user")).to_have_text(["Name the capital city of Chile."])  # still this chat
+    ask(page, "And of Argentina?")  # sent to the chat on screen
+    wait_answered(page)
+    chile = conversation_titled(ui, "Name the capital city of Chile.")
+    assert [m.content for m in ui.store.get(chile.id).messages if m.role == "user"] == [
+        "Name the capital city of Chile.", "And of Argentina?"]
+    shot(page, "37-other-chat-kept-while-one-answers")
+
+
 def test_chats_show_dates_and_can_be_searched_and_renamed(page, ui: RunningUI):
     conv = ui.store.create("Lighthouse notes")
     ui.store.append(conv, "user", "What did the keeper write about the foghorn?")

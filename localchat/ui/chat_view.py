@@ -75,6 +75,7 @@ class Replies:
             gr.Warning(str(exc))
             yield (gr.skip(),) * 8
             return
+        self.w.opened(request, cid)  # a Send comes from the chat on screen
         # The question takes over what the read-ahead has read so far, and reads the rest itself.
         self.w.pre_reader.stop(request.session_hash)
         underway.queue(cid, text, docs or [], sys_prompt, sampling)
@@ -95,26 +96,34 @@ class Replies:
                        composing.shown(core, message.documents, message.sampling.max_tokens, cid), gr.skip(),
                        gr.skip(), gr.skip())
                 return
-            yield from self.stream_reply(cid, message.sampling)
+            yield from self.stream_reply(request, cid, message.sampling)
 
-    def stream_reply(self, cid: str, sampling: Sampling, earlier: list | None = None) -> Iterator[tuple]:
-        """Called with the conversation's turn held; `earlier`: the answers a regenerate keeps."""
+    def stream_reply(self, request: gr.Request, cid: str, sampling: Sampling,
+                     earlier: list | None = None) -> Iterator[tuple]:
+        """Called with the conversation's turn held; `earlier`: the answers a regenerate keeps. While the
+        page shows another chat, the answer goes on and is saved, but only the chat list (which it
+        reorders) and the status change there."""
         core, w = self.core, self.w
         shown = core.display(self.store.get(cid))
         try:
             for reply in core.answer(cid, sampling, earlier):
                 w.underway.show_answer(cid, reply)  # what any other update of this chat shows meanwhile
-                yield (shown + w.tail(cid), gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid), gr.skip(),
-                       gr.skip())
+                if w.shows(request, cid):
+                    yield (shown + w.tail(cid), gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid),
+                           gr.skip(), gr.skip())
         except LocalchatError as exc:  # refused by the engine (a regenerate with more max tokens, say)
             gr.Warning(str(exc))
         finally:
             w.underway.end_answer(cid)
+        if not w.shows(request, cid):
+            other = w.showing.get(request.session_hash)
+            yield *(gr.skip(),) * 5, w.conversations(other), core.status(), gr.skip()
+            return
         # The saved conversation, numbers included, is the final word on what was said.
         chat, copy = w.view(cid)
         yield chat, gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid), core.status(), copy
 
-    def regenerate(self, cid: str | None, *values: float) -> Iterator[tuple]:
+    def regenerate(self, request: gr.Request, cid: str | None, *values: float) -> Iterator[tuple]:
         conv = self.store.get(cid) if cid else None
         if conv is None or not any(m.role == "user" for m in conv.messages):
             gr.Warning("nothing to regenerate yet; send a message first.")
@@ -122,9 +131,11 @@ class Replies:
             return
         with self.core.turn(conv.id):
             kept = versions.drop_reply(self.store, conv.id)  # ‹ › shows them again
-            yield from self.stream_reply(conv.id, sampling_of(values, self.w.defaults), kept)
+            self.w.opened(request, conv.id)
+            yield from self.stream_reply(request, conv.id, sampling_of(values, self.w.defaults), kept)
 
-    def edit_message(self, edit: gr.EditData, cid: str | None, sys_prompt: str, *values: Any) -> Iterator[tuple]:
+    def edit_message(self, edit: gr.EditData, request: gr.Request, cid: str | None, sys_prompt: str,
+                     *values: Any) -> Iterator[tuple]:
         """A user message edited in place: the chat continues from it; what followed stays a branch (‹ 1/2 ›)."""
         core, view = self.core, self.w.view
         index = edit.index if isinstance(edit.index, int) else edit.index[0]
@@ -147,7 +158,8 @@ class Replies:
                 gr.Warning(str(exc))
                 yield *view(conv.id)[:1], *(gr.skip(),) * 6, view(conv.id)[1]
                 return
-            yield from self.stream_reply(conv.id, sampling)
+            self.w.opened(request, conv.id)
+            yield from self.stream_reply(request, conv.id, sampling)
 
     def show_version(self, cid: str | None, step: int) -> tuple:
         if cid:

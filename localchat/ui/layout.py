@@ -6,7 +6,6 @@ its components and wires its own events: the sidebar (sidebar.py) with the hardw
 
 from __future__ import annotations
 
-import functools
 
 import gradio as gr
 
@@ -48,16 +47,20 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)
         models.wire(bar.model, bar.status, demo)  # the model picker switches through the panel
         wizard_panel.wire(w, wizard, models)
-        demo.load(functools.partial(on_page_load, w), [last_chat, width],
+        def page_load(last: str | None, px: float | None, request: gr.Request) -> tuple:
+            return on_page_load(w, last, px, request)  # Gradio hands a request only to a function naming it
+
+        demo.load(page_load, [last_chat, width],
                   [bar.convs, bar.model, bar.status, wizard.note, wizard.box, drawer, *w.chat_state],
                   api_name=False, js="(last, px) => { localchatApplyTheme(); return [last, window.innerWidth]; }")
     return demo
 
 
-def on_page_load(w: Window, last: str | None, px: float | None) -> tuple:
+def on_page_load(w: Window, last: str | None, px: float | None, request: gr.Request) -> tuple:
     """The chat list, the model picker, the status, the wizard's note and accordion, the sidebar (closed on a
     narrow window), then the chat last open in this browser."""
     profile, note = tuned_summary()
     opened = w.load(last)
+    w.opened(request, opened[2])
     return (w.conversations(opened[2]), w.picker(), w.core.status(), note, gr.update(open=profile is None),
             gr.update(open=not px or px >= NARROW_PX), *opened)

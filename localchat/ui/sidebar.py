@@ -77,13 +77,17 @@ def wire(w: Window, bar: Sidebar) -> None:
     """The sidebar's events (the model picker's are the Models panel's: models_panel.py)."""
     core, conv_id, message, drafts = w.core, w.conv_id, w.message, w.drafts
 
-    def open_chat(cid: str | None, leaving: str | None, draft: str, drafts: dict[str, str]) -> tuple:
+    def open_chat(cid: str | None, leaving: str | None, draft: str, drafts: dict[str, str],
+                  request: gr.Request) -> tuple:
+        w.opened(request, cid)
         return *w.load(cid), *switch_draft(drafts, leaving, draft, cid)
 
-    def open_new_chat(leaving: str | None, draft: str, drafts: dict[str, str]) -> tuple:
+    def open_new_chat(leaving: str | None, draft: str, drafts: dict[str, str], request: gr.Request) -> tuple:
+        w.opened(request, None)
         return *w.new_chat(), *switch_draft(drafts, leaving, draft, None)
 
-    def delete(cid: str | None) -> tuple:
+    def delete(cid: str | None, request: gr.Request) -> tuple:
+        w.opened(request, None)
         if cid:
             w.underway.forget(cid)  # before the answer stops: no waiting message is sent to a deleted chat
             core.stop(cid)

@@ -58,6 +58,20 @@ class Window:
     meter: gr.HTML  # the attached files' chips and the context meter
     panel: SettingsPanel
     underway: Underway = field(default_factory=Underway)  # each chat's answer streaming and messages waiting
+    # Each page's chat on screen (by Gradio's session): an answer streaming for another chat of that page
+    # leaves its view alone, where it would draw that chat over the one the user opened.
+    showing: dict[str, str | None] = field(default_factory=dict)
+
+    def opened(self, request: gr.Request | None, cid: str | None) -> None:
+        """The page of `request` now shows chat `cid` (None: a new chat)."""
+        if request is not None and request.session_hash:
+            self.showing[request.session_hash] = cid
+
+    def shows(self, request: gr.Request | None, cid: str | None) -> bool:
+        """Whether the page of `request` shows chat `cid` (a page not heard of yet: yes)."""
+        if request is None or not request.session_hash:
+            return True
+        return self.showing.get(request.session_hash, cid) == cid
 
     @property
     def store(self) -> Store:
