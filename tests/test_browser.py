@@ -695,6 +695,11 @@ def test_settings_saved_as_a_preset_start_new_chats_and_set_a_chat_when_picked(p
         assert saved is not None and saved.system_prompt == "Answer in five words or fewer."
         assert saved.settings["temperature"] == 0.3 and saved.n_ctx == ui.runtime.engine.n_ctx
         shot(page, "24-preset-saved")
+        # Away from the preset's values first, so the new chat's own can be told apart (and waited for).
+        system.fill("")
+        temperature.fill("0.9")
+        temperature.press("Enter")
+        expect(page.locator("#temperature input[type=range]")).to_have_value("0.9")
         page.locator("#new-chat").click()  # a new chat starts from the default preset
         expect(system).to_have_value("Answer in five words or fewer.")
         expect(page.locator("#temperature input[type=range]")).to_have_value("0.3")
