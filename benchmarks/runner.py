@@ -19,8 +19,8 @@ from localchat.config import Settings
 from localchat.runners.supervisor import SupervisedEngine
 from localchat.runtime.engine import Request
 from localchat.runtime.events import TextDelta
-from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.worker import default_threads
+from localchat.workloads import greedy
 
 
 def timing(engine, prompt: str, max_tokens: int) -> tuple[float, float]:
@@ -28,8 +28,7 @@ def timing(engine, prompt: str, max_tokens: int) -> tuple[float, float]:
     t0 = time.perf_counter()
     first = last = 0.0
     tokens = 0
-    stream = engine.submit(Request(messages=[{"role": "user", "content": prompt}],
-                                   sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)))
+    stream = engine.submit(Request(messages=[{"role": "user", "content": prompt}], sampling=greedy(max_tokens)))
     for event in stream:
         if isinstance(event, TextDelta):
             last = time.perf_counter()

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Callable
 
 from .. import paths
 
@@ -55,11 +56,22 @@ def mark(path: Path, reason: str) -> None:
         log.warning("could not record the crashed model %s: %s", name, exc)
 
 
+def reasons() -> Callable[[Path], str | None]:
+    """Why a file is marked bad, or None (never marked, or changed since): the record read once, for a
+    list of files."""
+    marks = _read()
+
+    def reason_for(path: Path) -> str | None:
+        try:
+            name, version = _key(path)
+        except OSError:
+            return None
+        found = marks.get(name)
+        return found.get("reason") if found and found.get("version") == version else None
+
+    return reason_for
+
+
 def reason_for(path: Path) -> str | None:
     """Why `path` is marked bad, or None: never marked, or changed since."""
-    try:
-        name, version = _key(path)
-    except OSError:
-        return None
-    found = _read().get(name)
-    return found.get("reason") if found and found.get("version") == version else None
+    return reasons()(path)

@@ -83,6 +83,7 @@ class _Process:
 
     process: Any
     conn: Any
+    info: RunnerInfo  # what it said of its model when ready
     submitting: set[str] = field(default_factory=set)  # requests whose submit it is reading now
     stalled: str = ""  # the watchdog's words, when it ended the runner
 
@@ -106,7 +107,7 @@ class SupervisedEngine:
         self._failures = 0
         self._runner = self._start(progress)
         self._up.set()
-        self.info: RunnerInfo = self._info
+        self.info = self._runner.info  # a restart loads the same model: its facts stay
         self.n_ctx = self.info.n_ctx
         self.worker = self.info  # the loaded model's facts: model_path, describe(), n_ctx_train, config
         self.placement, self.drafter_name = self.info.placement, self.info.drafter
@@ -243,8 +244,7 @@ class SupervisedEngine:
                 ours.close()
                 raise message[1]
             elif message[0] == "ready":
-                self._info = message[1]
-                runner = _Process(process, ours)
+                runner = _Process(process, ours, message[1])
                 threading.Thread(target=self._read, args=(runner,), name="localchat-runner-read", daemon=True).start()
                 return runner
 

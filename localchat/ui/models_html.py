@@ -71,15 +71,15 @@ def local_table(models: list[LocalModel]) -> str:
     """The GGUF files found on this machine and where."""
     if not models:
         return "<p class='lc-no'>No GGUF files found here yet.</p>"
-    body = "".join(f"<tr>{_local_name(m)}{_cell(FOUND_IN.get(m.source, m.source))}"
+    bad = bad_files.reasons()
+    body = "".join(f"<tr>{_local_name(m, bad(m.path))}{_cell(FOUND_IN.get(m.source, m.source))}"
                    f"{_cell(size_text(m.size), 'lc-num')}{_cell(str(m.path), 'lc-path')}</tr>" for m in models)
     return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr><th>File</th><th>Found in</th>"
             f"<th>Size</th><th>Path</th></tr></thead><tbody>{body}</tbody></table></div>")
 
 
-def _local_name(model: LocalModel) -> str:
-    """A local file's name cell, with why it is not offered when it crashed the model runner (bad_files.py)."""
-    bad = bad_files.reason_for(model.path)
+def _local_name(model: LocalModel, bad: str | None) -> str:
+    """A local file's name cell, with why it does not load when it crashed the model runner (bad_files.py)."""
     if bad is None:
         return _cell(file_label(model))
     return (f"<td>{escape(file_label(model))}<br><span class='lc-bad' data-bad='1'>does not load: {escape(bad)}"
