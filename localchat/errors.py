@@ -23,6 +23,10 @@ class DownloadError(LocalchatError):
     """A model file could not be fetched or failed verification."""
 
 
+class BusyMachineError(LocalchatError):
+    """The wizard's measurements ran beside other programs' load: not this machine's speed, so not kept."""
+
+
 class RequestError(LocalchatError):
     """A generation request that cannot be served as asked (bad sampling values, too long)."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ..arguments import Parser
-from ..errors import LocalchatError, ModelNotFoundError
+from ..errors import BusyMachineError, LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
 from ..hardware.probe import probe
 from ..models.catalog import ModelFacts, load_catalog
@@ -26,6 +26,7 @@ from .candidates import Candidate, candidates_of, gather, print_candidates
 from .chart import ChartRow, save_chart
 from .draft import Speculation, measure_draft
 from .formats import RACE_TOKENS, FormatRun, race
+from .load import QUIET_WAIT_S, measured_when_quiet
 from .measure import Measurement, measure
 from .placements import tune_placement
 from .profile import Profile, hardware_text, profile_path, save_profile
@@ -34,18 +35,7 @@ from .profile import Profile, hardware_text, profile_path, save_profile
 LATENCY_TARGET_MS = 50.0
 DRAFT_TOKENS = 64  # tokens per chat when measuring a draft: enough passes for a stable acceptance
 PLACEMENT_DOC_TOKENS = 1500  # the long read of the placement workload: several prefill chunks
-BUSY_CORES = 0.5    # cores other programs use before measuring that make the numbers doubtful
 SUSPICIOUS = 0.25   # a measured decode speed below this share of the prediction: likely a busy machine
-
-
-def _busy_cores(seconds: float = 1.0) -> float:
-    """How many cores other programs keep busy right now (the wizard itself is idle while it looks)."""
-    try:
-        import psutil
-
-        return psutil.cpu_percent(interval=seconds) / 100 * (psutil.cpu_count() or 1)
-    except (ImportError, OSError):
-        return 0.0
 
 
 def _keep_best(measured: list[Candidate], wants: Wants) -> Candidate:
@@ -134,25 +124,23 @@ def _candidates(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: d
     return considered, ready
 
 
-def _warn_if_busy(out: TextIO) -> None:
-    """Warn when other programs keep cores busy: the speeds measured now would be low."""
-    busy = _busy_cores()
-    if busy >= BUSY_CORES:
-        print(f"warning: other programs keep {busy:.1f} cores busy; llama.cpp's threads wait on each other when a "
-              "core is taken, so the speeds measured now will be low. Close them and run `localchat tune` again "
-              "for a profile that fits an idle machine.", file=out)
-
-
-def _measure_each(ready: list[Candidate], hardware: HardwareInfo, fill: int, out: TextIO) -> list[Candidate]:
-    """Measure each candidate on the real runtime; one that fails to load is noted in its status and
-    skipped. Returns those measured; none is a ModelNotFoundError."""
-    _warn_if_busy(out)
+def _measure_each(ready: list[Candidate], hardware: HardwareInfo, fill: int, out: TextIO, allow_busy: bool,
+                  quiet_wait_s: float) -> list[Candidate]:
+    """Measure each candidate on the real runtime, with other programs quiet (load.py: measured again once,
+    else a BusyMachineError); one that fails to load is noted in its status and skipped. Returns those
+    measured; none is a ModelNotFoundError."""
     measured = []
     for c in ready:
         print(f"measuring {c.label} (n_ctx {c.n_ctx}, {hardware.physical_cores} threads) ...", file=out, flush=True)
+
+        def run(c: Candidate = c) -> Measurement:
+            return measure(c.path, n_ctx=c.n_ctx, n_threads=hardware.physical_cores, n_gpu_layers=c.n_gpu_layers,
+                           fill=fill)
+
         try:
-            c.measurement = measure(c.path, n_ctx=c.n_ctx, n_threads=hardware.physical_cores,
-                                    n_gpu_layers=c.n_gpu_layers, fill=fill)
+            c.measurement = measured_when_quiet(run, c.label, out, allow_busy=allow_busy, quiet_wait_s=quiet_wait_s)
+        except BusyMachineError:
+            raise
         except LocalchatError as exc:
             c.status = f"failed to load: {exc}"
             continue
@@ -227,15 +215,18 @@ def _print_kept(profile: Profile, path: Path, no_chart: str, out: TextIO) -> Non
 def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | None = None, download: bool = True,
                out: TextIO = sys.stdout, *, wants: Wants | None = None, fill: int = DECODE_FILL,
                max_measured: int = 2, refresh: bool | None = None, draft_tokens: int = DRAFT_TOKENS,
-               placement_doc_tokens: int = PLACEMENT_DOC_TOKENS, race_tokens: tuple[int, int] = RACE_TOKENS) -> Profile:
+               placement_doc_tokens: int = PLACEMENT_DOC_TOKENS, race_tokens: tuple[int, int] = RACE_TOKENS,
+               allow_busy: bool = False, quiet_wait_s: float = QUIET_WAIT_S) -> Profile:
     """Tune this machine end to end and save the profile; returns it. `refresh`: ask the hub for current
     file sizes (default: when downloading is allowed). `placement_doc_tokens` 0 skips measuring placements.
-    `race_tokens`: the prompt and answer of the side-by-side run of the kept model's GGUF and GPTQ files."""
+    `race_tokens`: the prompt and answer of the side-by-side run of the kept model's GGUF and GPTQ files.
+    Candidates are measured with other programs quiet (waiting up to `quiet_wait_s` for them); measured
+    beside them twice is a BusyMachineError and nothing is saved, unless `allow_busy`."""
     # Predict decode at the fill the measurements use, so predicted and measured compare.
     wants = replace(wants or Wants(), decode_fill=fill)
     hardware, entries, facts = _machine_and_catalog(probe_fn, catalog, download if refresh is None else refresh, out)
     considered, ready = _candidates(hardware, facts, entries, wants, download, max_measured, out)
-    measured = _measure_each(ready, hardware, fill, out)
+    measured = _measure_each(ready, hardware, fill, out, allow_busy, quiet_wait_s)
     best = _keep_best(measured, wants)
     best.status = "kept"
     efficiency, runs, format_reason = _calibrate(best, hardware, facts, entries, wants, download, race_tokens, out)
@@ -268,11 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-placements", dest="placements", action="store_false",
                         help="keep the planner's placement instead of measuring each one this machine can run "
                              "(one device, layer split, PD split, draft on a second GPU) with chats beside a long read")
+    parser.add_argument("--allow-busy", action="store_true",
+                        help="keep speeds measured while other programs use the CPU (by default the wizard waits "
+                             "for them, measures again, and saves nothing when they stay busy)")
     args = parser.parse_args(argv)
     out = sys.stderr if args.json else sys.stdout
     profile = run_wizard(catalog=args.catalog, download=args.download, out=out,
                          wants=Wants(min_decode_tps=args.min_speed),
-                         placement_doc_tokens=PLACEMENT_DOC_TOKENS if args.placements else 0)
+                         placement_doc_tokens=PLACEMENT_DOC_TOKENS if args.placements else 0,
+                         allow_busy=args.allow_busy)
     if args.json:
         print(json.dumps(profile.to_dict(), indent=2))
     return 0
