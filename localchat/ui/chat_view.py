@@ -109,7 +109,7 @@ class Replies:
             for reply in core.answer(cid, sampling, earlier):
                 w.underway.show_answer(cid, reply)  # what any other update of this chat shows meanwhile
                 if w.shows(request, cid):
-                    yield (shown + w.tail(cid), gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid),
+                    yield (shown + w.tail(cid), gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid, request),
                            gr.skip(), gr.skip())
         except LocalchatError as exc:  # refused by the engine (a regenerate with more max tokens, say)
             gr.Warning(str(exc))
@@ -117,11 +117,11 @@ class Replies:
             w.underway.end_answer(cid)
         if not w.shows(request, cid):
             other = w.showing.get(request.session_hash)
-            yield *(gr.skip(),) * 5, w.conversations(other), core.status(), gr.skip()
+            yield *(gr.skip(),) * 5, w.conversations(other, request), core.status(), gr.skip()
             return
         # The saved conversation, numbers included, is the final word on what was said.
         chat, copy = w.view(cid)
-        yield chat, gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid), core.status(), copy
+        yield chat, gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid, request), core.status(), copy
 
     def regenerate(self, request: gr.Request, cid: str | None, *values: float) -> Iterator[tuple]:
         conv = self.store.get(cid) if cid else None
@@ -166,7 +166,7 @@ class Replies:
             versions.show_version(self.store, cid, step)
         return self.w.view(cid)
 
-    def act(self, request: str, cid: str | None, draft: str, docs: list[str], mx: float) -> tuple:
+    def act(self, request: str, cid: str | None, draft: str, docs: list[str], mx: float, page: gr.Request) -> tuple:
         """A request of the page script: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›),
         "cancel:N" (a waiting message's Cancel). Returns the chat, the copy texts, the message box, the
         attached files, their chips and meter, and the chat list."""
@@ -186,7 +186,7 @@ class Replies:
             with core.turn(cid):
                 core.show_branch(cid, args[0], max(min(args[1], 1), -1))
             # A first turn's branch names the chat.
-            return *self.w.view(cid), gr.skip(), gr.skip(), gr.skip(), self.w.conversations(cid)
+            return *self.w.view(cid), gr.skip(), gr.skip(), gr.skip(), self.w.conversations(cid, page)
         if kind == "cancel" and len(args) == 1 and cid:
             return self.cancel(cid, args[0], draft, docs)
         return (gr.skip(),) * 6

@@ -62,5 +62,5 @@ def on_page_load(w: Window, last: str | None, px: float | None, request: gr.Requ
     profile, note = tuned_summary()
     opened = w.load(last)
     w.opened(request, opened[2])
-    return (w.conversations(opened[2]), w.picker(), w.core.status(), note, gr.update(open=profile is None),
+    return (w.conversations(opened[2], request), w.picker(), w.core.status(), note, gr.update(open=profile is None),
             gr.update(open=not px or px >= NARROW_PX), *opened)

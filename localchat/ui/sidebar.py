@@ -84,7 +84,7 @@ def wire(w: Window, bar: Sidebar) -> None:
 
     def open_new_chat(leaving: str | None, draft: str, drafts: dict[str, str], request: gr.Request) -> tuple:
         w.opened(request, None)
-        return *w.new_chat(), *switch_draft(drafts, leaving, draft, None)
+        return *w.new_chat(request), *switch_draft(drafts, leaving, draft, None)
 
     def delete(cid: str | None, request: gr.Request) -> tuple:
         w.opened(request, None)
@@ -92,12 +92,16 @@ def wire(w: Window, bar: Sidebar) -> None:
             w.underway.forget(cid)  # before the answer stops: no waiting message is sent to a deleted chat
             core.stop(cid)
             w.store.delete(cid)
-        return (*w.new_chat(), gr.update(visible=False))
+        return (*w.new_chat(request), gr.update(visible=False))
 
-    def rename(title: str, cid: str | None) -> tuple:
+    def rename(title: str, cid: str | None, request: gr.Request) -> tuple:
         if cid and title and title.strip():
             core.rename(cid, title)
-        return w.conversations(cid), ""
+        return w.conversations(cid, request), ""
+
+    def search(query: str, cid: str | None, request: gr.Request) -> tuple:
+        w.searched(request, query)  # the list's later updates keep to it
+        return searched(w.store, query, cid)
 
     chat_state = w.chat_state
     bar.convs.input(open_chat, [bar.convs, conv_id, message, drafts], [*chat_state, message, drafts], api_name=False)
@@ -109,8 +113,8 @@ def wire(w: Window, bar: Sidebar) -> None:
                     [*w.chat_outputs, bar.confirm], api_name=False)
     bar.theme.click(None, None, None, js="() => localchatToggleTheme()", api_name=False)
     # Every change of the search, a deletion included (Backspace sends no input event to Gradio's textbox).
-    bar.search.change(lambda q, cid: searched(w.store, q, cid), [bar.search, conv_id], [bar.convs, bar.no_match],
-                      api_name=False, trigger_mode="always_last")
+    bar.search.change(search, [bar.search, conv_id], [bar.convs, bar.no_match], api_name=False,
+                      trigger_mode="always_last")
     bar.rename.submit(rename, [bar.rename, conv_id], [bar.convs, bar.rename], api_name=False)
     bar.delete.click(lambda cid: gr.update(visible=cid is not None), [conv_id], [bar.confirm], api_name=False)
     bar.delete_no.click(lambda: gr.update(visible=False), None, [bar.confirm], api_name=False)

@@ -61,6 +61,9 @@ class Window:
     # Each page's chat on screen (by Gradio's session): an answer streaming for another chat of that page
     # leaves its view alone, where it would draw that chat over the one the user opened.
     showing: dict[str, str | None] = field(default_factory=dict)
+    # Each page's chat search as last typed (by Gradio's session): every update of its chat list (a new
+    # chat, an answer reordering it, a rename) lists what that search finds, not every chat.
+    searches: dict[str, str] = field(default_factory=dict)
 
     def opened(self, request: gr.Request | None, cid: str | None) -> None:
         """The page of `request` now shows chat `cid` (None: a new chat)."""
@@ -92,7 +95,14 @@ class Window:
         """What opening a chat writes, in `load`'s order."""
         return [*self.chat_outputs, self.conv_id, *self.panel.inputs, self.pending, self.meter]
 
-    def conversations(self, selected: str | None = None, query: str = "") -> dict[str, Any]:
+    def searched(self, request: gr.Request | None, query: str) -> None:
+        """The page of `request` now searches its chats for `query` ("" lists them all)."""
+        if request is not None and request.session_hash:
+            self.searches[request.session_hash] = (query or "").strip()
+
+    def conversations(self, selected: str | None = None, request: gr.Request | None = None) -> dict[str, Any]:
+        """The chat list as the page of `request` shows it: what its search finds (without a request, all)."""
+        query = self.searches.get(request.session_hash, "") if request is not None and request.session_hash else ""
         return conversations(self.store, selected, query)
 
     def view(self, cid: str | None) -> tuple[list[dict[str, str]], str]:
@@ -117,9 +127,9 @@ class Window:
         return (*self.view(conv.id), conv.id, conv.system_prompt,
                 *(s.get(name, getattr(self.defaults, name)) for name in SHOWN_SETTINGS), [], "")
 
-    def new_chat(self) -> tuple:
-        """A new chat opened, then the chat list with none chosen."""
-        return *self.load(None), self.conversations(None)
+    def new_chat(self, request: gr.Request | None = None) -> tuple:
+        """A new chat opened, then the chat list (as the page's search finds it) with none chosen."""
+        return *self.load(None), self.conversations(None, request)
 
     def picker(self) -> dict[str, Any]:
         """The model picker: the models found here, the loaded one chosen."""
