@@ -520,14 +520,45 @@ def test_a_search_that_finds_no_chat_says_so_until_the_search_changes(page, ui: 
     expect(note).to_be_hidden()
     search.press_sequentially(" to nowhere")
     expect(note).to_have_text("No chat matches “ferry to nowhere”.")
-    page.locator("#new-chat").click()  # fills the list again, every chat: the line leaves with the empty list
-    expect(chats).to_contain_text("Ferry timetable")
-    expect(note).to_be_hidden()
+    page.locator("#new-chat").click()  # the list keeps to the search: still no chat, and still said
+    expect(page.locator("#chat .bot")).to_have_count(0)
+    expect(chats.locator("input[type=radio]")).to_have_count(0)
+    expect(note).to_have_text("No chat matches “ferry to nowhere”.")
     search.press("Control+a")
     search.press("Backspace")  # emptied: every chat again, and no line
     expect(chats).to_contain_text("Ferry timetable")
     expect(note).to_be_hidden()
     shot(page, "31-search-emptied")
+
+
+def test_the_chat_list_keeps_to_the_typed_search_through_a_new_chat_and_its_answer(page, ui: RunningUI):
+    conv = ui.store.create("Lighthouse keeper")
+    ui.store.append(conv, "user", "What did the keeper write about the foghorn?")
+    ui.store.create("Tide tables")
+    page.reload()
+    chats, search = page.locator("#conversations"), page.locator("#search textarea")
+    expect(chats).to_contain_text("Tide tables")
+    search.press_sequentially("lighthouse")
+    radios = chats.locator("input[type=radio]")
+    expect(radios).to_have_count(1)
+    page.locator("#new-chat").click()  # a new chat: the list as the search finds it, not every chat
+    expect(page.locator("#chat .bot")).to_have_count(0)
+    expect(radios).to_have_count(1)
+    # The answer's updates redraw the list (the new chat goes first) many times: each one keeps to the search.
+    page.evaluate("""() => { window.__listed = [];
+        new MutationObserver(() => window.__listed.push(document.querySelectorAll('#conversations input[type=radio]').length))
+            .observe(document.querySelector('#conversations'), {subtree: true, childList: true}); }""")
+    ask(page, "Which river runs through Rome?")
+    wait_answered(page)
+    expect(radios).to_have_count(1)
+    expect(chats).to_contain_text("Lighthouse keeper")
+    assert max(page.evaluate("window.__listed"), default=1) == 1, page.evaluate("window.__listed")
+    assert conversation_titled(ui, "Which river runs through Rome?") is not None  # saved, just not found
+    shot(page, "16b-search-kept-through-an-answer")
+    search.press("Control+a")
+    search.press("Backspace")  # emptied: every chat, the new one first
+    expect(chats).to_contain_text("Which river runs through Rome?")
+    expect(chats).to_contain_text("Tide tables")
 
 
 def test_regenerate_keeps_the_earlier_answer_beside_the_new_one(page, ui: RunningUI):
