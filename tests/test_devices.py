@@ -165,7 +165,9 @@ def test_auto_is_the_planners_pick_for_this_model_on_this_machine(model_path):
     one_gpu = described(24)
     layout = choose_arrangement("auto", base, model_path, hardware=lambda: one_gpu)
     assert layout.placement == "single" and layout.worker.n_gpu_layers == 31  # all 30 layers and the head
-    tiny = described(0.6)  # after the CUDA reserve, room for some of the layers only
+    from localchat.planning.fit import RESERVE
+
+    tiny = described((RESERVE["gpu"] / GiB + 0.15) / 0.95)  # after the CUDA reserve, room for some of the layers only
     partial = choose_arrangement("auto", base, model_path, hardware=lambda: tiny)
     assert partial.placement == "single" and 0 < partial.worker.n_gpu_layers < 30
     cpu = choose_arrangement("auto", base, model_path, hardware=lambda: HardwareInfo(physical_cores=2, ram_total=8 * GiB,

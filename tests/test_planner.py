@@ -69,7 +69,8 @@ def test_every_plan_fits_each_device_with_margin(name: str, catalog):
             **{f"metal:{g.index}": g.memory_free for g in hw.gpus}}
     for use in result.devices:
         assert use.total == use.weights + use.kv + use.compute + use.draft
-        assert use.total <= use.budget < free[use.device] * 0.95, (name, use)
+        # Every device keeps at least llama.cpp's own fit margin free (1 GiB; planning/fit.py).
+        assert use.total <= use.budget <= free[use.device] - (1 << 30), (name, use)
     on_devices = sum(u.weights for u in result.devices)
     assert on_devices >= result.size * 0.97  # every weight is somewhere
     assert result.n_ctx >= 4096 and result.reasons and len(result.alternatives) == 3

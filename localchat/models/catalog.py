@@ -164,7 +164,11 @@ class ModelFacts:
 
     def compute_bytes(self, n_ubatch: int = 512) -> int:
         """Scratch buffer of one llama.cpp context with flash attention: logits plus activations."""
-        return int(n_ubatch * 4 * (self.n_vocab + 8 * self.n_embd))
+        # llama.cpp reserves its graph for a whole ubatch of outputs: float32 logits of n_ubatch rows,
+        # plus two n_embd-wide float32 activations its allocator cannot overlap. One load of SmolLM2-135M
+        # (n_ctx 8192, n_ubatch 512) reported a CPU compute buffer of exactly this (98.25 MiB); CUDA logs
+        # of 5120-wide models report n_vocab + 1-2 n_embd rows (docs/architecture.md, the memory-fit model).
+        return int(n_ubatch * 4 * (self.n_vocab + 2 * self.n_embd))
 
     def flops_per_token(self) -> float:
         """Matmul FLOPs per token, 2 per weight."""

@@ -16,17 +16,31 @@ if TYPE_CHECKING:
     from ..hardware import GPUInfo
     from ..models.catalog import ModelFacts
 
-MARGIN = 0.08                  # of each device's free memory, kept free: estimates are estimates
-# Kept free per kind of device on top of the margin: a CUDA GPU holds its context, cuBLAS workspace
-# and driver allocations; the host holds the app, the UI and the OS's breathing room; a unified
-# GPU's memory is the host's, whose reserve is counted once, on the host.
-RESERVE = {"gpu": 400 << 20, "cpu": 1 << 30, "unified": 0}
+# What is kept free on each kind of device beside the planned buffers (weights, KV cache, compute scratch).
+# The buffers themselves are counted as llama.cpp allocates them: on the reference machine its log of
+# one load of SmolLM2-135M Q4_1 at n_ctx 8192 matches `usage` to the byte for weights and KV and
+# within 1% for the compute buffer (docs/architecture.md, "The memory-fit model"), so no share of
+# the free memory is held back for estimation error on a discrete GPU.
+#
+# A CUDA GPU: llama.cpp's own fit (`--fit`, `llama_params_fit`, ggml-org/llama.cpp PR #16653) leaves
+# 1024 MiB free per device beside its projection of the same three buffers (the default of
+# `fit_params_target` in common/common.h), for what the projection does not hold: the CUDA pool's
+# temporary buffers, cuBLAS workspaces, fragmentation. It measures free memory after its CUDA context
+# exists; the probe reads NVML's figure before our runner has one, so the context (about 330 MiB on a
+# 24 GB card, measured in unslothai/unsloth PR #6718) comes on top.
+FIT_TARGET = 1 << 30
+CUDA_CONTEXT = 330 << 20
+# The host holds the app, the UI and the OS's breathing room, and its free memory moves with every
+# other program: a share of it is kept too. A unified GPU's memory is the host's, whose reserve is
+# counted once, on the host.
+RESERVE = {"gpu": FIT_TARGET + CUDA_CONTEXT, "cpu": 1 << 30, "unified": 0}
+MARGIN = {"gpu": 0.0, "cpu": 0.08, "unified": 0.08}  # of the device's free memory
 N_UBATCH = 512                 # llama.cpp's default micro-batch: it sizes the compute scratch
 
 
 def budget(free: int, kind: str) -> int:
     """Bytes a device with `free` bytes may be planned to hold; kind is gpu, cpu or unified."""
-    return max(0, int(free * (1 - MARGIN)) - RESERVE[kind])
+    return max(0, int(free * (1 - MARGIN[kind])) - RESERVE[kind])
 
 
 def gpu_budget(gpu: GPUInfo, host_free: int | None = None) -> int:
