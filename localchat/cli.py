@@ -29,6 +29,13 @@ DELEGATED = {
 COMMANDS = {"chat", "pull", "models", "serve", "ui", "bench", "selftest", *DELEGATED}
 
 
+def _plan_settings(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], float]:
+    """`plan`'s settings flags (--speed-target), and the speed target read from them once parsed: the flag,
+    else the environment, else settings.toml, else its default (config.py)."""
+    add_flags(parser, "plan")
+    return lambda args: load_settings(flag_values(args)).speed_target
+
+
 def _engine_args(parser: argparse.ArgumentParser, command: str) -> None:
     add_flags(parser, command)  # from the settings' declarations (config.py)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keeps the epilog's one line per placement
@@ -193,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(DELEGATED[rest[0]][0])
         if rest[0] == "probe":  # the hardware, then the CPU kernels the runtime picked for it
             return _guarded(lambda: _probe(module.main, rest[1:]))
+        if rest[0] == "plan":  # its settings (the speed target) come from the declarations, like every command's
+            return _guarded(lambda: module.main(rest[1:], settings=_plan_settings))
         return _guarded(lambda: module.main(rest[1:]))
     parser = build_parser()
     if rest and not rest[0].startswith("-") and rest[0] not in COMMANDS:

@@ -26,6 +26,7 @@ from .errors import ConfigError
 from .key_options import KEY_FLAGS
 from .paths import config_dir
 from .planning.placements import PLACEMENT_HELP, PLACEMENTS  # where the model runs: one vocabulary
+from .planning.policy import SPEED_TARGET
 from .runtime.overflow import POLICIES
 
 if TYPE_CHECKING:
@@ -122,6 +123,9 @@ class Settings:
                                                "first turn and leaves out the ones after it, refuse says so "
                                                "(each chat can change its own; the API refuses unless asked)",
                                     commands=("ui",), choices=POLICIES)
+    speed_target: int = setting(int(SPEED_TARGET), "decode tokens/s the planner aims for: above it quality "
+                                                   "decides, below it a slower model must be a much better one",
+                                commands=("plan",), low=1)
     verbose: bool = setting(False, "show llama.cpp's log and debug messages", commands=(TOP,))
 
     def __post_init__(self) -> None:

@@ -124,10 +124,57 @@ def test_a_checkpoints_size_is_refreshed_from_its_repo_listing(tmp_path: Path, m
 
 
 def test_localchat_plan_says_why_gptq_is_not_offered(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    from localchat.planning import planner
+    from localchat.planning import plan_command
 
     machine = tmp_path / "box.json"
     machine.write_text(cpu_box(16).to_json())
-    assert planner.main(["--hardware", str(machine), "--catalog", str(CATALOG), "--model", "qwen2.5", "--offline"]) == 0
+    assert plan_command.main(["--hardware", str(machine), "--catalog", str(CATALOG), "--model", "qwen2.5", "--offline"]) == 0
     text = capsys.readouterr().out
     assert "GPTQ checkpoints (qwen2.5-0.5b:gptq-int4" in text and "not offered without an NVIDIA GPU" in text
+
+
+def test_on_an_nvidia_machine_every_gptq_checkpoint_is_priced_and_the_plan_says_why_not(catalog):
+    """The 4090 desktop plans the whole catalog: each Qwen2.5 model's GPTQ checkpoints are priced (speed, score,
+    the prior behind the speed) and each says why it was not chosen; the readable plan and the JSON show them."""
+    import json
+
+    from described_machines import rtx4090_desktop
+    from localchat.planning.plan_command import format_plan
+
+    result = plan(rtx4090_desktop(), catalog, Wants(gptq_extra=True))
+    listed = {(m.key, q) for m in catalog.values() for q in m.formats("gptq")}
+    assert {(g.model, g.quant) for g in result.gptq} == listed and len(listed) == 12
+    priced = [g for g in result.gptq if g.predicted_decode_tps]
+    assert {g.model for g in priced} == {m for m, _ in listed}  # every model has one that fits the 24 GB card
+    for entry in priced:
+        assert "0.5 of llama.cpp's roofline" in entry.speed_prior and "assumed" in entry.speed_prior
+        assert entry.verdict == "chosen" or entry.verdict.startswith("not chosen: ")
+    assert result.format == "gguf" and all(g.verdict != "chosen" for g in result.gptq)
+    big = next(g for g in result.gptq if (g.model, g.quant) == ("qwen2.5-32b", "gptq-int4"))
+    assert big.predicted_decode_tps < result.predicted_decode_tps and "quality" in big.verdict
+    text = format_plan(result)
+    assert "gptq       priced on the torch worker: torch at 0.5" in text
+    assert "  - qwen2.5-32b gptq-int4: " in text and "not chosen" in text
+    assert len(json.loads(json.dumps(result.to_dict()))["gptq"]) == 12
+    # A measured share replaces the prior, and says so.
+    tuned = plan(rtx4090_desktop(), catalog, Wants(gptq_extra=True, efficiency={"torch_gptq": 0.8}))
+    assert all("measured by `localchat tune`" in g.speed_prior for g in tuned.gptq)
+    assert next(g for g in tuned.gptq if g.quant == big.quant and g.model == big.model).predicted_decode_tps > \
+        big.predicted_decode_tps
+
+
+def test_without_the_extra_each_checkpoint_is_priced_and_needs_the_extra(catalog):
+    from described_machines import rtx4090_desktop
+
+    result = plan(rtx4090_desktop(), only(catalog, "qwen2.5-7b", "Q4_K_M", "gptq-int4"), Wants(gptq_extra=False))
+    assert result.quant == "Q4_K_M"
+    (entry,) = result.gptq
+    assert entry.predicted_decode_tps > 0 and entry.verdict == f"not chosen: {gptq.NEEDS_EXTRA}"
+    assert any(gptq.INSTALL_HINT in r for r in result.reasons)
+
+
+def test_a_checkpoint_no_gpu_holds_is_listed_as_not_fitting(catalog):
+    small = nvidia_box("GTX 1650", 4, 128e9, 6)
+    result = plan(small, only(catalog, "qwen2.5-7b", "Q4_K_M", "gptq-int4"), Wants(n_ctx=4096, gptq_extra=True))
+    (entry,) = result.gptq
+    assert entry.predicted_decode_tps == 0 and "fits no NVIDIA GPU here" in entry.verdict

@@ -11,7 +11,7 @@ import pytest
 
 from hub_server import FakeHub
 from localchat.hardware import HardwareInfo
-from localchat.planning import planner
+from localchat.planning import plan_command, planner
 from localchat.models.catalog import load_catalog
 from localchat.planning.planner import plan
 from localchat.models.sizes import CACHE_FILE, apply_to_entries, refresh_sizes
@@ -150,10 +150,10 @@ def test_localchat_plan_refreshes_sizes_unless_offline(catalog: Path, hub: FakeH
                                     cpu_flags=["avx2", "fma"], ram_total=16 << 30, ram_available=12 << 30,
                                     ram_bandwidth=40e9).to_json())
     args = ["--json", "--hardware", str(machine), "--catalog", str(catalog), "--model", "tiny"]
-    assert planner.main([*args, "--offline"]) == 0
+    assert plan_command.main([*args, "--offline"]) == 0
     offline = json.loads(capsys.readouterr().out)
     assert offline["size"] == 531_000_000 and any("not refreshed" in w for w in offline["warnings"])
     assert _listings(hub) == 0
-    assert planner.main(args) == 0
+    assert plan_command.main(args) == 0
     online = json.loads(capsys.readouterr().out)
     assert online["size"] == LISTED and any("file sizes" in r for r in online["reasons"])

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable
 
-from ..arguments import Parser
-from ..errors import ConfigError, ModelNotFoundError
-from ..hardware import DESCRIPTION_HELP, HardwareInfo
-from ..models.catalog import ModelFacts, load_catalog as load_facts
-from ..units import size_text
+from ..errors import ModelNotFoundError
+from ..gptq import NEEDS_EXTRA
+from ..hardware import HardwareInfo
+from ..models.catalog import ModelFacts
 from .cost import DECODE_FILL, DEFAULT_EFFICIENCY, Option, devices_of, gpu_indices, options_for
-from .gptq_options import gptq_options, not_offered, unavailable
-from .placements import placement_of
+from .gptq_options import (GptqEntry, gptq_entries, gptq_options, not_offered, nvidia_gpus,
+                           unavailable)
+from .policy import SPEED_FLOOR, SPEED_TARGET, Speeds, Standing, Verdict, choose, trade, why_not
 from .site import Device
 
 # Quality is a model's log2 size in billions, plus a family bonus (newer training, same size),
@@ -34,7 +30,6 @@ KV_PENALTY = {"f16": 0.0, "q8_0": -0.02}
 SHORT_CONTEXT_PENALTY = 0.1   # planning 4k instead of 8k tokens costs about a Q5->Q4 step
 DEFAULT_CONTEXTS = (8192, 4096)
 GROW_CONTEXTS = (32768, 16384)
-SPEED_TIE = 0.05              # quality within this of the best counts as equal; then speed decides
 
 
 @dataclass(slots=True)
@@ -43,7 +38,8 @@ class Wants:
 
     n_ctx: int | None = None
     family: str | None = None
-    min_decode_tps: float = 8.0
+    min_decode_tps: float = SPEED_FLOOR     # the floor (policy.py): under it only when nothing reaches it
+    speed_target: float = SPEED_TARGET      # above it speed no longer counts (policy.py; the speed_target setting)
     concurrency: int = 1
     long_prompts: bool = False
     draft_acceptance: float = 0.7  # assumed per-token acceptance of a same-tokenizer draft
@@ -110,6 +106,9 @@ class Plan:
     alternatives: list[Alternative]
     warnings: list[str]
     format: str = "gguf"          # the weights' format: gguf (llama.cpp) or gptq (a checkpoint on torch)
+    speed_target: float = SPEED_TARGET
+    faster: Alternative | None = None     # the best runner-up that decodes faster, and what it trades
+    gptq: list[GptqEntry] = field(default_factory=list)  # each GPTQ checkpoint priced here, and why (not) chosen
 
     def to_dict(self) -> dict:
         """Plain data for JSON."""
@@ -142,14 +141,13 @@ def options_at(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, devices:
     return options_for(model, quant, n_ctx, type_kv, devices, catalog, wants)
 
 
-def _candidates(catalog: dict[str, ModelFacts], devices: list[Device], wants: Wants, checkpoints: bool) -> list[Option]:
-    """Every model+quant's options at the longest default context that fits; GPTQ checkpoints when `checkpoints`."""
+def _candidates(catalog: dict[str, ModelFacts], devices: list[Device], wants: Wants) -> list[Option]:
+    """Every model+quant's options at the longest default context that fits (GPTQ checkpoints only on an
+    NVIDIA GPU, where gptq_options places them)."""
     found = []
     for model in _wanted(catalog, wants):
         contexts = (wants.n_ctx,) if wants.n_ctx else DEFAULT_CONTEXTS
-        for quant, file in model.files.items():
-            if file.is_checkpoint and not checkpoints:
-                continue
+        for quant in model.files:
             for n_ctx in contexts:
                 if n_ctx > model.n_ctx_train:
                     continue
@@ -166,15 +164,19 @@ def _candidates(catalog: dict[str, ModelFacts], devices: list[Device], wants: Wa
     return found
 
 
-def _choose(options: list[Option], wants: Wants) -> tuple[Option, bool]:
-    # The floor applies without the draft: acceptance varies with the text, so speculation is a bonus.
-    fast = [o for o in options if o.plain_decode_tps >= wants.min_decode_tps]
-    pool = fast or options
-    best_quality = max(o.quality for o in pool)
-    tied = [o for o in pool if o.quality >= best_quality - SPEED_TIE]
+def _speeds(wants: Wants) -> Speeds:
+    return Speeds(target=wants.speed_target, floor=wants.min_decode_tps)
+
+
+def _standing(option: Option, catalog: dict[str, ModelFacts]) -> Standing:
+    return Standing(f"{catalog[option.model].name} {option.quant}", option.quality, option.plain_decode_tps,
+                    option.decode_tps, option.layout)
+
+
+def _choose(options: list[Option], catalog: dict[str, ModelFacts], wants: Wants) -> Verdict:
     # Serving several chats (or long prompts), a PD split beats a draft: decode never waits on a prefill.
     split_first = wants.concurrency > 1 or wants.long_prompts
-    return max(tied, key=lambda o: (split_first and o.layout == "pd-split", o.decode_tps, o.quality)), bool(fast)
+    return choose([_standing(o, catalog) for o in options], _speeds(wants), split_first)
 
 
 def _grow_context(chosen: Option, catalog: dict[str, ModelFacts], devices: list[Device], wants: Wants) -> Option:
@@ -184,7 +186,7 @@ def _grow_context(chosen: Option, catalog: dict[str, ModelFacts], devices: list[
             continue
         for option in options_at(model, chosen.quant, n_ctx, chosen.type_kv, devices, catalog, wants):
             if option.layout == chosen.layout and option.draft == chosen.draft and \
-                    option.plain_decode_tps >= min(wants.min_decode_tps, chosen.plain_decode_tps * 0.95):
+                    option.plain_decode_tps >= chosen.plain_decode_tps * 0.95:  # more context, not less speed
                 option.quality = chosen.quality
                 option.reasons.append(f"n_ctx {n_ctx}: memory is left over, so the context grows from "
                                       f"{chosen.n_ctx} tokens (the model was trained for {model.n_ctx_train}).")
@@ -192,12 +194,9 @@ def _grow_context(chosen: Option, catalog: dict[str, ModelFacts], devices: list[
     return chosen
 
 
-def _why_not(option: Option, chosen: Option, wants: Wants) -> str:
-    if option.plain_decode_tps < wants.min_decode_tps <= chosen.plain_decode_tps:
-        return f"too slow: {option.plain_decode_tps:.1f} tok/s predicted, under the {wants.min_decode_tps:g} tok/s floor"
-    if option.quality < chosen.quality - SPEED_TIE:
-        return f"lower quality (score {option.quality:.2f} vs {chosen.quality:.2f})"
-    return f"slower ({option.decode_tps:.1f} vs {chosen.decode_tps:.1f} tok/s) at about the same quality"
+def _alternative(option: Option, why: str) -> Alternative:
+    return Alternative(option.model, option.quant, option.layout, option.n_ctx, round(option.decode_tps, 1),
+                       round(option.quality, 2), why)
 
 
 def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | None = None) -> Plan:
@@ -205,34 +204,47 @@ def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | 
     wants = wants or Wants()
     devices, warnings = devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})
     no_gptq = unavailable(devices, wants.gptq_extra)
-    options = _candidates(catalog, devices, wants, checkpoints=no_gptq is None)
+    priced = _candidates(catalog, devices, wants)
+    # A checkpoint is priced on an NVIDIA GPU even without the extra, so the plan can say what it would give.
+    options = [o for o in priced if no_gptq is None or not catalog[o.model].files[o.quant].is_checkpoint]
     if not options:
         what = f"the '{wants.family}' models" if wants.family else "any catalog model"
         raise ModelNotFoundError(f"{what} cannot fit this machine's memory"
                                  + (f" with a {wants.n_ctx}-token context" if wants.n_ctx else "")
                                  + "; free some memory, ask for a shorter context, or pick a smaller model.")
-    chosen, fast_enough = _choose(options, wants)
+    verdict = _choose(options, catalog, wants)
+    chosen, speeds = options[verdict.chosen], _speeds(wants)
+    standings = [_standing(o, catalog) for o in options]
+    pick, whole = standings[verdict.chosen], any(s.layout not in ("cpu", "partial") for s in standings)
     if not wants.n_ctx:
         chosen = _grow_context(chosen, catalog, devices, wants)
     model = catalog[chosen.model]
-    reasons = [f"{model.name} {chosen.quant}: the best quality (score {chosen.quality:.2f}) that fits this machine"
-               + (f" and decodes at least {wants.min_decode_tps:g} tok/s." if fast_enough else
-                  f"; nothing that fits reaches {wants.min_decode_tps:g} tok/s, so this is the best of the rest.")]
-    reasons += chosen.reasons
+    reasons = verdict.reasons + chosen.reasons
     reasons += not_offered(_wanted(catalog, wants), no_gptq)
-    if not fast_enough:
+    if not verdict.fast_enough:
         warnings.append(f"predicted decode speed {chosen.plain_decode_tps:.1f} tok/s is below {wants.min_decode_tps:g}.")
     seen, alternatives = {(chosen.model, chosen.quant)}, []
-    ranked = sorted(options, key=lambda o: (o.plain_decode_tps >= wants.min_decode_tps, o.quality, o.decode_tps))
-    for option in reversed(ranked):
+    # Ranked as the policy ranks them: those that reach the floor first, then by worth.
+    ranked = sorted(range(len(options)), key=lambda i: (standings[i].speed < speeds.floor, -verdict.worth[i],
+                                                        -options[i].decode_tps))
+    for i in ranked:
+        option = options[i]
         if (option.model, option.quant) in seen:
             continue
         seen.add((option.model, option.quant))
-        alternatives.append(Alternative(option.model, option.quant, option.layout, option.n_ctx,
-                                        round(option.decode_tps, 1), round(option.quality, 2),
-                                        _why_not(option, chosen, wants)))
+        alternatives.append(_alternative(option, why_not(standings[i], pick, speeds, whole)))
         if len(alternatives) == 3:
             break
+    faster = None
+    if verdict.faster is not None:
+        quick = options[verdict.faster]
+        faster = _alternative(quick, trade(standings[verdict.faster], pick))
+    gptq = []
+    if nvidia_gpus(devices):  # elsewhere the reasons say why no checkpoint is offered
+        judged = [(o, "chosen" if o is options[verdict.chosen] else
+                   f"not chosen: {NEEDS_EXTRA}" if no_gptq else f"not chosen: {why_not(_standing(o, catalog), pick, speeds, whole)}")
+                  for o in priced if catalog[o.model].files[o.quant].is_checkpoint]
+        gptq = gptq_entries(_wanted(catalog, wants), judged, {**DEFAULT_EFFICIENCY, **wants.efficiency})
     file = model.files[chosen.quant]
     return Plan(
         model=model.key, name=model.name, quant=chosen.quant, file=file.file, size=file.size,
@@ -242,77 +254,4 @@ def plan(hardware: HardwareInfo, catalog: dict[str, ModelFacts], wants: Wants | 
         devices=[DeviceUse(**u) for u in chosen.usage], predicted_decode_tps=round(chosen.decode_tps, 1),
         predicted_prefill_tps=round(chosen.prefill_tps, 1), decode_tps_without_draft=round(chosen.plain_decode_tps, 1),
         quality=round(chosen.quality, 3), reasons=reasons, alternatives=alternatives, warnings=warnings,
-        format=file.format)
-
-
-def format_plan(result: Plan) -> str:
-    """A readable plan."""
-    what = "GPTQ checkpoint folder " if result.format == "gptq" else ""
-    lines = [f"model      {result.name} {result.quant}  ({what}{result.file}, {size_text(result.size)})",
-             f"layout     {result.layout} (--placement {placement_of(result.layout).name})  "
-             f"n_gpu_layers={result.n_gpu_layers}  n_ctx={result.n_ctx}  type_k/type_v={result.type_k}",
-             f"draft      {result.draft + ' ' + (result.draft_quant or '') + ' on ' + (result.draft_device or '') if result.draft else 'none'}",
-             f"speed      decode {result.predicted_decode_tps} tok/s, prefill {result.predicted_prefill_tps} tok/s (predicted)"]
-    lines += [f"memory     {u.device}: {size_text(u.total)} of {size_text(u.free)} free (weights "
-              f"{size_text(u.weights)}, KV {size_text(u.kv)}, compute {size_text(u.compute)}"
-              + (f", draft {size_text(u.draft)})" if u.draft else ")") for u in result.devices]
-    lines += ["why"] + [f"  - {r}" for r in result.reasons]
-    lines += ["alternatives"] + [f"  - {a.model} {a.quant} ({a.layout}, {a.predicted_decode_tps} tok/s): {a.why_not}"
-                                 for a in result.alternatives]
-    lines += [f"warning    {w}" for w in result.warnings]
-    return "\n".join(lines)
-
-
-@dataclass(slots=True)
-class Measured:
-    """What `localchat tune` measured on this machine, for the planner: speed corrections and the
-    draft acceptance by target key, and a note saying where they come from."""
-
-    efficiency: dict[str, float]
-    acceptance: dict[str, float]
-    note: str
-
-
-def main(argv: list[str] | None = None, measured: Callable[[HardwareInfo], Measured | None] | None = None) -> int:
-    """`localchat plan [--json] [--hardware FILE.json] [--context N] [--model FAMILY]`; `measured` gives
-    this machine's tuned corrections when it has some (the command passes the tuned profile's)."""
-    parser = Parser(prog="localchat plan", description="Plan the best model for a machine.",
-                    epilog=DESCRIPTION_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    parser.add_argument("--hardware", type=Path,
-                        help="plan for the machine this JSON file describes (format below; this machine's: "
-                             "`localchat probe --json > FILE`)")
-    parser.add_argument("--context", type=int, help="context length in tokens (default: the longest that fits)")
-    parser.add_argument("--model", help="limit to a model family (qwen3, qwen2.5, llama3, gemma3, smollm2) or key")
-    parser.add_argument("--catalog", type=Path, help="catalog file (default: the built-in models.yaml)")
-    parser.add_argument("--min-speed", type=float, default=8.0, help="decode tokens/s floor (default 8)")
-    parser.add_argument("--concurrency", type=int, default=1, help="chats served at once (PD split needs > 1)")
-    parser.add_argument("--offline", action="store_true",
-                        help="plan with the catalog's file sizes; do not ask the model hub for current ones")
-    args = parser.parse_args(argv)
-    wants = Wants(n_ctx=args.context, family=args.model, min_decode_tps=args.min_speed, concurrency=args.concurrency)
-    notes: list[str] = []
-    if args.hardware:
-        try:
-            hardware = HardwareInfo.from_description(args.hardware.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read {args.hardware} ({exc.strerror}); write one with `localchat probe --json`.") from None
-        except ConfigError as exc:
-            raise ConfigError(f"{args.hardware}: {exc}") from None
-    else:
-        from ..hardware.probe import probe
-
-        hardware = probe()
-        tuned = measured(hardware) if measured else None
-        if tuned is not None:
-            # This machine was measured: its corrections and draft acceptance beat the defaults.
-            wants.efficiency, wants.measured_acceptance = dict(tuned.efficiency), dict(tuned.acceptance)
-            notes.append(tuned.note)
-    from ..models.sizes import refresh_sizes
-
-    sized = refresh_sizes(load_facts(args.catalog), network=not args.offline)
-    result = plan(hardware, sized.facts, wants)
-    result.reasons += sized.reasons + notes
-    result.warnings += sized.warnings
-    print(json.dumps(result.to_dict(), indent=2) if args.json else format_plan(result))
-    return 0
+        format=file.format, speed_target=wants.speed_target, faster=faster, gptq=gptq)

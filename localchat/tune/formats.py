@@ -19,7 +19,8 @@ from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts
 from ..planning.cost import DEFAULT_EFFICIENCY, devices_of
 from ..planning.gptq_options import TORCH_GPTQ_EFFICIENCY, unavailable
-from ..planning.planner import SPEED_TIE, Wants, quality
+from ..planning.planner import Wants, quality
+from ..planning.policy import QUALITY_TIE
 from ..units import size_text
 from ..workloads import document, greedy
 from .calibrate import EFFICIENCY_RANGE, predict
@@ -124,11 +125,11 @@ def race(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str
         return [], f"{key} has no GPTQ checkpoint in the catalog", {}
     if not gptq.extra_installed():
         return [], f"{key}'s GPTQ checkpoints: {gptq.NEEDS_EXTRA}: {gptq.INSTALL_HINT}", {}
-    here = _checkpoints(model, entries, gguf_quality - SPEED_TIE)
+    here = _checkpoints(model, entries, gguf_quality - QUALITY_TIE)
     devices, _ = devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})
     offered = unavailable(devices, True)
     if not here and offered is None and download:
-        here = _fetch_offered(model, entries, hardware, facts, wants, n_ctx, gguf_quality - SPEED_TIE, out)
+        here = _fetch_offered(model, entries, hardware, facts, wants, n_ctx, gguf_quality - QUALITY_TIE, out)
     if not here:
         return [], (f"no GPTQ checkpoint of {key} at equal or better quality is here (`localchat pull "
                     f"{key}:{next(iter(model.formats('gptq')))}` fetches one)"

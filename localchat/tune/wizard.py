@@ -16,7 +16,8 @@ from ..hardware.probe import probe
 from ..models.catalog import ModelFacts, load_catalog
 from ..planning.cost import DECODE_FILL
 from ..planning.placements import layout_for, placement_of
-from ..planning.planner import SPEED_TIE, Wants, plan
+from ..planning.planner import Wants, plan
+from ..planning.policy import SPEED_FLOOR, Speeds, Standing, choose
 from ..models.resolve import catalog_draft
 from ..models.sizes import apply_to_entries, refresh_sizes
 from ..runtime.worker import WorkerConfig
@@ -39,10 +40,10 @@ SUSPICIOUS = 0.25   # a measured decode speed below this share of the prediction
 
 
 def _keep_best(measured: list[Candidate], wants: Wants) -> Candidate:
-    """The planner's rule on measured numbers: fast enough first, then quality, then speed."""
-    fast = [c for c in measured if c.measurement.decode_tps >= wants.min_decode_tps] or measured
-    top = max(c.quality for c in fast)
-    return max((c for c in fast if c.quality >= top - SPEED_TIE), key=lambda c: c.measurement.decode_tps)
+    """The planner's policy (planning/policy.py) on measured numbers."""
+    standings = [Standing(c.label, c.quality, c.measurement.decode_tps, c.measurement.decode_tps, c.layout)
+                 for c in measured]
+    return measured[choose(standings, Speeds(wants.speed_target, wants.min_decode_tps)).chosen]
 
 
 def _step_budget(m: Measurement) -> int:
@@ -255,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only consider model files already here (and keep the catalog's file sizes "
                              "instead of asking the model hub)")
     parser.add_argument("--catalog", type=Path, help="catalog file (default: the built-in models.yaml)")
-    parser.add_argument("--min-speed", type=float, default=8.0, help="decode tokens/s floor (default 8)")
+    parser.add_argument("--min-speed", type=float, default=SPEED_FLOOR,
+                        help=f"decode tokens/s floor: slower only when nothing reaches it (default {SPEED_FLOOR:g})")
     parser.add_argument("--no-placements", dest="placements", action="store_false",
                         help="keep the planner's placement instead of measuring each one this machine can run "
                              "(one device, layer split, PD split, draft on a second GPU) with chats beside a long read")
