@@ -263,3 +263,29 @@ def test_a_gguf_from_the_file_picker_is_checked_imported_and_listed(page, place,
     expect(page.get_by_role("option", name="my-tiny-model.gguf")).to_be_visible()
     page.keyboard.press("Escape")
     shot(page, "9-imported")
+
+
+def test_a_failed_download_says_why_without_a_bar_and_resume_visibly_starts_it_again(page, place, model_path):
+    hub: FakeHub = place["hub"]
+    key, quant, model_file = hub_only_files(3)[2]
+    hub.add(model_file.repo, model_file.repo_file, model_path.read_bytes()[::3])  # bytes of its own
+    hub.down = True  # the hub cannot be reached: the download fails before a byte comes
+    try:
+        choose_download(page, key, quant)
+        page.locator("#download").click()
+        progress = download_of(page, key, quant)
+        expect(progress).to_have_attribute("data-state", "failed", timeout=LONG)
+        expect(progress).to_contain_text("cannot reach the model hub")
+        expect(progress.locator("progress")).to_have_count(0)  # nothing fetched: no bar, least of all a full one
+        shot(page, "10-failed")
+        page.locator("#resume-download").click()  # still unreachable: the row says it tried again
+        expect(progress).to_contain_text("try 2", timeout=LONG)
+        expect(progress).to_have_attribute("data-state", "failed", timeout=LONG)
+    finally:
+        hub.down = False
+    page.locator("#resume-download").click()  # reachable again: the bar comes back and fills
+    expect(progress).to_contain_text("try 3")
+    wait_for_bytes(page, key, quant)
+    shot(page, "11-resumed-after-failure")
+    expect(progress).to_contain_text("downloaded to", timeout=LONG)
+    expect(progress.locator("progress")).to_have_attribute("value", str(len(model_path.read_bytes()[::3])))

@@ -181,6 +181,8 @@ class Download:
     state: str = "downloading"  # downloading | pausing | paused | cancelling | cancelled | done | failed
     error: str = ""
     path: Path | None = None
+    tries: int = 0  # runs started: a Resume after a failure is the next try, and the row says which
+    ended: float = 0.0  # when the last run failed (time.time()), for the row to say
     # (when, bytes) of this run's latest reports: the speed shown is over them, so the bytes a resumed run
     # found on disk (its first report) and a stall long ago count for nothing.
     samples: list[tuple[float, int]] = field(default_factory=list)
@@ -192,6 +194,7 @@ class Download:
 
     def start(self) -> None:
         self.state, self.error, self.samples = "downloading", "", []
+        self.tries += 1
         self._thread = threading.Thread(target=self._run, name=f"localchat-download-{self.choice}", daemon=True)
         self._thread.start()
 
@@ -214,6 +217,7 @@ class Download:
                 log.exception("downloading %s failed", self.choice)
                 reason = f"{type(exc).__name__}: {exc} (the log file has the details)"
             self.state, self.error = ("cancelled", "") if self.state == "cancelling" else ("failed", reason)
+            self.ended = time.time()
         if self.state == "cancelled":
             self.done = 0
 

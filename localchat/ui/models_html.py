@@ -3,6 +3,7 @@ escaped: model names and error messages come from files and servers)."""
 
 from __future__ import annotations
 
+import time
 from html import escape
 
 from ..models import bad_files
@@ -31,7 +32,12 @@ STYLE = """<style>
 .lc-path { font-family: var(--font-mono); font-size: 0.85em; word-break: break-all; min-width: 24rem;
   color: var(--body-text-color-subdued); }
 .lc-download { margin: 0.25rem 0; }
-.lc-download progress { width: 14rem; vertical-align: middle; }
+.lc-download progress { width: 14rem; height: 0.7rem; vertical-align: middle; appearance: none;
+  border: 1px solid var(--border-color-primary); border-radius: 0.35rem; overflow: hidden;
+  background: var(--background-fill-secondary); }
+.lc-download progress::-webkit-progress-bar { background: var(--background-fill-secondary); }
+.lc-download progress::-webkit-progress-value { background: var(--color-accent); }
+.lc-download progress::-moz-progress-bar { background: var(--color-accent); }
 </style>"""
 
 
@@ -97,8 +103,24 @@ def progress_html(jobs: list[Download]) -> str:
                 "paused": f"paused at {percent(job)}; Resume continues from there", "cancelling": "cancelling…",
                 "cancelled": "cancelled; the partial file was deleted",
                 "done": f"downloaded to {job.path.name if job.path else ''}; choose it in the Model list",
-                "failed": f"failed: {job.error}"}[job.state]
-        rows.append(f"<div class='lc-download' data-choice='{escape(job.choice)}' data-state='{job.state}'><b>{escape(job.choice)}</b> "
-                    f"<progress max='{max(job.total, 1)}' value='{job.done}'></progress> "
+                "failed": _failed(job)}[job.state]
+        if job.tries > 1 and job.state == "downloading":
+            said += f" (try {job.tries})"
+        rows.append(f"<div class='lc-download' data-choice='{escape(job.choice)}' data-state='{job.state}' "
+                    f"data-tries='{job.tries}'><b>{escape(job.choice)}</b> {_bar(job)}"
                     f"{size_text(job.done)} of {size_text(job.total)} · {escape(said)}</div>")
     return STYLE + "".join(rows)
+
+
+def _bar(job: Download) -> str:
+    """The download's bar: while it runs, or for what it holds. One that failed or was cancelled with
+    nothing fetched has none (an empty bar reads as a full one at a glance), nor does a size unknown."""
+    if not job.total or (not job.done and job.state in ("failed", "cancelled")):
+        return ""
+    return f"<progress max='{job.total}' value='{min(job.done, job.total)}'></progress> "
+
+
+def _failed(job: Download) -> str:
+    """A failure with its try and time, so that a Resume that fails again reads as a new attempt."""
+    again = f"failed again (try {job.tries}" if job.tries > 1 else "failed (try 1"
+    return f"{again}, {time.strftime('%H:%M:%S', time.localtime(job.ended))}): {job.error} Resume tries again."
