@@ -2,7 +2,10 @@
 
 1 GB is 10^9 bytes, as disks, download sizes and the model hub's listings count. Memory is written the
 same way (a "16 GB" machine shows 17.2 GB), so a model's size and the memory it must fit in compare at a
-glance, in one unit.
+glance, in one unit: `probe`, `plan`, the wizard, `models` and the window all write sizes through
+`size_text`, never GiB or MiB. The code keeps binary constants where they are limits (`4 << 30`); a
+message that names one writes it with `size_text` too. (llama.cpp's own log says MiB; tune/measure.py
+reads it as such, and writes what it read in these units.)
 """
 
 from __future__ import annotations

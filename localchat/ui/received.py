@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse
 
 from ..models.hub import DISK_MARGIN
+from ..units import size_text
 from .model_import import MAX_IMPORT_BYTES
 from .uploads import MAX_UPLOAD_BYTES, too_large
 
@@ -112,13 +113,13 @@ class UploadLimits:
             return PlainTextResponse("an upload must say its size (Content-Length).", status_code=411)
         size, room = int(length), shutil.disk_usage(self.folder).free - DISK_MARGIN
         if size > MAX_IMPORT_BYTES:
-            return PlainTextResponse(f"the upload is {_gb(size)}, over the {_gb(MAX_IMPORT_BYTES)} limit of a model "
-                                     "import.", status_code=413)
+            return PlainTextResponse(f"the upload is {size_text(size)}, over the {size_text(MAX_IMPORT_BYTES)} limit "
+                                     "of a model import.", status_code=413)
         if size > room:
             # How much is free stays unsaid: with --listen this answer comes before the login.
-            return PlainTextResponse(f"the upload is {_gb(size)}, more than the disk holding localchat's data has "
-                                     f"room for (keeping {_gb(DISK_MARGIN)} free); free some space and try again.",
-                                     status_code=413)
+            return PlainTextResponse(f"the upload is {size_text(size)}, more than the disk holding localchat's data "
+                                     f"has room for (keeping {size_text(DISK_MARGIN)} free); free some space and try "
+                                     "again.", status_code=413)
         return None
 
     def over_limit(self, received: list[str]) -> PlainTextResponse | None:
@@ -161,7 +162,3 @@ class _Held:
         if self.start is not None:
             await send(self.start)
             await send({"type": "http.response.body", "body": bytes(self.body)})
-
-
-def _gb(n: int) -> str:
-    return f"{n / 2**30:.0f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"

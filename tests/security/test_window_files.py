@@ -166,6 +166,7 @@ def test_an_upload_that_could_not_be_kept_is_refused_before_its_body(window):
 
     over_import = head_only(str(MAX_IMPORT_BYTES + 1))
     assert over_import.startswith("HTTP/1.1 413") and "limit of a model import" in over_import, over_import[:300]
+    assert "274.9 GB limit" in over_import and "GiB" not in over_import  # the units every size is written in
     # A GiB over what the disk has room for (other programs may free some meanwhile).
     over = shutil.disk_usage(received_dir()).free - DISK_MARGIN + 2**30
     if over <= MAX_IMPORT_BYTES:  # a disk with less free than the import limit: the room is the limit
