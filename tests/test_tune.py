@@ -229,3 +229,20 @@ def test_a_measurement_on_a_quiet_machine_is_kept_and_its_own_threads_are_not_lo
         raise
     assert kept.decode_tps > 0 and "measuring it again" not in out.getvalue()
     assert watch.load is not None and watch.load.seconds > 0.3
+
+
+def test_the_wizard_downloads_only_what_the_person_at_the_terminal_agreed_to(model_path, own_profile_home) -> None:
+    import re
+
+    from localchat.models.catalog import load_catalog
+    from localchat.planning.planner import Wants, plan
+    from localchat.tune.candidates import candidates_of, gather
+
+    machine, entries, wants = cpu_only(), load_catalog(), Wants()
+    considered = candidates_of(plan(machine, entries, wants), machine, entries, wants)
+    asked: list[str] = []
+    ready = gather(considered, machine, entries, entries, wants, True, 2, io.StringIO(),
+                   ask=lambda question: asked.append(question) or False)  # "no" to every download
+    assert asked and all(re.fullmatch(r"download \S+ \S+ \(\d[\d.]* [MG]B\) to measure it\?", q) for q in asked), asked
+    assert any(c.status == "not downloaded (declined)" for c in considered)
+    assert [(c.key, c.status) for c in ready] == [("smollm2-135m", "local")]  # only the file already here

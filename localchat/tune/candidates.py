@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 from ..errors import LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
@@ -15,6 +15,15 @@ from .calibrate import Prediction, predict
 from .measure import Measurement
 
 MAX_FALLBACKS = 4
+
+# A yes-or-no question to the person at the terminal ("download X (398 MB) to measure it?"): the wizard
+# fetches nothing they did not agree to. None: no one to ask (the window's tick, or --yes, said yes).
+Ask = Callable[[str], bool]
+
+
+def agreed(ask: Ask | None, what: str, size: int) -> bool:
+    """Whether `what` of `size` bytes may be downloaded to measure it."""
+    return ask is None or ask(f"download {what} ({size_text(size)}) to measure it?")
 
 
 @dataclass(slots=True)
@@ -84,7 +93,7 @@ def local_file(entries: dict[str, ModelFacts], key: str, quant: str) -> Path | N
     return cached_file(entry.files[quant]) if entry and quant in entry.files else None
 
 
-def _obtain(c: Candidate, entries: dict[str, ModelFacts], download: bool, out: TextIO) -> bool:
+def _obtain(c: Candidate, entries: dict[str, ModelFacts], download: bool, out: TextIO, ask: Ask | None) -> bool:
     """Find or fetch the candidate's file; a failure is noted, never raised."""
     from ..models.download import fetch_model_file
 
@@ -96,6 +105,9 @@ def _obtain(c: Candidate, entries: dict[str, ModelFacts], download: bool, out: T
         c.status = "not downloaded (--no-download)"
         return False
     model_file = entries[c.key].files[c.quant]
+    if not agreed(ask, c.label, model_file.size):
+        c.status = "not downloaded (declined)"
+        return False
     print(f"fetching {c.label} ({size_text(model_file.size)}) ...", file=out, flush=True)
     try:
         c.path = fetch_model_file(model_file)
@@ -128,7 +140,7 @@ def _restrict(facts: dict[str, ModelFacts], allowed: set[tuple[str, str]]) -> di
 
 def gather(considered: list[Candidate], hardware: HardwareInfo, facts: dict[str, ModelFacts],
             entries: dict[str, ModelFacts], wants: Wants, download: bool, max_measured: int,
-            out: TextIO) -> list[Candidate]:
+            out: TextIO, ask: Ask | None = None) -> list[Candidate]:
     """The candidates whose files are here, best first, after at most one download; falls back to
     re-planning over obtainable files when none of the plan's own picks can be had."""
     ready: list[Candidate] = []
@@ -139,7 +151,7 @@ def gather(considered: list[Candidate], hardware: HardwareInfo, facts: dict[str,
         if local_file(entries, c.key, c.quant) is None and (fetched or ready):
             c.status = "skipped: a better candidate is already here"
             continue
-        if _obtain(c, entries, download and not fetched, out):
+        if _obtain(c, entries, download and not fetched, out, ask):
             fetched = fetched or c.status == "downloaded"
             ready.append(c)
     failed = {(c.key, c.quant) for c in considered if c.path is None}
@@ -156,7 +168,7 @@ def gather(considered: list[Candidate], hardware: HardwareInfo, facts: dict[str,
         c = candidates_of(fallback, hardware, facts, wants)[0]
         print(f"falling back to {c.label}: the best candidate whose file is here or fetchable.", file=out)
         considered.append(c)
-        if _obtain(c, entries, download, out):
+        if _obtain(c, entries, download, out, ask):
             ready.append(c)
         failed.add((c.key, c.quant))
     return ready

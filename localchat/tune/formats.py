@@ -24,6 +24,7 @@ from ..planning.policy import QUALITY_TIE
 from ..units import size_text
 from ..workloads import document, greedy
 from .calibrate import EFFICIENCY_RANGE, predict
+from .candidates import Ask, agreed
 
 RACE_TOKENS = (128, 16)   # prompt and answer tokens of the side-by-side run
 TIME_LIMIT = 120.0        # seconds a run may take; a run stopped there has lost by far
@@ -93,7 +94,7 @@ def _checkpoints(model: ModelFacts, entries: dict[str, ModelFacts], bar: float) 
 
 def _fetch_offered(model: ModelFacts, entries: dict[str, ModelFacts], hardware: HardwareInfo,
                    facts: dict[str, ModelFacts], wants: Wants, n_ctx: int, bar: float,
-                   out: TextIO) -> list[tuple[str, Path]]:
+                   out: TextIO, ask: Ask | None) -> list[tuple[str, Path]]:
     """The smallest checkpoint of the model the planner fits here at quality `bar` or better, fetched;
     [] when none fits or the download fails (noted, never raised)."""
     from ..models.download import fetch_model_file
@@ -104,6 +105,9 @@ def _fetch_offered(model: ModelFacts, entries: dict[str, ModelFacts], hardware: 
         return []
     quant = min(fitting)[1]
     model_file = entries[model.key].files[quant]
+    if not agreed(ask, f"{model.key}:{quant}", model_file.size):
+        print(f"  {model.key}:{quant}: not downloaded (declined)", file=out)
+        return []
     print(f"fetching {model.key}:{quant} ({size_text(model_file.size)}) to measure it ...", file=out, flush=True)
     try:
         return [(quant, fetch_model_file(model_file))]
@@ -115,7 +119,7 @@ def _fetch_offered(model: ModelFacts, entries: dict[str, ModelFacts], hardware: 
 def race(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str, ModelFacts], key: str,
          gguf_quant: str, gguf_path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int, wants: Wants,
          out: TextIO, tokens: tuple[int, int] = RACE_TOKENS,
-         download: bool = False) -> tuple[list[FormatRun], str, dict[str, float]]:
+         download: bool = False, ask: Ask | None = None) -> tuple[list[FormatRun], str, dict[str, float]]:
     """Measure the kept GGUF file and the model's best GPTQ checkpoint side by side (one that is here, or
     with `download`, one the planner offers on this machine, fetched): (both runs, why the winner won or
     why nothing was raced, a `torch_gptq` correction for the planner or {})."""
@@ -129,7 +133,8 @@ def race(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str
     devices, _ = devices_of(hardware, {**DEFAULT_EFFICIENCY, **wants.efficiency})
     offered = unavailable(devices, True)
     if not here and offered is None and download:
-        here = _fetch_offered(model, entries, hardware, facts, wants, n_ctx, gguf_quality - QUALITY_TIE, out)
+        here = _fetch_offered(model, entries, hardware, facts, wants, n_ctx, gguf_quality - QUALITY_TIE, out,
+                              ask)
     if not here:
         return [], (f"no GPTQ checkpoint of {key} at equal or better quality is here (`localchat pull "
                     f"{key}:{next(iter(model.formats('gptq')))}` fetches one)"

@@ -23,7 +23,7 @@ from ..models.sizes import apply_to_entries, refresh_sizes
 from ..runtime.worker import WorkerConfig
 from ..units import size_text
 from .calibrate import corrections, predict
-from .candidates import Candidate, candidates_of, gather, print_candidates
+from .candidates import Ask, Candidate, candidates_of, gather, print_candidates
 from .chart import ChartRow, save_chart
 from .draft import Speculation, measure_draft
 from .formats import RACE_TOKENS, FormatRun, race
@@ -112,12 +112,13 @@ def _machine_and_catalog(probe_fn: Callable[[], HardwareInfo], catalog: Path | N
 
 
 def _candidates(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str, ModelFacts], wants: Wants,
-                download: bool, max_measured: int, out: TextIO) -> tuple[list[Candidate], list[Candidate]]:
+                download: bool, max_measured: int, out: TextIO,
+                ask: Ask | None = None) -> tuple[list[Candidate], list[Candidate]]:
     """The plan's candidates (the top 3 printed) and those whose file is here or was fetched."""
     considered = candidates_of(plan(hardware, facts, wants), hardware, facts, wants)
     print("plan (top 3, predicted):", file=out)
     print_candidates(considered[:3], out)
-    ready = gather(considered, hardware, facts, entries, wants, download, max_measured, out)
+    ready = gather(considered, hardware, facts, entries, wants, download, max_measured, out, ask)
     if not ready:
         tried = "; ".join(f"{c.label}: {c.status}" for c in considered)
         raise ModelNotFoundError(f"no candidate model file is here or could be fetched ({tried}). Connect to the "
@@ -158,7 +159,7 @@ def _measure_each(ready: list[Candidate], hardware: HardwareInfo, fill: int, out
 
 def _calibrate(best: Candidate, hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str, ModelFacts],
                wants: Wants, download: bool, race_tokens: tuple[int, int],
-               out: TextIO) -> tuple[dict[str, float], list[FormatRun], str]:
+               out: TextIO, ask: Ask | None) -> tuple[dict[str, float], list[FormatRun], str]:
     """The planner corrections the kept model's measurement makes, and the side-by-side run of its GGUF
     file and GPTQ checkpoint (its verdict printed): (corrections, the runs, the verdict)."""
     m = best.measurement
@@ -166,7 +167,7 @@ def _calibrate(best: Candidate, hardware: HardwareInfo, facts: dict[str, ModelFa
                              m.decode_tps, m.prefill_tps, base=wants.efficiency, fill=m.decode_fill)
     runs, format_reason, torch_rate = race(hardware, facts, entries, best.key, best.quant, best.path, m.n_ctx,
                                            m.n_threads, best.n_gpu_layers, wants, out, race_tokens,
-                                           download=download)
+                                           download=download, ask=ask)
     print(f"format: {format_reason}", file=out)
     efficiency |= torch_rate  # the torch kernels' measured share, where the planner offers GPTQ
     return efficiency, runs, format_reason
@@ -217,20 +218,22 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
                out: TextIO = sys.stdout, *, wants: Wants | None = None, fill: int = DECODE_FILL,
                max_measured: int = 2, refresh: bool | None = None, draft_tokens: int = DRAFT_TOKENS,
                placement_doc_tokens: int = PLACEMENT_DOC_TOKENS, race_tokens: tuple[int, int] = RACE_TOKENS,
-               allow_busy: bool = False, quiet_wait_s: float = QUIET_WAIT_S) -> Profile:
+               allow_busy: bool = False, quiet_wait_s: float = QUIET_WAIT_S, ask: Ask | None = None) -> Profile:
     """Tune this machine end to end and save the profile; returns it. `refresh`: ask the hub for current
     file sizes (default: when downloading is allowed). `placement_doc_tokens` 0 skips measuring placements.
     `race_tokens`: the prompt and answer of the side-by-side run of the kept model's GGUF and GPTQ files.
     Candidates are measured with other programs quiet (waiting up to `quiet_wait_s` for them); measured
-    beside them twice is a BusyMachineError and nothing is saved, unless `allow_busy`."""
+    beside them twice is a BusyMachineError and nothing is saved, unless `allow_busy`. `ask`: the question
+    before each download (the terminal's yes or no); None downloads without one."""
     # Predict decode at the fill the measurements use, so predicted and measured compare.
     wants = replace(wants or Wants(), decode_fill=fill)
     hardware, entries, facts = _machine_and_catalog(probe_fn, catalog, download if refresh is None else refresh, out)
-    considered, ready = _candidates(hardware, facts, entries, wants, download, max_measured, out)
+    considered, ready = _candidates(hardware, facts, entries, wants, download, max_measured, out, ask)
     measured = _measure_each(ready, hardware, fill, out, allow_busy, quiet_wait_s)
     best = _keep_best(measured, wants)
     best.status = "kept"
-    efficiency, runs, format_reason = _calibrate(best, hardware, facts, entries, wants, download, race_tokens, out)
+    efficiency, runs, format_reason = _calibrate(best, hardware, facts, entries, wants, download, race_tokens, out,
+                                                 ask)
     checkpoint = next((r for r in runs if r.format == "gptq" and r.status == "kept"), None)
     spec = _measure_draft(best, entries, hardware, facts, efficiency, draft_tokens, out) if not checkpoint else None
     _print_table(measured, best, spec, out)
@@ -246,6 +249,13 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | Non
     save_profile(profile, path)
     _print_kept(profile, path, no_chart, out)
     return profile
+
+
+def _ask_at_terminal(question: str) -> bool:
+    """`question` [y/N] on stderr, the answer read from the terminal: only y or yes agrees."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,12 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-busy", action="store_true",
                         help="keep speeds measured while other programs use the CPU (by default the wizard waits "
                              "for them, measures again, and saves nothing when they stay busy)")
+    parser.add_argument("--yes", action="store_true",
+                        help="download a better model without asking first (at a terminal the wizard asks before "
+                             "each download; elsewhere it never waits for an answer)")
     args = parser.parse_args(argv)
     out = sys.stderr if args.json else sys.stdout
+    # At a terminal, each download is asked for; piped or in the window's child (no terminal) nobody could
+    # answer, and --yes or the window's tick already said yes.
+    ask = _ask_at_terminal if args.download and not args.yes and sys.stdin.isatty() else None
     profile = run_wizard(catalog=args.catalog, download=args.download, out=out,
                          wants=Wants(min_decode_tps=args.min_speed),
                          placement_doc_tokens=PLACEMENT_DOC_TOKENS if args.placements else 0,
-                         allow_busy=args.allow_busy)
+                         allow_busy=args.allow_busy, ask=ask)
     if args.json:
         print(json.dumps(profile.to_dict(), indent=2))
     return 0

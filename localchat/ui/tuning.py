@@ -21,7 +21,9 @@ MAX_LINES = 60  # the log the window shows: the latest lines
 def tune_command(download: bool, placements: bool = True) -> list[str]:
     """The wizard's command line: the bundle's own program, or this Python with the package."""
     base = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "localchat"]
-    return [*base, "tune", *([] if download else ["--no-download"]), *([] if placements else ["--no-placements"])]
+    # The tick is the yes to a download (--yes): the wizard's child has no terminal to ask at.
+    return [*base, "tune", *(["--yes"] if download else ["--no-download"]),
+            *([] if placements else ["--no-placements"])]
 
 
 class TuneJob:
@@ -32,8 +34,9 @@ class TuneJob:
         self.returncode: int | None = None
         self.cancelled = False
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # lines arrive as the wizard prints them
-        self._process = subprocess.Popen(command or tune_command(download, placements), stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True, env=env, errors="replace")
+        self._process = subprocess.Popen(command or tune_command(download, placements), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                         errors="replace")
         self._reader = threading.Thread(target=self._read, name="localchat-tune-log", daemon=True)
         self._reader.start()
 
