@@ -1,4 +1,5 @@
-"""A local stand-in for the model hub: enough of its HTTP API for huggingface_hub downloads, plus fault injection.
+"""A local stand-in for the model hub: enough of its HTTP API for huggingface_hub downloads and searches
+(list_models, model_info with file metadata, list_repo_files), plus fault injection.
 
 Like the real hub, a file's `resolve` URL answers with a redirect to a CDN host (here a second port, so the
 client treats it as another origin) and carries the file's metadata in X-Repo-Commit, X-Linked-Etag (the
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 COMMIT = "5f0e1d2c3b4a59687766554433221100ffeeddcc"
 
@@ -42,6 +43,7 @@ class FakeHub:
     ignore_range: bool = False  # answer 200 with the whole file to Range requests, as some proxies do
     # Sizes the repo listing reports instead of the bytes' length: a big file's size without its bytes.
     listed_sizes: dict[tuple[str, str], int] = field(default_factory=dict)
+    downloads_of: dict[str, int] = field(default_factory=dict)  # repo -> its download count in the search listing
     down: bool = False  # drop every connection unanswered, as an unreachable hub looks to the client
     bytes_per_s: int = 0  # a slow network: file bodies trickle at this rate (0: as fast as the socket goes)
     # Headers that replace the real ones in every file's metadata answer: a hostile hub, mirror or proxy.
@@ -130,6 +132,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         parts = path.strip("/").split("/")
+        if parts == ["api", "models"]:
+            return self._search(parse_qs(urlsplit(self.path).query))
         if parts[0] == "cdn" and len(parts) == 2:
             return self._serve_bytes(parts[1], head)
         if parts[:2] == ["api", "models"] and len(parts) >= 4:
@@ -219,6 +223,20 @@ class _Handler(BaseHTTPRequestHandler):
                        "gated": "manual" if repo in self.hub.gated else False,
                        "siblings": [{"rfilename": name, "size": self.hub.listed_sizes.get((repo, name), len(data)),
                                      "lfs": lfs(data)} for name, data in files]}
+        self._reply(200, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+
+    def _search(self, query: dict[str, list[str]]) -> None:
+        """The model listing (`list_models`): repos whose id holds every word searched for, those with a
+        file of each filter's kind (gguf), the most downloaded first; one page (no Link header)."""
+        words = " ".join(query.get("search", [])).lower().split()
+        kinds = [f".{kind.lower()}" for kind in query.get("filter", [])]
+        repos = sorted({r for r, _ in self.hub.files}, key=lambda r: (-self.hub.downloads_of.get(r, 0), r))
+        found = [r for r in repos if all(w in r.lower() for w in words)
+                 and all(any(n.lower().endswith(k) for rr, n in self.hub.files if rr == r) for k in kinds)]
+        limit = int(query.get("limit", ["1000"])[0])
+        payload = [{"_id": f"{i:024x}", "id": r, "modelId": r, "downloads": self.hub.downloads_of.get(r, 0),
+                    "likes": 0, "private": False, "tags": ["gguf"] if kinds else []}
+                   for i, r in enumerate(found[:limit])]
         self._reply(200, json.dumps(payload).encode(), {"Content-Type": "application/json"})
 
     def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,

@@ -6,7 +6,7 @@ import hashlib
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..runtime.gguf_types import (FILE_TYPES, GGML_TYPES, GGUF_ARRAY, GGUF_INT32, GGUF_MAGIC, GGUF_SCALARS,
                                   GGUF_STRING)
@@ -239,3 +239,9 @@ def read_gguf(path: str | Path, header_limit: int = DEFAULT_HEADER_LIMIT) -> GGU
     """Parse the header of a local GGUF file (reads only the header bytes)."""
     with file_reader(Path(path), header_limit) as reader:
         return _parse(reader, str(path))
+
+
+def read_gguf_remote(fetch: Callable[[int, int], bytes], file_size: int | None, source: str,
+                     header_limit: int = DEFAULT_HEADER_LIMIT) -> GGUFInfo:
+    """Parse a GGUF header from anywhere `fetch(start, end)` reads bytes (the hub's byte ranges)."""
+    return _parse(HeaderReader(fetch, file_size, header_limit, source), source)

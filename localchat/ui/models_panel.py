@@ -1,5 +1,6 @@
-"""The window's Models panel: the catalog and what fits here, the files found on this machine, downloads with
-progress (pause, resume, cancel), import of a GGUF from the file picker, and switching with loading progress."""
+"""The window's Models panel: the catalog and what fits here, a hub search beyond it (hub_search_panel.py), the
+files found on this machine, downloads with progress (pause, resume, cancel), import of a GGUF from the file
+picker, and switching with loading progress."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..errors import LocalchatError
 from ..models.catalog import ModelFacts, load_catalog
 from ..models.download import cached_file
 from .chat import ChatCore
+from .hub_search_panel import HubSearchPanel
 from .model_browser import Downloads, catalog_rows, choice_of, local_models, machine, size_text
 from .model_import import import_gguf
 from .models_html import catalog_table, local_table, progress_html
@@ -60,6 +62,7 @@ class ModelsPanel:
                     "this machine; **Measured** is the hardware wizard's speed where it tuned that file.",
                     elem_id="models-intro")
         self.table = gr.HTML("<p>Reading the catalog and this machine…</p>", elem_id="catalog")
+        self.hub = HubSearchPanel(self.catalog)  # any GGUF repo on the hub, downloaded through the row below
         with gr.Row(equal_height=True, elem_id="download-row"):
             self.choice = gr.Dropdown(label="File to download", choices=[], scale=1, min_width=280,
                                       elem_id="download-choice")
@@ -88,7 +91,7 @@ class ModelsPanel:
     def choice_update(self, value: str | None = None) -> dict[str, Any]:
         labels = [(f"{m.name} {q} ({size_text(m.files[q].size, m.files[q].verified)})", name)
                   for name, (m, q) in self.files().items()]
-        return gr.update(choices=labels, value=value)
+        return gr.update(choices=self.hub.labels() + labels, value=value)
 
     def refreshed(self) -> tuple:
         """The catalog table, the local files and the model picker, as they are now."""
@@ -100,7 +103,8 @@ class ModelsPanel:
                                                       value=self.core.runtime.model)
 
     def job_of(self, choice: str | None) -> str:
-        if not choice or choice not in self.files():  # the name comes from the client: only listed files
+        # The name comes from the client: only a listed file (the catalog's, or one a hub search found).
+        if not choice or (choice not in self.files() and choice not in self.hub.found):
             raise gr.Error("choose a file from the list first.", print_exception=False)
         return choice
 
@@ -115,8 +119,11 @@ class ModelsPanel:
 
     def download(self, choice: str | None) -> Iterator[tuple]:
         name = self.job_of(choice)
-        model, quant = self.files()[name]
-        self.downloads.start(name, model.files[quant])
+        if name in self.hub.found:
+            self.downloads.start(name, self.hub.found[name].model_file())
+        else:
+            model, quant = self.files()[name]
+            self.downloads.start(name, model.files[quant])
         yield from self.follow()
 
     def pause(self, choice: str | None) -> str:
@@ -193,6 +200,7 @@ class ModelsPanel:
         buttons = [self.download_btn, self.pause_btn, self.resume_btn, self.cancel_btn]
         self.choice.change(lambda choice: [gr.update(interactive=bool(choice))] * len(buttons), [self.choice], buttons,
                            api_name=False, queue=False)
+        self.hub.wire(self.choice, self.choice_update)
         self.download_btn.click(self.download, [self.choice], shown, **quiet)
         self.resume_btn.click(self.download, [self.choice], shown, **quiet)
         self.pause_btn.click(self.pause, [self.choice], [self.progress], **quiet)
