@@ -64,6 +64,13 @@ def test_a_search_lists_the_most_downloaded_repos_with_their_quant_files_sizes_a
     print(f"search and verdicts took {time.monotonic() - started:.2f} s")
 
 
+def test_a_hub_that_ignores_byte_ranges_still_gives_the_verdict(hub: FakeHub):
+    hub.ignore_range = True  # the whole file comes each time: the reader keeps only what it asked for
+    found = search_gguf("smollm2 135m instruct")
+    rows = hub_rows(found, LAPTOP, load_catalog())
+    assert rows[0].verdict.short.startswith("fits: cpu"), rows[0].verdict
+
+
 def test_an_unreachable_hub_is_one_line_that_says_so(hub: FakeHub):
     hub.down = True
     found = search_gguf("smollm2")

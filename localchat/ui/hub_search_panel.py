@@ -3,6 +3,7 @@ planner says of it here; a file found is offered in the panel's File to download
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from html import escape
 from typing import Any, Callable
@@ -15,6 +16,7 @@ from .hub_results import HubRow, hub_rows
 from .model_browser import machine, size_text
 from .models_html import STYLE, USABLE_TPS, rate
 
+SEARCH_S = 30.0  # the whole search, headers included: past it the late repos' verdicts say "not known"
 KEPT = 200  # hub files a client may ask to download: those of the latest searches, oldest dropped
 
 
@@ -57,8 +59,9 @@ class HubSearchPanel:
 
     def search(self, query: str | None) -> str:
         """The results table; what it lists becomes downloadable (it runs in Gradio's worker threads, bounded)."""
+        started = time.monotonic()
         found = search_gguf(query or "")
-        rows = hub_rows(found, machine(), self.catalog())
+        rows = hub_rows(found, machine(), self.catalog(), deadline=max(5.0, SEARCH_S - (time.monotonic() - started)))
         self.latest = [file.choice for repo in found.repos for file in repo.files]
         for repo in found.repos:
             for file in repo.files:
