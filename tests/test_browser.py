@@ -906,9 +906,19 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     (home / "cache").mkdir(parents=True)
     (home / "cache" / "models").symlink_to(models_dir(), target_is_directory=True)
     monkeypatch.setenv("LOCALCHAT_HOME", str(home))
+    # The load check has tests of its own (test_tune.py); here other programs on a shared machine must not
+    # stop the wizard the window runs.
+    from localchat.ui import tuning
+
+    plain = tuning.tune_command
+    monkeypatch.setattr(tuning, "tune_command", lambda *a, **k: [*plain(*a, **k), "--allow-busy"])
     page.reload()
     note = page.locator("#tune-note")
     expect(note).to_contain_text("has not been tuned yet")  # open on a machine without a profile
+    # The Models panel, opened before the wizard runs, says the same; it must follow the wizard on its own.
+    page.get_by_text("Models: catalog, downloads, import").click()
+    tuned_row = page.locator("#catalog tr[data-choice='smollm2-135m:Q4_1']")
+    expect(tuned_row).to_contain_text("not tuned")
     page.locator("#tune-button").scroll_into_view_if_needed()
     expect(page.locator("#tune-button")).to_be_in_viewport()  # the sidebar has slid in
     shot(page, "14-wizard-offered")
@@ -929,6 +939,22 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     assert "placement: not measured (asked not to)" in log and "kept smollm2-135m Q4_1" in log
     assert ui.runtime.model.startswith(str(home))  # now answering with the tuned file
     expect(page.locator("#status")).to_contain_text("SmolLM2")
+    # No reload: the Models panel shows the speed the wizard measured, and "best here" where the planner,
+    # corrected by that measurement, now puts it.
+    from localchat.models.catalog import load_catalog
+    from localchat.tune.profile import load_profile
+    from localchat.ui.model_browser import best_plan, machine, wants_for
+    from localchat.ui.models_html import rate
+
+    profile = load_profile()
+    expect(tuned_row).not_to_contain_text("not tuned", timeout=60_000)
+    expect(tuned_row).to_contain_text(rate(profile.decode_tps))
+    best = best_plan(machine(), load_catalog(), wants_for(profile))
+    assert best is not None
+    expect(page.locator("#catalog tr.lc-best")).to_have_count(1)
+    expect(page.locator("#catalog tr.lc-best")).to_have_attribute("data-choice", f"{best.model}:{best.quant}")
+    tuned_row.scroll_into_view_if_needed()
+    shot(page, "15b-wizard-done-models-panel")
     shot(page, "15-wizard-done", full_page=True)
     ask(page, "Name the capital city of France.")
     expect(last_reply(page)).to_contain_text("Paris", timeout=LONG)
