@@ -123,4 +123,7 @@ def _bar(job: Download) -> str:
 def _failed(job: Download) -> str:
     """A failure with its try and time, so that a Resume that fails again reads as a new attempt."""
     again = f"failed again (try {job.tries}" if job.tries > 1 else "failed (try 1"
-    return f"{again}, {time.strftime('%H:%M:%S', time.localtime(job.ended))}): {job.error} Resume tries again."
+    reason = job.error.rstrip()
+    if reason and reason[-1] not in ".!?":  # an unforeseen error's reason ends "(the log file has the details)"
+        reason += "."
+    return f"{again}, {time.strftime('%H:%M:%S', time.localtime(job.ended))}): {reason} Resume tries again."

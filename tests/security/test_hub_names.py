@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def test_an_etag_that_names_a_path_makes_no_folder_and_ends_the_job(hub: FakeHub
     downloads.start(CHOICE, model_file())
     job = finished(downloads)
     assert job.state == "failed" and "ETag" in job.error, (job.state, job.error)
-    assert "failed:" in progress_html(downloads.all())  # what the Models panel shows
+    shown = progress_html(downloads.all())  # what the Models panel shows
+    assert re.search(r"failed \(try 1, \d\d:\d\d:\d\d\): .*ETag.* Resume tries again\.", shown), shown
     assert not escaped(tmp_path)
     assert not hub.downloads()  # not a byte was asked for
 
@@ -100,4 +102,5 @@ def test_an_unexpected_failure_ends_the_job_with_its_reason(hub: FakeHub, tmp_pa
     downloads.start(CHOICE, model_file())
     job = finished(downloads)
     assert job.state == "failed" and "NotADirectoryError" in job.error, (job.state, job.error)
-    assert "failed: NotADirectoryError" in progress_html(downloads.all())
+    shown = progress_html(downloads.all())
+    assert re.search(r"failed \(try 1, \d\d:\d\d:\d\d\): NotADirectoryError: .*details\)\. Resume tries again\.", shown), shown
