@@ -98,6 +98,28 @@ def open_supervised(settings: Settings, status: Callable[[str], None] | None = N
         raise
 
 
+def on_demand(settings_for: Callable[[str], Settings]):
+    """The runners of the models requests name besides the served one (runners/pool.py): each file loaded
+    in a supervised runner with the settings for it (its own draft pairing, not the served model's) and
+    sized as the planner's fit model counts it, at that context."""
+    import dataclasses
+
+    from .planning.fit import ModelSize
+    from .runners.pool import Runners
+
+    def settings_of(path: Path) -> Settings:
+        return dataclasses.replace(settings_for(str(path)), draft="")
+
+    def needs(path: Path) -> int:
+        try:
+            return ModelSize.of(path).bytes_for(settings_of(path).n_ctx)
+        except Exception:  # a header the reader refuses: the load refuses the file, with the loader's words
+            return path.stat().st_size
+
+    base = settings_for(None)
+    return Runners(lambda path: open_supervised(settings_of(path)), needs, base.keep_alive * 60.0)
+
+
 def arrange_workers(settings: Settings, worker, path, draft):
     """The workers of the configured placement (`auto`: the tuned profile's when it holds for this model,
     else the planner's pick for this machine), with the profile's measured step costs where they hold.

@@ -293,7 +293,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options = ServeOptions(host=args.host, port=args.port, listen=args.listen, api_key=args.api_key,
                            backend=args.backend, backend_key=args.backend_key, cors_origins=tuple(args.cors_origins),
                            sampling=_sampling(args), ollama_port=args.ollama_port)
-    return serve_api(options, lambda: _settings(args), progress=not args.verbose)
+    return serve_api(options, lambda model: _settings(args, model), progress=not args.verbose)
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:

@@ -118,6 +118,9 @@ class Settings:
     system_prompt: str = setting("", "the system prompt a new chat in the window starts with (each chat can "
                                      "change its own), and the one the API gives a chat request that has none",
                                  commands=("serve", "ui"))
+    keep_alive: int = setting(15, "minutes a model that an API request loaded by name (not the one the server "
+                                  "started with) stays loaded after its last answer; 0 unloads it after each "
+                                  "answer", commands=("serve", "ui"), low=0)
     context_overflow: str = setting("rolling", "what a chat in the window does when it outgrows the context: "
                                                "rolling leaves out its oldest turns, truncate-middle keeps the "
                                                "first turn and leaves out the ones after it, refuse says so "

@@ -19,6 +19,10 @@ class ModelLoadError(LocalchatError):
     """A model file exists but cannot be loaded (not GGUF, truncated, unsupported)."""
 
 
+class NoRoomError(ModelLoadError):
+    """No memory for one more model beside the ones loaded (the server answers 503: try later, or free some)."""
+
+
 class DownloadError(LocalchatError):
     """A model file could not be fetched or failed verification."""
 

@@ -9,15 +9,16 @@ import logging
 from typing import Callable
 
 from .api.app import ServeOptions
-from .assemble import open_supervised
+from .assemble import on_demand, open_supervised
 from .config import Settings
 from .errors import LocalchatError
 
 log = logging.getLogger("localchat")
 
 
-def serve_api(options: ServeOptions, settings: Callable[[], Settings], progress: bool) -> int:
-    """Serve the API from a local model, or forward it to `options.backend`; runs until stopped."""
+def serve_api(options: ServeOptions, settings_for: Callable[[str | None], Settings], progress: bool) -> int:
+    """Serve the API from a local model, or forward it to `options.backend`; runs until stopped.
+    `settings_for(model)`: the settings of the configured model (None) or of another one a request names."""
     from .api.app import serve
     from .api.local import served_name
     from .progress_line import ProgressLine
@@ -25,10 +26,15 @@ def serve_api(options: ServeOptions, settings: Callable[[], Settings], progress:
     options.bind_host()  # refuse an unsafe address before spending time on a model
     if options.backend:
         return serve(options)
-    chosen = settings()
+    chosen = settings_for(None)
     with ProgressLine(enabled=progress) as line, open_supervised(chosen, status=line.set) as engine:
         line.clear()  # the banner comes next
-        return serve(options, engine, served_name(chosen.model), system_prompt=chosen.system_prompt)
+        runners = on_demand(settings_for)
+        try:
+            return serve(options, engine, served_name(chosen.model), system_prompt=chosen.system_prompt,
+                         runners=runners)
+        finally:
+            runners.close()
 
 
 def open_window(options: ServeOptions, settings_for: Callable[[str | None], Settings], browser: bool,
@@ -63,7 +69,7 @@ def open_window(options: ServeOptions, settings_for: Callable[[str | None], Sett
     try:
         with instance.recorded(url) if plain else contextlib.nullcontext():
             return run_ui(options, load, settings.model, open_browser=browser, system_prompt=settings.system_prompt,
-                          context_overflow=settings.context_overflow)
+                          context_overflow=settings.context_overflow, runners=on_demand(settings_for))
     except LocalchatError as exc:
         # Into the log file (the console shows it once, below): a bundle's window may close unread.
         log.info("stopped: %s", exc)

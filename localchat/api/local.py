@@ -9,13 +9,17 @@ a time budget, and the request stopped when its client leaves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 from starlette.requests import Request as HTTPRequest
 
 from ..errors import ContextOverflowError, ModelNotFoundError, RequestError
+from ..models.resolve import servable_files
+from ..runners.pool import Runners
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Engine, Request
 from ..runtime.overflow import fit
@@ -51,20 +55,22 @@ def names_of(model_name: str, path: Path | None) -> set[str]:
 
 
 class LocalService:
-    """Answers the API's protocols with a local Engine."""
+    """Answers the API's protocols with a local Engine (and, given `runners`, other models on this machine
+    by name, each loaded in a runner of its own when a request names it)."""
 
     def __init__(self, engine: Engine, model_name: str, defaults: SamplingParams | None = None,
-                 system_prompt: str = "") -> None:
+                 system_prompt: str = "", runners: Runners | None = None) -> None:
         self.engine = engine
         self.model_name = model_name
         self.defaults = defaults or SamplingParams()  # what a request leaves out
         self.system_prompt = system_prompt  # the system turn of a chat request that has none
+        self.runners = runners
         self.created = int(time.time())
         self._budgets: set[Budget] = set()  # requests being rendered and tokenized right now
         self._names: tuple[Any, set[str]] = (None, set())
 
     def _path(self) -> Path | None:
-        return getattr(self.engine.worker, "model_path", None)
+        return _path_of(self.engine)
 
     @property
     def aliases(self) -> set[str]:
@@ -74,21 +80,53 @@ class LocalService:
             self._names = (key, names_of(*key))
         return self._names[1]
 
-    def _info(self) -> ModelInfo:
-        return ModelInfo(self.model_name, self.created, aliases=self.aliases, path=self._path(),
-                         description=self.engine.worker.describe(), n_ctx=self.engine.n_ctx,
-                         template=self.engine.template.source, defaults=self.defaults,
-                         gpu_layers=getattr(getattr(self.engine.worker, "config", None), "n_gpu_layers", 0))
+    def _info(self, name: str | None = None, engine: Any = None, expires_at: float = math.inf) -> ModelInfo:
+        """A loaded model's facts: the served one, or (`name`, `engine`) one loaded by name."""
+        engine = engine or self.engine
+        aliases = self.aliases if name is None else {name}
+        return ModelInfo(name or self.model_name, self.created, aliases=aliases, path=_path_of(engine),
+                         description=engine.worker.describe(), n_ctx=engine.n_ctx,
+                         template=engine.template.source, defaults=self.defaults,
+                         gpu_layers=getattr(getattr(engine.worker, "config", None), "n_gpu_layers", 0),
+                         expires_at=expires_at)
 
     def models(self) -> list[ModelInfo]:
-        return [self._info()]
+        """The served model first, then every other chat model here a request may name, loaded or not."""
+        served = [self._info()]
+        if self.runners is None:
+            return served
+        loaded = self.runners.loaded()
+        primary = self._path().resolve() if self._path() else None
+        seen = {primary}
+        for name, path in self._others().items():
+            real = path.resolve()
+            if real in seen:
+                continue
+            seen.add(real)
+            held = self.runners.engine_of(name)
+            served.append(self._info(name, held, loaded[name]) if held is not None else
+                          ModelInfo(name, self.created, aliases={name}, path=path, loaded=False, expires_at=0.0))
+        return served
 
     def model(self, name: str | None) -> ModelInfo:
         embedding = embedding_info(name, self.created) if name else None
         if embedding is not None:
             return embedding
-        self._check_model(name)
-        return self._info()
+        if not self._elsewhere(name):
+            self._check_model(name)
+            return self._info()
+        held = self.runners.engine_of(name)
+        if held is not None:
+            return self._info(name, held, self.runners.loaded().get(name, math.inf))
+        return ModelInfo(name, self.created, aliases={name}, path=self._file_of(name), loaded=False, expires_at=0.0)
+
+    async def load(self, name: str | None, keep_alive_s: float | None) -> ModelInfo:
+        """Load a model by name now (Ollama's request with nothing to generate); a keep-alive of 0 unloads it."""
+        if self._elsewhere(name) and keep_alive_s == 0:
+            self.runners.unload(name)
+            return ModelInfo(name, self.created, aliases={name}, path=self._file_of(name), loaded=False)
+        async with self._engine_for(name, keep_alive_s):
+            return self.model(name)
 
     async def embed(self, inputs: list[str] | list[list[int]], model: str | None, dimensions: int | None = None,
                     truncate: bool = False) -> Embedded:
@@ -97,56 +135,101 @@ class LocalService:
 
     async def generate(self, generation: Generation, request: HTTPRequest) -> Answer:
         """Start the answer: everything checked and the prompt read into the engine's queue."""
-        build, parser = self._prepare(generation)
-        notes: list[str] = []
-        try:
-            stream = await self._bounded(lambda: self.engine.submit(build(notes)), request, _cancel_stream)
-        except ContextOverflowError as exc:
-            exc.param = "messages" if generation.messages is not None else "prompt"
-            raise
-        return Answer(StreamBridge(stream), self.model_name, parser, notes)
+        async with self._engine_for(generation.model, generation.keep_alive_s) as (engine, name):
+            build, parser = self._prepare(generation, engine)
+            notes: list[str] = []
+            try:
+                stream = await self._bounded(lambda: engine.submit(build(notes)), request, _cancel_stream)
+            except ContextOverflowError as exc:
+                exc.param = "messages" if generation.messages is not None else "prompt"
+                raise
+        return Answer(StreamBridge(stream), name, parser, notes)
 
     async def count_tokens(self, generation: Generation, request: HTTPRequest) -> int:
         """The tokens the request's prompt takes, the template, the tools and the system prompt included."""
-        build, _ = self._prepare(generation)
-        return len(await self._bounded(lambda: self.engine.prompt_tokens(build([])), request))
+        async with self._engine_for(generation.model, generation.keep_alive_s) as (engine, _):
+            build, _ = self._prepare(generation, engine)
+            return len(await self._bounded(lambda: engine.prompt_tokens(build([])), request))
 
     async def aclose(self) -> None:
         """Stop prompts still being prepared (shutdown must not wait on them); the engine is not ours."""
         for budget in list(self._budgets):
             budget.cancel()
 
+    # -- models by name -----------------------------------------------------------------------
+
+    def _others(self) -> dict[str, Path]:
+        """The chat model files here a request may name besides the served model."""
+        return {name: path for name, path in servable_files().items() if name not in self.aliases}
+
+    def _elsewhere(self, name: str | None) -> bool:
+        """Whether `name` asks for a model other than the served one, which this server loads by name."""
+        return bool(self.runners is not None and name and name not in self.aliases)
+
+    def _file_of(self, name: str) -> Path:
+        path = self._others().get(name)
+        if path is None:
+            self._check_model(name)
+        return path
+
+    @contextlib.asynccontextmanager
+    async def _engine_for(self, name: str | None, keep_alive_s: float | None) -> AsyncIterator[tuple[Any, str]]:
+        """The engine a request's `model` names, and the name to answer with; one loaded by name is held
+        (not unloaded) until the request is in its queue."""
+        if not self._elsewhere(name):
+            self._check_model(name)
+            yield self.engine, self.model_name
+            return
+        path = self._file_of(name)
+        if self._path() is not None and path.resolve() == self._path().resolve():  # another name of the served file
+            yield self.engine, name
+            return
+        held = contextlib.ExitStack()
+        # Loading takes seconds: off the event loop. A client that leaves meanwhile gives the lease back
+        # when the load ends, so the runner is not held forever.
+        entering = asyncio.ensure_future(asyncio.to_thread(held.enter_context,
+                                                           self.runners.lease(name, path, keep_alive_s)))
+        try:
+            engine = await asyncio.shield(entering)
+        except asyncio.CancelledError:
+            entering.add_done_callback(lambda _: held.close())
+            raise
+        try:
+            yield engine, name
+        finally:
+            held.close()
+
     # -- generation ----------------------------------------------------------------------------
 
     def _check_model(self, name: str | None) -> None:
-        # A missing (or empty) model is accepted: there is one model, and some clients leave it out.
+        # A missing (or empty) model is accepted: it means the served model, and some clients leave it out.
         if name and name not in self.aliases:
-            raise ModelNotFoundError(f"the model '{name}' is not served here; use '{self.model_name}' "
-                                     "(GET /v1/models, or /api/tags, lists it).")
+            others = " or another model GET /v1/models lists" if self.runners is not None else ""
+            raise ModelNotFoundError(f"the model '{name}' is not served here; use '{self.model_name}'{others} "
+                                     "(GET /v1/models, or /api/tags, lists them).")
 
-    def _prepare(self, generation: Generation) -> tuple[Callable[[list[str]], Request], ToolCallParser | None]:
+    def _prepare(self, generation: Generation, engine: Any) -> tuple[Callable[[list[str]], Request], ToolCallParser | None]:
         """The engine request to build (within the budget; it adds what it did to the notes it is given) and
         the parser of its tool calls, after every check that needs no tokenizing."""
-        self._check_model(generation.model)
         sampling = generation.sampling.over(self.defaults)
         if generation.messages is not None:
             messages = generation.messages
             if self.system_prompt and not any(m["role"] == "system" for m in messages):
                 messages = [{"role": "system", "content": self.system_prompt}, *messages]
-            check_prompt_size([m["content"] for m in messages], self.engine.n_ctx)  # before any work on them
-            plan = constrain(messages, self.engine.template.source, generation.tools, generation.tool_choice,
+            check_prompt_size([m["content"] for m in messages], engine.n_ctx)  # before any work on them
+            plan = constrain(messages, engine.template.source, generation.tools, generation.tool_choice,
                              generation.parallel_tool_calls, generation.response_format, generation.format_param)
             sampling.grammar = grammar_of(plan)
             parser = ToolCallParser(plan.fmt, plan.names) if plan.names else None
             # The template renders here, within the request's time budget: tools go in beside messages.
             def render(kept: list[dict[str, Any]]) -> str:
-                return self.engine.template.render(kept, tools=plan.tools)
+                return engine.template.render(kept, tools=plan.tools)
 
             def build(notes: list[str]) -> Request:
                 kept = plan.messages
                 if generation.context_overflow != "refuse":
-                    room = self.engine.n_ctx - (sampling.max_tokens or self.engine.n_ctx // 4)
-                    fitted = fit(kept, lambda m: len(self.engine.prompt_tokens(Request(prompt=render(m)))), room,
+                    room = engine.n_ctx - (sampling.max_tokens or engine.n_ctx // 4)
+                    fitted = fit(kept, lambda m: len(engine.prompt_tokens(Request(prompt=render(m)))), room,
                                  generation.context_overflow)
                     kept, notes[:] = fitted.messages, [fitted.note()] if fitted.left_out else []
                 return Request(prompt=render(kept), sampling=sampling)
@@ -156,7 +239,7 @@ class LocalService:
             raise RequestError("send grammar or response_format, not both.", "grammar")
         sampling.grammar = raw_grammar(generation.grammar) or response_grammar(generation.response_format,
                                                                                generation.format_param)
-        check_prompt_size([prompt], self.engine.n_ctx)
+        check_prompt_size([prompt], engine.n_ctx)
         return lambda notes: Request(prompt=prompt, sampling=sampling), None
 
     async def _bounded(self, work: Callable[[], T], request: HTTPRequest,
@@ -180,6 +263,10 @@ class LocalService:
                 working.add_done_callback(abandoned)
             raise RequestError("the client went away before its prompt was read.")
         return working.result()
+
+
+def _path_of(engine: Any) -> Path | None:
+    return getattr(engine.worker, "model_path", None)
 
 
 def _cancel_stream(done: "asyncio.Future[Any]") -> None:

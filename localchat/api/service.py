@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Protocol, Union
@@ -94,6 +95,7 @@ class Generation:
     # What to do when the chat is longer than the context (runtime/overflow.py); the API's default, as
     # OpenAI's, is to refuse.
     context_overflow: str = "refuse"
+    keep_alive_s: float | None = None  # how long a model loaded by name stays loaded after this (Ollama's)
 
 
 @dataclass(slots=True)
@@ -224,6 +226,8 @@ class ModelInfo:
     template: str = ""  # the chat template's source
     gpu_layers: int = 0  # layers offloaded to a GPU (-1: all)
     defaults: SamplingParams | None = None  # what a request leaves out
+    loaded: bool = True  # False: a model on this machine that a request naming it loads (runners/pool.py)
+    expires_at: float = math.inf  # time.time() it unloads at if no request comes (inf: never)
 
 
 @dataclass(slots=True)
@@ -243,6 +247,7 @@ class Service(Protocol):
     async def count_tokens(self, generation: Generation, request: HTTPRequest) -> int: ...
     def models(self) -> list[ModelInfo]: ...  # the models offered for chat, the served one first
     def model(self, name: str | None) -> ModelInfo: ...  # any model by name, embedding ones too
+    async def load(self, name: str | None, keep_alive_s: float | None) -> ModelInfo: ...  # 0: unload it
     async def embed(self, inputs: list[str] | list[list[int]], model: str | None, dimensions: int | None = None,
                     truncate: bool = False) -> Embedded: ...
     async def aclose(self) -> None: ...

@@ -9,7 +9,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from ..errors import (AuthError, BackendError, ContextOverflowError, EngineError, LocalchatError,
-                      ModelNotFoundError, PayloadTooLargeError, RequestError)
+                      ModelNotFoundError, NoRoomError, PayloadTooLargeError, RequestError)
 
 
 # Python's JSON parser and pydantic both stop at about a thousand levels, with a RecursionError.
@@ -64,6 +64,8 @@ def error_from(exc: LocalchatError, path: str = "") -> JSONResponse:
         return error_response(400, message, param=exc.param, code="invalid_value" if exc.param else None, path=path)
     if isinstance(exc, ModelNotFoundError):
         return error_response(404, message, param="model", code="model_not_found", path=path)
+    if isinstance(exc, NoRoomError):
+        return error_response(503, message, kind="server_error", code="no_room_for_model", path=path)
     if isinstance(exc, AuthError):
         return error_response(401, message, code="invalid_api_key", path=path)
     if isinstance(exc, BackendError):

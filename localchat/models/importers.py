@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ModelLoadError, ModelNotFoundError
+from ..paths import models_dir
 from ..runtime.gguf_types import GGUF_MAGIC
 from .hub import hub_cache_dir
 
@@ -155,6 +156,18 @@ def list_local_models(roots: LocalRoots | None = None) -> list[LocalModel]:
             seen.add(real)
             models.append(model)
     return models
+
+
+def local_models(roots: LocalRoots | None = None) -> list[LocalModel]:
+    """The GGUF models on this machine: localchat's own folder first, then what the importers find."""
+    seen: set[Path] = set()
+    found = []
+    for model in scan_folder(models_dir(), "localchat") + list_local_models(roots):
+        real = model.path.resolve()
+        if real not in seen:
+            seen.add(real)
+            found.append(model)
+    return found
 
 
 def find_local_model(name: str, roots: LocalRoots | None = None) -> LocalModel | None:

@@ -86,3 +86,24 @@ def _fetch(name: str, model_file: ModelFile, fetch: bool, progress: Callable[[in
     if not fetch:
         raise ModelNotFoundError(f"{name} is not downloaded yet; run `localchat pull {name}`.")
     return fetch_model_file(model_file, progress=progress)
+
+
+def servable_files(catalog: dict[str, ModelFacts] | None = None) -> dict[str, Path]:
+    """The GGUF files here a client may ask for by name, under every name it may use: a downloaded catalog
+    file as KEY:QUANT (and KEY for the default quant), a model found on this machine by its listed name
+    and its file's stem. Names only: a server never opens a path a client sends."""
+    from .importers import local_models
+
+    catalog = catalog if catalog is not None else load_catalog()
+    names: dict[str, Path] = {}
+    for key, entry in catalog.items():
+        for quant, model_file in entry.files.items():
+            local = None if model_file.is_checkpoint else cached_file(model_file)
+            if local is not None:
+                if quant == entry.default_quant:  # the bare key first: the name a listing shows
+                    names[key] = local
+                names[f"{key}:{quant}"] = local
+    for model in local_models():
+        names.setdefault(model.name, model.path)
+        names.setdefault(model.path.stem, model.path)
+    return names

@@ -20,6 +20,7 @@ import multiprocessing
 import multiprocessing.util  # noqa: F401 - its exit hook first, so the one below runs before it
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -105,6 +106,7 @@ class SupervisedEngine:
         self._drained = threading.Event()
         self.restarts = 0  # runners started after the first (tests and the status read it)
         self._failures = 0
+        self.idle_since: float | None = time.monotonic()  # when its last answer ended; None while answering
         self._runner = self._start(progress)
         self._up.set()
         self.info = self._runner.info  # a restart loads the same model: its facts stay
@@ -155,11 +157,12 @@ class SupervisedEngine:
     def _submit(self, request: Request) -> Stream:
         rid = f"run-{next(self._ids)}"
         stream = Stream(rid, self.cancel)
+        self.idle_since = None
         self._flight[rid] = _InFlight(_sendable(request), stream)
         try:
             self._call_on("submit", rid, self._flight[rid].request)
         except LocalchatError:
-            self._flight.pop(rid, None)
+            self._ended(rid)
             raise
         return stream
 
@@ -282,9 +285,14 @@ class SupervisedEngine:
         if isinstance(event, TextDelta):
             flight.text.append(event.text)
         elif isinstance(event, (Done, Failed)):
-            self._flight.pop(rid, None)
+            self._ended(rid)
             self._failures = 0
         flight.stream.put(event)
+
+    def _ended(self, rid: str) -> None:
+        self._flight.pop(rid, None)
+        if not self._flight:
+            self.idle_since = time.monotonic()
 
     def _died(self, runner: _Process) -> None:
         """The runner ended: a planned end closes the streams; any other is a crash, and a restart."""
@@ -304,14 +312,14 @@ class SupervisedEngine:
             pending.done.set()
         if closing:
             for rid, flight in flights.items():
-                self._flight.pop(rid, None)
+                self._ended(rid)
                 flight.stream.put(Failed(EngineError("the model runner was shut down before this request finished.")))
             self._drained.set()
             self._up.set()  # what waits sees the end
             return
         log.error("the model runner %s%s; restarting it", how, f" ({runner.stalled})" if runner.stalled else "")
         for rid in blamed:
-            self._flight.pop(rid, None)
+            self._ended(rid)
             flights[rid].stream.put(Failed(self._blame(how, runner, flights[rid])))
         self._restart(how, {rid: f for rid, f in flights.items() if rid not in blamed and rid not in reading})
 
@@ -345,7 +353,7 @@ class SupervisedEngine:
                 self._closing = True
             self._up.set()  # what waits sees the end
             for rid, flight in survivors.items():
-                self._flight.pop(rid, None)
+                self._ended(rid)
                 flight.stream.put(Failed(EngineError(f"the model runner {how} and could not be restarted: {exc}")))
             return
         with self._lock:
@@ -364,7 +372,7 @@ class SupervisedEngine:
         try:
             self._call_on("submit", rid, again)
         except LocalchatError as exc:
-            self._flight.pop(rid, None)
+            self._ended(rid)
             flight.stream.put(Failed(EngineError(f"the model runner was restarted and this request could not "
                                                  f"go on: {exc}")))
 

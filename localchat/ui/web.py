@@ -27,8 +27,9 @@ UI_USER = "localchat"  # the login name when --api-key protects the window
 
 def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
                   defaults: Sampling | None = None, policy: OriginPolicy | None = None,
-                  system_prompt: str = "") -> FastAPI:
-    """FastAPI with the /v1 routes first, then the chat window mounted at "/"; `system_prompt`: a new chat's."""
+                  system_prompt: str = "", runners: Any = None) -> FastAPI:
+    """FastAPI with the /v1 routes first, then the chat window mounted at "/"; `system_prompt`: a new chat's;
+    `runners`: the models the API loads by name beside the window's (runners/pool.py)."""
     # Gradio's upload route writes here (read when the app is made): our own private folder.
     received = received_dir()
     os.environ["GRADIO_TEMP_DIR"] = str(received)
@@ -38,7 +39,8 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
     from .layout import build_ui
     from .page import CSS, SCRIPT
 
-    service = LocalService(runtime.engine, served_name(runtime.model), defaults.base if defaults else None)
+    service = LocalService(runtime.engine, served_name(runtime.model), defaults.base if defaults else None,
+                           runners=runners)
     runtime.service = service
 
     app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None)
@@ -63,7 +65,8 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
 
 
 def run_ui(options: ServeOptions, load: Callable[..., Engine], model: str, open_browser: bool = True,
-           defaults: Sampling | None = None, system_prompt: str = "", context_overflow: str = "rolling") -> int:
+           defaults: Sampling | None = None, system_prompt: str = "", context_overflow: str = "rolling",
+           runners: Any = None) -> int:
     """Serve the window and the API until interrupted; prints the URL and opens the browser."""
     import uvicorn
 
@@ -76,7 +79,7 @@ def run_ui(options: ServeOptions, load: Callable[..., Engine], model: str, open_
         if defaults is None:
             defaults = Sampling.over(options.sampling or SamplingParams(), context_overflow)
         app = create_ui_app(runtime, store, options.api_key, defaults, options.policy(sock.getsockname()[1]),
-                            system_prompt)
+                            system_prompt, runners)
         url = url_of(sock)
         exposed = "" if is_loopback(host) else f" (listening on {host}; log in as '{UI_USER}' with the API key)"
         print(f"localchat: chat at {url}/ and the OpenAI-compatible API at {url}/v1{exposed}. Ctrl-C stops.",
@@ -88,6 +91,8 @@ def run_ui(options: ServeOptions, load: Callable[..., Engine], model: str, open_
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         runtime.engine.close()
+        if runners is not None:
+            runners.close()
         store.close()
     return 0
 

@@ -10,6 +10,8 @@ says when `num_ctx` differs from the served context.
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any, AsyncIterator, Literal
 
 from pydantic import Field
@@ -21,7 +23,7 @@ from ...errors import LocalchatError, RequestError
 from ...runtime.events import Stats, TokenLogprob
 from ..embeddings import check_inputs
 from ..schemas import Body, parse
-from ..service import Answer, AskedSampling, Delta, End, Generation, Route, Service
+from ..service import Answer, AskedSampling, Delta, End, Generation, ModelInfo, Route, Service
 from ..tool_parser import ToolCall
 from .ollama_models import listed, now, running, shown, untagged
 
@@ -68,7 +70,7 @@ class _Generating(Body):
     format: str | dict[str, Any] | None = None  # "json" or a JSON schema
     options: Options | None = None
     stream: bool | None = True  # Ollama streams unless told not to
-    keep_alive: float | str | None = None  # accepted: the served model stays loaded while the server runs
+    keep_alive: float | str | None = None  # seconds or "5m": for a model loaded by name; the served one stays
     think: bool | str | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
@@ -110,6 +112,31 @@ class ShowBody(Body):
 
 
 # -- requests --------------------------------------------------------------------------------------
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def keep_alive_s(value: float | str | None) -> float | None:
+    """Ollama's keep_alive in seconds: a number of seconds or a duration ("5m", "1h30m"); negative keeps
+    the model loaded (inf); None: the server's setting."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        sign = -1.0 if text.startswith("-") else 1.0
+        text = text.lstrip("+-")
+        try:
+            seconds = float(text)
+        except ValueError:
+            pieces = _DURATION.findall(text)
+            if not text or "".join(n + u for n, u in pieces) != text:
+                raise RequestError(f"keep_alive {value!r} is not a duration; send seconds or one like \"5m\", "
+                                   "\"1h30m\" (negative keeps the model loaded).", "keep_alive") from None
+            seconds = sum(float(n) * _UNIT_S[u] for n, u in pieces)
+        value = sign * seconds
+    return math.inf if value < 0 else float(value)
 
 
 def _sampling(body: _Generating, notes: list[str], n_ctx: int) -> AskedSampling:
@@ -254,11 +281,12 @@ async def _answer(service: Service, generation: Generation, request: HTTPRequest
     return await answer.whole(request, shape.whole)
 
 
-def _loaded(model: str, chat: bool) -> Response:
-    """The answer to a request with nothing to generate: Ollama's way to load a model (it is loaded)."""
+def _loaded(model: str, chat: bool, info: ModelInfo) -> Response:
+    """The answer to a request with nothing to generate: Ollama's way to load a model (or, with a keep_alive
+    of 0, to unload it)."""
     out: dict[str, Any] = {"model": model, "created_at": now()}
     out |= {"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}
-    return JSONResponse({**out, "done_reason": "load", "done": True})
+    return JSONResponse({**out, "done_reason": "load" if info.loaded else "unload", "done": True})
 
 
 # -- routes ----------------------------------------------------------------------------------------
@@ -266,32 +294,35 @@ def _loaded(model: str, chat: bool) -> Response:
 
 async def chat(service: Service, data: Any, request: HTTPRequest) -> Response:
     body = parse(OllamaChatBody, data)
-    info = service.model(untagged(body.model))
+    keep = keep_alive_s(body.keep_alive)
+    info = await service.load(untagged(body.model), keep)  # its context is known once it is loaded
     notes: list[str] = []
     generation = Generation(messages=_messages(body), model=untagged(body.model),
                             sampling=_sampling(body, notes, info.n_ctx), tools=body.tools or None,
-                            response_format=_format(body.format), format_param="format", stream=body.stream is not False)
+                            response_format=_format(body.format), format_param="format", stream=body.stream is not False,
+                            keep_alive_s=keep)
     if not generation.messages:
-        return _loaded(body.model or info.name, chat=True)
+        return _loaded(body.model or info.name, True, info)
     return await _answer(service, generation, request, Reply(True, body.model or info.name, notes))
 
 
 async def generate(service: Service, data: Any, request: HTTPRequest) -> Response:
     body = parse(OllamaGenerateBody, data)
-    info = service.model(untagged(body.model))
+    keep = keep_alive_s(body.keep_alive)
     for name in ("suffix", "template", "images", "context"):
         if getattr(body, name):
             raise RequestError(f"{name} is not supported by this server; leave it out (a conversation goes to "
                                "/api/chat as messages).", name)
     if body.raw and body.system:
         raise RequestError("system has no place in a raw prompt; write it into the prompt, or drop raw.", "system")
+    info = await service.load(untagged(body.model), keep)
     notes: list[str] = []
     sampling = _sampling(body, notes, info.n_ctx)
     if not body.prompt:
-        return _loaded(body.model or info.name, chat=False)
+        return _loaded(body.model or info.name, False, info)
     turns = [{"role": "system", "content": body.system}] if body.system else []
     generation = Generation(model=untagged(body.model), sampling=sampling, response_format=_format(body.format),
-                            format_param="format", stream=body.stream is not False)
+                            format_param="format", stream=body.stream is not False, keep_alive_s=keep)
     if body.raw:
         generation.prompt = body.prompt
     else:  # the chat template around the prompt, as Ollama does
@@ -316,7 +347,7 @@ async def tags(service: Service, data: Any, request: HTTPRequest) -> Response:
 
 
 async def ps(service: Service, data: Any, request: HTTPRequest) -> Response:
-    return JSONResponse({"models": [running(m) for m in service.models()]})
+    return JSONResponse({"models": [running(m) for m in service.models() if m.loaded]})
 
 
 async def show(service: Service, data: Any, request: HTTPRequest) -> Response:

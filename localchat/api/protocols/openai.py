@@ -23,7 +23,8 @@ def card(info: ModelInfo) -> dict[str, Any]:
     if info.kind == "embedding":
         own: dict[str, Any] = {"kind": "embedding", "n_embd": info.n_embd, "n_ctx": info.n_ctx}
     else:
-        own = {"description": info.description, "n_ctx": info.n_ctx, "aliases": sorted(info.aliases - {info.name})}
+        own = {"description": info.description, "n_ctx": info.n_ctx, "aliases": sorted(info.aliases - {info.name}),
+               "loaded": info.loaded}
     return {"id": info.name, "object": "model", "created": info.created, "owned_by": "localchat", "x_localchat": own}
 
 
