@@ -18,7 +18,6 @@ from ..errors import ModelNotFoundError, RequestError
 from ..models.catalog import load_catalog
 from ..models.download import cached_file
 from ..models.embedding import DEFAULT_EMBEDDING_MODEL, load_embedding_catalog, shared_models
-from ..runtime.embedder import Embedder
 from .service import Embedded, ModelInfo
 
 MAX_INPUTS = 256
@@ -41,7 +40,8 @@ def embedding_info(name: str, created: int) -> ModelInfo | None:
     path = cached_file(facts.file) if facts is not None else None
     if facts is None or path is None:
         return None
-    return ModelInfo(name, created, kind="embedding", path=path, n_ctx=facts.n_ctx_train, n_embd=facts.n_embd)
+    return ModelInfo(name, created, kind="embedding", path=path, n_ctx=facts.n_ctx_train, n_embd=facts.n_embd,
+                     loaded=shared_models().is_loaded(path))
 
 
 def model_file(name: str | None, served: set[str], served_path: Path | None) -> tuple[str, Path]:
@@ -91,11 +91,6 @@ def check_inputs(raw: Any) -> list[str] | list[list[int]]:
     return items
 
 
-def _embed(embedder: Embedder, items: list[str] | list[list[int]], truncate: bool) -> tuple[list[list[float]], int]:
-    tokens = [embedder.tokenize(x) if isinstance(x, str) else x for x in items]
-    return embedder.embed_tokens(tokens, truncate), sum(min(len(t), embedder.max_tokens) for t in tokens)
-
-
 async def embed(items: list[str] | list[list[int]], model: str | None, served: set[str], served_path: Path | None,
                 dimensions: int | None = None, truncate: bool = False) -> Embedded:
     """Vectors for checked inputs (check_inputs) from the model `model` names; `truncate`: a text past the
@@ -106,5 +101,5 @@ async def embed(items: list[str] | list[list[int]], model: str | None, served: s
     if dimensions is not None and dimensions != embedder.n_embd:
         raise RequestError(f"dimensions={dimensions} is not offered: {name} makes {embedder.n_embd}-dimensional "
                            f"vectors; send dimensions={embedder.n_embd} or leave it out.", "dimensions")
-    vectors, n_tokens = await asyncio.to_thread(_embed, embedder, items, truncate)
+    vectors, n_tokens = await asyncio.to_thread(embedder.embed_inputs, items, truncate)
     return Embedded(name, vectors, n_tokens)

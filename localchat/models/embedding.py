@@ -1,5 +1,6 @@
 """Embedding models: the catalog's `embedding_models` (models.yaml), their local files, and the ones
-this process has loaded (documents' retrieval and /v1/embeddings share them)."""
+this process has loaded (documents' retrieval and /v1/embeddings share them), each in a runner process
+of its own (runners/embedding.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .catalog import ModelFile, _model_file, catalog_path
 from .download import cached_file
 
 if TYPE_CHECKING:
-    from ..runtime.embedder import Embedder
+    from ..runners.embedding import SupervisedEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -67,25 +68,29 @@ class EmbeddingModels:
     """Embedding models loaded on first use, by file, the least recently used closed past MAX_LOADED."""
 
     def __init__(self) -> None:
-        self._loaded: dict[Path, Embedder] = {}
+        self._loaded: dict[Path, SupervisedEmbedder] = {}
         self._lock = threading.Lock()
         self._said_missing = False
 
-    def open(self, path: Path) -> "Embedder":
-        """The loaded embedder of a GGUF file (loaded now if it is not)."""
-        from ..runtime.embedder import Embedder
+    def open(self, path: Path) -> "SupervisedEmbedder":
+        """The loaded embedder of a GGUF file (loaded now, in a runner, if it is not)."""
+        from ..runners.embedding import SupervisedEmbedder
 
         path = path.resolve()
         with self._lock:
             embedder = self._loaded.pop(path, None)
             if embedder is None:
-                embedder = Embedder(path)
+                embedder = SupervisedEmbedder(path)
             self._loaded[path] = embedder  # the newest last
             while len(self._loaded) > MAX_LOADED:
                 self._loaded.pop(next(iter(self._loaded))).close()
             return embedder
 
-    def default(self) -> "Embedder | None":
+    def is_loaded(self, path: Path) -> bool:
+        with self._lock:
+            return path.resolve() in self._loaded
+
+    def default(self) -> "SupervisedEmbedder | None":
         """The catalog's embedding model, or None (said once in the log) while it is not fetched."""
         path = local_embedding_model()
         if path is None:

@@ -135,6 +135,11 @@ class Embedder:
             rows.append(list(tokens))
         return self._call(lambda: self._embed_rows(rows))
 
+    def embed_inputs(self, items: Sequence[str | Sequence[int]], truncate: bool = False) -> tuple[list[list[float]], int]:
+        """Vectors for texts or token lists, and the tokens read (an API request's inputs)."""
+        tokens = [self.tokenize(x) if isinstance(x, str) else list(x) for x in items]
+        return self.embed_tokens(tokens, truncate), sum(min(len(t), self.max_tokens) for t in tokens)
+
     def close(self) -> None:
         """Free the model; safe to call twice."""
         with self._lock:

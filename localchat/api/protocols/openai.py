@@ -21,7 +21,7 @@ MEDIA_TYPE = "text/event-stream"
 def card(info: ModelInfo) -> dict[str, Any]:
     """A model as /v1/models lists it; localchat's own facts in a field OpenAI's clients ignore."""
     if info.kind == "embedding":
-        own: dict[str, Any] = {"kind": "embedding", "n_embd": info.n_embd, "n_ctx": info.n_ctx}
+        own: dict[str, Any] = {"kind": "embedding", "n_embd": info.n_embd, "n_ctx": info.n_ctx, "loaded": info.loaded}
     else:
         own = {"description": info.description, "n_ctx": info.n_ctx, "aliases": sorted(info.aliases - {info.name}),
                "loaded": info.loaded}

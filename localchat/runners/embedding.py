@@ -1,0 +1,161 @@
+"""The embedding model in a runner process of its own, beside the chat model's.
+
+A document's chunks and the API's /v1/embeddings go through llama.cpp as the chat model's prompts
+do, and a crafted embedding GGUF can abort it as a chat model's can: in a runner that costs the one
+call in flight. The runner answers one call at a time (the model runs on one thread anyway); a call
+whose runner died is tried once more on a new one (an embedding is the same on any), and fails if
+that one dies too.
+
+The protocol, one pickled tuple per message: in (method, args) or ("close",); out ("ready", facts) or
+("load_failed", error) once, then ("reply", value, error) per call.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import EngineError, LocalchatError, ModelLoadError
+from .supervisor import LoadCrashError, ended
+
+log = logging.getLogger(__name__)
+
+CALLS = ("tokenize", "embed", "embed_tokens", "embed_inputs")
+FACTS = ("identity", "n_embd", "max_tokens", "pooling")  # read once, when the runner is ready
+
+
+def _serve(conn: Any, path: Path, n_threads: int) -> None:
+    """The runner's main: load the model, then answer calls until told to close or the server goes away."""
+    from ..runtime.embedder import Embedder
+
+    try:
+        embedder = Embedder(path, n_threads)
+    except LocalchatError as exc:
+        conn.send(("load_failed", exc))
+        os._exit(0)
+    conn.send(("ready", {name: getattr(embedder, name) for name in FACTS}))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the server is gone
+            os._exit(0)
+        if message[0] == "close":
+            embedder.close()
+            os._exit(0)
+        method, args = message
+        try:
+            if method not in CALLS:
+                raise EngineError(f"the embedding runner has no call {method!r}.")
+            conn.send(("reply", getattr(embedder, method)(*args), None))
+        except LocalchatError as exc:
+            conn.send(("reply", None, exc))
+        except Exception as exc:  # a bug: that call fails, the runner keeps serving
+            log.exception("the embedding runner failed a call")
+            conn.send(("reply", None, EngineError(f"internal error in the embedding runner: {exc!r}")))
+
+
+class SupervisedEmbedder:
+    """runtime.embedder.Embedder's surface over a runner process; thread-safe (calls take turns)."""
+
+    def __init__(self, model_path: str | Path, n_threads: int = 0) -> None:
+        self.model_path = Path(model_path)
+        self._threads = n_threads
+        self._lock = threading.Lock()
+        self._closed = False
+        self._process: Any = None
+        self._conn: Any = None
+        self.restarts = 0  # runners started after the first
+        self._start()
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._call("tokenize", text)
+
+    def embed(self, texts: Sequence[str], truncate: bool = True) -> list[list[float]]:
+        return self._call("embed", list(texts), truncate)
+
+    def embed_tokens(self, inputs: Sequence[Sequence[int]], truncate: bool = False) -> list[list[float]]:
+        return self._call("embed_tokens", [list(t) for t in inputs], truncate)
+
+    def embed_inputs(self, items: Sequence[str | Sequence[int]], truncate: bool = False) -> tuple[list[list[float]], int]:
+        return self._call("embed_inputs", list(items), truncate)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def close(self) -> None:
+        """End the runner; safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._process is not None:
+                try:
+                    self._conn.send(("close",))
+                except (OSError, ValueError):
+                    pass
+                self._stop()
+
+    # -- the runner process ---------------------------------------------------------------
+
+    def _call(self, method: str, *args: Any) -> Any:
+        with self._lock:
+            for attempt in (1, 2):
+                if self._closed:
+                    raise EngineError("the embedding model is closed; load it again.")
+                if self._process is None:  # the last one died: this call starts the next
+                    self.restarts += 1
+                    self._start()
+                try:
+                    self._conn.send((method, args))
+                    _, value, error = self._conn.recv()
+                    break
+                except (EOFError, OSError):
+                    # Embedding is the same on any runner: a runner that died (killed while idle, say)
+                    # costs one retry. The input is to blame when the retry's runner dies as well.
+                    how = self._stop()
+                    log.warning("the embedding model's runner %s; starting another", how)
+                    if attempt == 2:
+                        raise EngineError(f"the embedding model's runner {how} twice while embedding this input; "
+                                          "send other text, or another embedding model.") from None
+        if error is not None:
+            raise error
+        return value
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")  # never fork: the server runs threads
+        ours, theirs = context.Pipe()
+        process = context.Process(target=_serve, args=(theirs, self.model_path, self._threads),
+                                  name="localchat-embedding-runner", daemon=True)
+        process.start()
+        theirs.close()
+        self._process, self._conn = process, ours
+        try:
+            kind, value = ours.recv()
+        except (EOFError, OSError):
+            how = self._stop()
+            if how.startswith("crashed"):  # a signal: llama.cpp aborted on the file
+                raise LoadCrashError(f"the embedding model's runner {how} while loading {self.model_path.name}: "
+                                     "llama.cpp could not read this file. Fetch it again or name another GGUF.",
+                                     how) from None
+            raise ModelLoadError(f"the embedding model's runner {how} before {self.model_path.name} was loaded; "
+                                 "the log says why.") from None
+        if kind == "load_failed":
+            self._stop()
+            raise value
+        for name, fact in value.items():
+            setattr(self, name, fact)
+
+    def _stop(self) -> str:
+        """Wait for the runner to end (killed if it does not) and say how it ended."""
+        process, self._process = self._process, None
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        self._conn.close()
+        return ended(process.exitcode)
