@@ -282,6 +282,21 @@ def test_a_failed_model_switch_keeps_the_picker_on_the_model_that_answers(page, 
     shot(page, "8-failed-switch")
 
 
+def test_a_long_model_name_in_the_picker_stops_before_its_arrow(page, ui: RunningUI):
+    picker = page.locator("#model")
+    expect(picker.locator("input")).to_have_value(Path(ui.runtime.model).name)
+    # The name's text box (the input less its padding) ends left of the arrow, and a name too long for it ends
+    # in "…" instead of running on under the arrow.
+    text_right, arrow_left, cut = picker.locator("input").evaluate("""(box) => {
+        const style = getComputedStyle(box), arrow = box.parentElement.querySelector(".icon-wrap");
+        const right = box.getBoundingClientRect().right - parseFloat(style.paddingRight)
+            - parseFloat(style.borderRightWidth);
+        return [right, arrow.getBoundingClientRect().left, style.textOverflow]; }""")
+    assert text_right <= arrow_left, (text_right, arrow_left)
+    assert cut == "ellipsis"
+    picker.screenshot(path=str(ARTIFACTS / "browser-8b-picker-long-name.png"))
+
+
 def test_an_answer_cut_by_max_tokens_says_so(page):
     ask(page, "Count from 1 to 100, separated by commas.")  # the test server's limit is 48 tokens
     expect(last_reply(page)).to_contain_text("cut at max tokens", timeout=LONG)

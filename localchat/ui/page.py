@@ -17,6 +17,9 @@ footer { display: none !important; }
 .sidebar:has(#conversations label) #search-empty { display: none !important; }
 #search-empty { color: var(--body-text-color-subdued); padding: 0 0.5em; }
 #attach { padding: 0 0.6em; }
+/* A single-choice dropdown's text stops before its arrow, a long name cut with "…": Gradio lays the arrow over
+   the input's right end, and a model file's name ran under it. */
+.secondary-wrap:has(> .icon-wrap) > input { padding-right: 2rem; text-overflow: ellipsis; }
 .lc-chips { display: flex; flex-wrap: wrap; gap: 0.4em; }
 .lc-chip { display: inline-flex; align-items: center; gap: 0.4em; max-width: 100%; padding: 0.15em 0.3em 0.15em 0.7em;
   border: 1px solid var(--border-color-primary); border-radius: 999px; background: var(--background-fill-secondary);
