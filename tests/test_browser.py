@@ -453,6 +453,29 @@ def test_the_chats_trash_icon_deletes_after_asking(page, ui: RunningUI):
     assert conversation_titled(ui, "Name the capital city of Chile.") is None
 
 
+def test_the_chats_label_and_trash_icon_sit_above_the_messages_never_over_them(page, ui: RunningUI):
+    conv = ui.store.create("Lighthouse log")
+    for i in range(4):  # taller than the chat: its messages scroll
+        ui.store.append(conv, "user", f"Entry {i}: what did the keeper write about the lamp?")
+        ui.store.append(conv, "assistant", "The keeper trimmed the wicks and logged the weather. " * 10)
+    page.reload()
+    page.locator("#conversations").get_by_text("Lighthouse log").click()
+    expect(last_reply(page)).to_contain_text("trimmed the wicks")  # opened: a reload brings it back
+    for name, size in (("wide", WIDE), ("390", {"width": 390, "height": 844})):
+        page.set_viewport_size(size)
+        open_window(page, ui)  # the chat last open comes back
+        expect(last_reply(page)).to_contain_text("trimmed the wicks")
+        # The messages scroll in a box that starts below the label and the icon: nothing passes under them.
+        messages_top = page.locator("#chat .bubble-wrap").evaluate("(wrap) => wrap.getBoundingClientRect().top")
+        for part in ("#chat [data-testid='block-label']", "#chat button[aria-label='Clear']"):
+            box = page.locator(part).bounding_box()
+            assert box["y"] + box["height"] <= messages_top, (part, box, messages_top)
+        page.wait_for_function("""() => { const chat = document.querySelector("#chat .bubble-wrap");
+            chat.scrollTop = chat.scrollHeight / 3;
+            return chat.scrollTop > 0; }""")
+        shot(page, f"11c-chat-label-{name}")
+
+
 def test_an_unsent_draft_stays_with_its_chat(page, ui: RunningUI):
     ask(page, "Name the capital city of Peru.")
     wait_answered(page)

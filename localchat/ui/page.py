@@ -29,6 +29,9 @@ footer { display: none !important; }
 .lc-chip-remove { border: none; background: none; cursor: pointer; font-size: 1.1em; line-height: 1; padding: 0 0.3em;
   color: var(--body-text-color-subdued); }
 .lc-chip-remove:hover { color: var(--body-text-color); }
+/* The chat's "localchat" label takes a row of its own above the messages, its trash icon beside it: Gradio floats
+   both over the scrolling messages, so they sat on the chat's first line and on whatever scrolled under them. */
+#chat > .wrapper > label[data-testid="block-label"] { position: static; margin: var(--block-label-margin); flex: none; }
 #chat a[href^="#lc-branch-"] { text-decoration: none; padding: 0 0.3em; }
 /* A message sent while the answer streams: faded until its turn comes, its Cancel a small button; nothing
    of it is stored yet to copy or edit, so its message buttons are hidden. */
