@@ -657,6 +657,30 @@ def test_an_edited_message_forks_the_chat_and_the_old_branch_stays_reachable(pag
         "Name the capital city of Portugal.", "Name the capital city of Austria."]
 
 
+def test_the_edit_box_of_a_short_message_is_roomy_and_grows_with_its_text(page, ui: RunningUI):
+    conv = ui.store.create("Short question")
+    ui.store.append(conv, "user", "Why?")
+    ui.store.append(conv, "assistant", "Because the tide was high.")
+    page.reload()
+    page.locator("#conversations").get_by_text("Short question").click()
+    expect(last_reply(page)).to_contain_text("the tide")
+    page.locator("#chat button[aria-label='Edit']").first.click()
+    box = page.locator("#chat textarea.edit-textarea")
+    expect(box).to_have_value("Why?")
+    chat_width = page.locator("#chat .bubble-wrap").bounding_box()["width"]
+    lines = box.evaluate("(box) => box.clientHeight / parseFloat(getComputedStyle(box).lineHeight)")
+    assert box.bounding_box()["width"] >= 0.6 * chat_width and lines >= 3, (box.bounding_box(), chat_width, lines)
+    shot(page, "18c-edit-box")
+    box.fill("Why was the harbour closed on Tuesday morning, and who decided it?\nAnd when does it open again?\n"
+             "Which ships had to wait outside?\nWere any of them carrying grain?")
+    # Every line in view, none behind a scroll bar.
+    page.wait_for_function("(box) => box.scrollHeight <= box.clientHeight + 1", arg=box.element_handle())
+    shot(page, "18d-edit-box-grown")
+    page.locator("#chat button[aria-label='Cancel']").click()
+    expect(box).to_have_count(0)
+    expect(page.locator("#chat .user")).to_contain_text("Why?")
+
+
 def test_esc_stops_a_shortcut_starts_a_new_chat_and_the_theme_toggles(page, ui: RunningUI):
     set_max_tokens(page, 400)
     ask(page, "Count from 1 to 300, separated by commas, please.")

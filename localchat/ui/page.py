@@ -32,6 +32,12 @@ footer { display: none !important; }
 /* The chat's "localchat" label takes a row of its own above the messages, its trash icon beside it: Gradio floats
    both over the scrolling messages, so they sat on the chat's first line and on whatever scrolled under them. */
 #chat > .wrapper > label[data-testid="block-label"] { position: static; margin: var(--block-label-margin); flex: none; }
+/* A message being edited gets the width a message may have and a few lines, growing with its text: Gradio sizes
+   the edit box to the message it replaces (at least 160 px), so a short question wrapped every word or two. */
+#chat .message-row:has(textarea.edit-textarea) { width: calc(100% - var(--spacing-xl) * 6); }
+#chat .message-row:has(textarea.edit-textarea) > .flex-wrap { flex: 1; }
+#chat textarea.edit-textarea { width: 100% !important; min-height: 4lh !important; field-sizing: content;
+  max-height: 50vh; padding: 0.5em 0.7em; }
 #chat a[href^="#lc-branch-"] { text-decoration: none; padding: 0 0.3em; }
 /* A message sent while the answer streams: faded until its turn comes, its Cancel a small button; nothing
    of it is stored yet to copy or edit, so its message buttons are hidden. */
