@@ -10,8 +10,9 @@ from typing import TextIO
 from . import gptq
 from .models.catalog import load_catalog
 from .models.download import cached_file
-from .ui.model_browser import (FOUND_IN, CatalogRow, Downloads, catalog_rows, choice_of, file_label, local_models,
-                               machine, size_text)
+from .models.importers import local_models
+from .ui.model_browser import (FOUND_IN, CatalogRow, Downloads, catalog_rows, choice_of, file_label, machine,
+                               size_text)
 
 BEST = "*"
 

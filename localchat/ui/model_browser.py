@@ -15,8 +15,7 @@ from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts, ModelFile
 from ..models.download import cached_file, fetch_model_file
 from ..models.hub import DownloadInterrupted
-from ..models.importers import LocalModel, list_local_models, scan_folder
-from ..paths import models_dir
+from ..models.importers import LocalModel
 from ..planning.cost import DEFAULT_EFFICIENCY, devices_of
 from ..planning.gptq_options import unavailable
 from ..planning.planner import Plan, Wants, plan
@@ -153,18 +152,6 @@ def catalog_rows(catalog: dict[str, ModelFacts], hardware: HardwareInfo, downloa
 def file_label(model: LocalModel) -> str:
     """A local file as it is listed: Ollama's blobs are named by their digest, so by Ollama's own model name."""
     return model.name if model.source == "ollama" else model.path.name
-
-
-def local_models() -> list[LocalModel]:
-    """The GGUF models on this machine: localchat's own folder first, then what the importers find."""
-    seen: set[Path] = set()
-    found = []
-    for model in scan_folder(models_dir(), "localchat") + list_local_models():
-        real = model.path.resolve()
-        if real not in seen:
-            seen.add(real)
-            found.append(model)
-    return found
 
 
 SPEED_SAMPLES = 8  # progress reports the shown speed spans (the hub client reports every 10 MB)

@@ -17,7 +17,8 @@ from ..models.catalog import ModelFacts, load_catalog
 from ..models.download import cached_file
 from .chat import ChatCore
 from .hub_search_panel import HubSearchPanel
-from .model_browser import Downloads, catalog_rows, choice_of, local_models, machine, size_text
+from ..models.importers import local_models
+from .model_browser import Downloads, catalog_rows, choice_of, machine, size_text
 from .model_import import import_gguf
 from .models_html import catalog_table, local_table, progress_html
 
