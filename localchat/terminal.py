@@ -60,7 +60,7 @@ def _fit_documents(engine: Engine, messages: list[dict[str, str]], question: str
     """The user turn with whole documents or their best chunks, and what was included."""
     from .ingest import VectorStore, build_prompt, select
     from .ingest.fit import document_budget
-    from .models.embedding import shared_models
+    from .runners.embedding import shared_models
 
     history = len(engine.prompt_tokens(Request(messages=messages))) if messages else 0
     budget = document_budget(engine.n_ctx, history, max_tokens)

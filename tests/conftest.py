@@ -24,7 +24,7 @@ def close_embedding_models():
     """Embedding models a module's servers or chats loaded are closed with the module: a model left
     loaded would keep the process on its CPU kernels, and the deterministic tests need others."""
     yield
-    from localchat.models.embedding import shared_models
+    from localchat.runners.embedding import shared_models
 
     shared_models().close()
 

@@ -14,7 +14,8 @@ import pytest
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
 from localchat.api.proxy import ProxyService
-from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL, shared_models
+from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL
+from localchat.runners.embedding import shared_models
 from localchat.runtime.engine import Engine, EngineConfig
 from localchat.runtime.worker import WorkerConfig
 from ui_server import serve_in_thread, stop_servers

@@ -11,7 +11,8 @@ from localchat.errors import RequestError
 from localchat.ingest import Document, Section, VectorStore, select
 from localchat.ingest.recall import load_question_set, recall_at, remembering
 from localchat.models.wheels import sha256_of
-from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL, EmbeddingModels, load_embedding_catalog
+from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL, load_embedding_catalog
+from localchat.runners.embedding import EmbeddingModels
 from localchat.runtime import backends
 from localchat.runtime.embedder import Embedder
 

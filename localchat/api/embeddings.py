@@ -17,7 +17,8 @@ from typing import Any
 from ..errors import ModelNotFoundError, RequestError
 from ..models.catalog import load_catalog
 from ..models.download import cached_file
-from ..models.embedding import DEFAULT_EMBEDDING_MODEL, load_embedding_catalog, shared_models
+from ..models.embedding import DEFAULT_EMBEDDING_MODEL, load_embedding_catalog
+from ..runners.embedding import shared_models
 from .service import Embedded, ModelInfo
 
 MAX_INPUTS = 256

@@ -1,14 +1,11 @@
-"""Embedding models: the catalog's `embedding_models` (models.yaml), their local files, and the ones
-this process has loaded (documents' retrieval and /v1/embeddings share them), each in a runner process
-of its own (runners/embedding.py)."""
+"""Embedding models: the catalog's `embedding_models` (models.yaml), their local files and the
+default one. The loaded ones live in runners/embedding.py, each in a runner process of its own."""
 
 from __future__ import annotations
 
-import logging
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -16,13 +13,7 @@ from ..errors import ConfigError
 from .catalog import ModelFile, _model_file, catalog_path
 from .download import cached_file
 
-if TYPE_CHECKING:
-    from ..runners.embedding import SupervisedEmbedder
-
-log = logging.getLogger(__name__)
-
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
-MAX_LOADED = 2  # embedding models kept loaded at once: the catalog's and one other (the served model, say)
 
 
 @dataclass(slots=True)
@@ -62,60 +53,3 @@ def local_embedding_model(name: str = DEFAULT_EMBEDDING_MODEL) -> Path | None:
     """The local file of a catalog embedding model, if it was fetched (`localchat pull NAME`)."""
     facts = load_embedding_catalog().get(name)
     return cached_file(facts.file) if facts is not None else None
-
-
-class EmbeddingModels:
-    """Embedding models loaded on first use, by file, the least recently used closed past MAX_LOADED."""
-
-    def __init__(self) -> None:
-        self._loaded: dict[Path, SupervisedEmbedder] = {}
-        self._lock = threading.Lock()
-        self._said_missing = False
-
-    def open(self, path: Path) -> "SupervisedEmbedder":
-        """The loaded embedder of a GGUF file (loaded now, in a runner, if it is not)."""
-        from ..runners.embedding import SupervisedEmbedder
-
-        path = path.resolve()
-        with self._lock:
-            embedder = self._loaded.pop(path, None)
-            if embedder is None:
-                embedder = SupervisedEmbedder(path)
-            self._loaded[path] = embedder  # the newest last
-            while len(self._loaded) > MAX_LOADED:
-                self._loaded.pop(next(iter(self._loaded))).close()
-            return embedder
-
-    def is_loaded(self, path: Path) -> bool:
-        with self._lock:
-            return path.resolve() in self._loaded
-
-    def default(self) -> "SupervisedEmbedder | None":
-        """The catalog's embedding model, or None (said once in the log) while it is not fetched."""
-        path = local_embedding_model()
-        if path is None:
-            if not self._said_missing:
-                self._said_missing = True
-                log.warning("no embedding model here: documents are searched by their words alone (BM25); "
-                            "`localchat pull %s` adds search by meaning.", DEFAULT_EMBEDDING_MODEL)
-            return None
-        return self.open(path)
-
-    def close(self) -> None:
-        with self._lock:
-            for embedder in self._loaded.values():
-                embedder.close()
-            self._loaded.clear()
-
-
-_shared: EmbeddingModels | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_models() -> EmbeddingModels:
-    """The process's one set of loaded embedding models."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = EmbeddingModels()
-        return _shared

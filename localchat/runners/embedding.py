@@ -1,4 +1,5 @@
-"""The embedding model in a runner process of its own, beside the chat model's.
+"""The embedding models in runner processes of their own, beside the chat model's, and the process's
+one set of loaded ones (documents' retrieval and /v1/embeddings share them).
 
 A document's chunks and the API's /v1/embeddings go through llama.cpp as the chat model's prompts
 do, and a crafted embedding GGUF can abort it as a chat model's can: in a runner that costs the one
@@ -20,12 +21,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import EngineError, LocalchatError, ModelLoadError
+from ..models.embedding import DEFAULT_EMBEDDING_MODEL, local_embedding_model
 from .supervisor import LoadCrashError, ended
 
 log = logging.getLogger(__name__)
 
 CALLS = ("tokenize", "embed", "embed_tokens", "embed_inputs")
 FACTS = ("identity", "n_embd", "max_tokens", "pooling")  # read once, when the runner is ready
+MAX_LOADED = 2  # embedding models kept loaded at once: the catalog's and one other (the served model, say)
 
 
 def _serve(conn: Any, path: Path, n_threads: int) -> None:
@@ -159,3 +162,58 @@ class SupervisedEmbedder:
             process.join()
         self._conn.close()
         return ended(process.exitcode)
+
+
+class EmbeddingModels:
+    """Embedding models loaded on first use, by file, the least recently used closed past MAX_LOADED."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[Path, SupervisedEmbedder] = {}
+        self._lock = threading.Lock()
+        self._said_missing = False
+
+    def open(self, path: Path) -> SupervisedEmbedder:
+        """The loaded embedder of a GGUF file (loaded now, in a runner, if it is not)."""
+        path = path.resolve()
+        with self._lock:
+            embedder = self._loaded.pop(path, None)
+            if embedder is None:
+                embedder = SupervisedEmbedder(path)
+            self._loaded[path] = embedder  # the newest last
+            while len(self._loaded) > MAX_LOADED:
+                self._loaded.pop(next(iter(self._loaded))).close()
+            return embedder
+
+    def is_loaded(self, path: Path) -> bool:
+        with self._lock:
+            return path.resolve() in self._loaded
+
+    def default(self) -> SupervisedEmbedder | None:
+        """The catalog's embedding model, or None (said once in the log) while it is not fetched."""
+        path = local_embedding_model()
+        if path is None:
+            if not self._said_missing:
+                self._said_missing = True
+                log.warning("no embedding model here: documents are searched by their words alone (BM25); "
+                            "`localchat pull %s` adds search by meaning.", DEFAULT_EMBEDDING_MODEL)
+            return None
+        return self.open(path)
+
+    def close(self) -> None:
+        with self._lock:
+            for embedder in self._loaded.values():
+                embedder.close()
+            self._loaded.clear()
+
+
+_shared: EmbeddingModels | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_models() -> EmbeddingModels:
+    """The process's one set of loaded embedding models."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = EmbeddingModels()
+        return _shared

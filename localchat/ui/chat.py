@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from ..errors import ContextOverflowError, LocalchatError
 from ..ingest import Document, Selection, VectorStore, build_prompt, document_tokens, select
 from ..ingest.fit import document_budget, passage_budget
-from ..models.embedding import shared_models
+from ..runners.embedding import shared_models
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Request
 from ..runtime.overflow import Fitted, fit, without

@@ -13,7 +13,8 @@ import pytest
 from localchat.api.embeddings import embedding_info
 from localchat.errors import ModelLoadError
 from localchat.models.derive import random_weights_like
-from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL, EmbeddingModels
+from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL
+from localchat.runners.embedding import EmbeddingModels
 from localchat.runners.embedding import SupervisedEmbedder
 from localchat.runners.supervisor import LoadCrashError
 from test_runner import _block_count, crafted
@@ -39,7 +40,7 @@ def test_embeddings_come_from_another_process_which_a_kill_only_restarts(embeddi
 
 
 def test_the_shared_models_say_which_are_loaded(embedding_model_path: Path):
-    from localchat.models.embedding import shared_models
+    from localchat.runners.embedding import shared_models
 
     shared_models().open(embedding_model_path)
     assert embedding_info(DEFAULT_EMBEDDING_MODEL, 0).loaded is True
