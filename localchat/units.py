@@ -1,4 +1,5 @@
-"""Bytes as localchat writes them, in every table, message and progress line: decimal units.
+"""Bytes as localchat writes them, in every table, message and progress line: decimal units (and, at the
+end, elapsed times).
 
 1 GB is 10^9 bytes, as disks, download sizes and the model hub's listings count. Memory is written the
 same way (a "16 GB" machine shows 17.2 GB), so a model's size and the memory it must fit in compare at a
@@ -35,3 +36,13 @@ def _decimals(unit: int, value: float) -> int:
 def rate_text(n: float | None) -> str:
     """`n` bytes per second, as 34.0 GB/s; "?" when unknown (None or 0: not measured)."""
     return size_text(n) + "/s" if n else "?"
+
+
+def duration_text(seconds: float) -> str:
+    """An elapsed time as 8 s, 2 min 05 s, 1 h 02 min."""
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"

@@ -990,18 +990,31 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     expect(page.locator("#tune-download input")).not_to_be_checked()  # no gigabytes fetched unless asked
     page.locator("#tune-placements input").uncheck()  # test_tune measures placements; here the window's part
     # Cancelled once it is under way: nothing is kept, and the wizard can be run again.
+    # Its progress shows above the chat, as wide as the chat: the steps, the one under way, its latest lines.
+    progress, log = page.locator("#tune-progress .lc-tune-progress"), page.locator("#tune-progress .lc-tune-log pre")
     page.locator("#tune-button").click()
-    expect(page.locator("#tune-log textarea")).to_have_value(re.compile("measuring smollm2-135m"), timeout=300_000)
+    expect(progress.locator(".lc-tune-now")).to_have_text(re.compile("Measure the candidates"), timeout=300_000)
+    expect(progress.locator(".lc-tune-recent")).to_contain_text("measuring smollm2-135m")
+    expect(progress.locator(".lc-tune-done")).to_have_text(["✓ Read this machine", "✓ Plan the candidates"])
+    view, chat = progress.bounding_box(), page.locator("#chat").bounding_box()
+    assert view["width"] >= 0.95 * chat["width"] and view["y"] + view["height"] <= chat["y"] + 1  # above it
+    shot(page, "14b-wizard-progress")
     page.locator("#tune-cancel").click()
-    expect(page.locator("#tune-log textarea")).to_have_value(re.compile("cancelled"), timeout=60_000)
+    expect(progress).to_have_attribute("data-state", "cancelled", timeout=60_000)
+    expect(progress).to_contain_text("Cancelled: nothing was kept")
     expect(page.locator("#tune-cancel")).to_be_hidden(timeout=60_000)
     expect(note).to_contain_text("has not been tuned yet")
+    page.locator("#tune-hide").click()  # the report of a run that ended goes at the user's word
+    expect(progress).to_be_hidden()
     page.locator("#tune-button").click()
-    expect(page.locator("#tune-log textarea")).to_have_value(re.compile("measuring smollm2-135m"), timeout=300_000)
+    expect(progress.locator(".lc-tune-now")).to_have_text(re.compile("Measure the candidates"), timeout=300_000)
     expect(note).to_contain_text("Tuned", timeout=900_000)
     expect(note).to_contain_text("smollm2-135m Q4_1")
-    log = page.locator("#tune-log textarea").input_value()
-    assert "placement: not measured (asked not to)" in log and "kept smollm2-135m Q4_1" in log
+    expect(progress).to_have_attribute("data-state", "kept")
+    expect(progress.locator(".lc-tune-head")).to_contain_text("Kept smollm2-135m Q4_1")
+    expect(progress.locator(".lc-tune-later, .lc-tune-now, .lc-tune-ended")).to_have_count(0)  # every step ended
+    expect(log).to_contain_text("placement: not measured (asked not to)")
+    shot(page, "14c-wizard-report")
     assert ui.runtime.model.startswith(str(home))  # now answering with the tuned file
     expect(page.locator("#status")).to_contain_text("SmolLM2")
     # No reload: the Models panel shows the speed the wizard measured, and "best here" where the planner,

@@ -14,6 +14,7 @@ from localchat.hardware import HardwareInfo
 from localchat.tune.measure import capture_buffers
 from localchat.tune.profile import current_profile, fingerprint, load_profile, profile_is_current, profile_path
 from localchat.tune.wizard import run_wizard
+from localchat.ui.wizard_progress import STEPS, Progress, progress_html
 
 
 def cpu_only(ram_gb: int = 16) -> HardwareInfo:
@@ -80,6 +81,27 @@ def test_wizard_measures_keeps_and_saves(model_path, own_profile_home) -> None:
     assert not profile_is_current(saved, changed) and current_profile(changed) is None
     # Free memory and measured bandwidth drift between runs without a re-tune.
     assert profile_is_current(saved, dataclasses.replace(machine, ram_available=3 << 30, ram_bandwidth=25e9))
+    # The window's progress view reads these lines: each step the wizard took, begun by its own line.
+    progress = Progress.of(text.splitlines())
+    assert progress.current == len(STEPS) - 1
+    firsts = [lines[0] if lines else "" for lines in progress.lines]
+    assert firsts[0].startswith("hardware:") and firsts[1].startswith("plan (top 3")
+    assert firsts[2].startswith("measuring smollm2-135m Q4_1") and firsts[6].startswith("kept smollm2-135m Q4_1")
+    assert any(line.startswith("format:") for line in progress.lines[3])
+    assert any(line.startswith("measuring placement") for line in progress.lines[5])
+
+
+def test_the_progress_view_marks_each_step_and_shows_lines_as_text() -> None:
+    log = ["hardware: <b>x</b>", "plan (top 3, predicted):", "  1 smollm2-135m", "measuring m <script>1</script> ..."]
+    running = progress_html(log, "running", 75)
+    assert "Step 3 of 7: Measure the candidates" in running and "1 min 15 s" in running
+    assert "<script>" not in running and "&lt;script&gt;1&lt;/script&gt;" in running and "<b>x" not in running
+    assert running.count('class="lc-tune-done"') == 2 and running.count('class="lc-tune-later"') == 4
+    cancelled = progress_html([*log, "cancelled"], "cancelled", 80)
+    assert "Cancelled: nothing was kept" in cancelled and cancelled.count('class="lc-tune-ended"') == 1
+    kept = progress_html([*log, "format: gguf only", "kept m Q4_1: 50.0 tok/s decode", "profile: p"], "kept", 90)
+    assert "Kept m Q4_1" in kept and kept.count('class="lc-tune-done"') == 5  # the draft and placements: skipped
+    assert kept.count('class="lc-tune-skipped"') == 2
 
 
 @pytest.mark.parametrize("library", ["matplotlib", "pillow"])

@@ -1,7 +1,7 @@
 """The chat window: a Gradio Blocks app over ChatCore, laid out from its parts in page order. Each part builds
 its components and wires its own events: the sidebar (sidebar.py) with the hardware wizard at its foot
-(wizard_panel.py), the chat (chat_view.py) with the composer (composer.py), the settings drawer
-(settings_panel.py) and the Models panel (models_panel.py). What more than one part uses is one Window
+(wizard_panel.py, its progress above the chat), the chat (chat_view.py) with the composer (composer.py), the
+settings drawer (settings_panel.py) and the Models panel (models_panel.py). What more than one part uses is one Window
 (window.py); the page load, which fills all of them, is wired here."""
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         with gr.Sidebar(open=True) as drawer:
             bar = sidebar.build(core.store, conv_id)
             wizard = wizard_panel.build()
+        progress = wizard_panel.build_progress()  # above the chat, as wide as it
         view = chat_view.build()
         panel = build_settings_panel(defaults, system_prompt, core, presets)
         with gr.Accordion("Models: catalog, downloads, import", open=False, elem_id="models"):
@@ -46,7 +47,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         sidebar.wire(w, bar)
         conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)
         models.wire(bar.model, bar.status, demo)  # the model picker switches through the panel
-        wizard_panel.wire(w, wizard, models)
+        wizard_panel.wire(w, wizard, progress, models)
         def page_load(last: str | None, px: float | None, request: gr.Request) -> tuple:
             return on_page_load(w, last, px, request)  # Gradio hands a request only to a function naming it
 

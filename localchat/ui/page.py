@@ -53,6 +53,19 @@ footer { display: none !important; }
 /* The chat's "↓" (back to the latest message) stays inside the chat: Gradio lifts it over everything, so it
    floated over an opened sidebar or settings drawer (z-index 1000). */
 #chat .scroll-down-button-container { z-index: 2; }
+/* The wizard's progress above the chat: its steps in a row (wrapping on a phone), the step under way marked, its
+   latest lines and the whole log in the chat's width, in a monospace that keeps its tables' columns. */
+.lc-tune-progress { border: 1px solid var(--border-color-primary); border-radius: var(--radius-lg);
+  padding: 0.6em 0.9em; background: var(--background-fill-secondary); }
+.lc-tune-time { color: var(--body-text-color-subdued); margin-left: 0.4em; white-space: nowrap; }
+#tune-hide { align-self: flex-end; width: auto; max-width: 18em; }
+.lc-tune-steps { display: flex; flex-wrap: wrap; gap: 0.3em 1.2em; list-style: none; padding: 0; margin: 0.5em 0; }
+.lc-tune-steps li { white-space: nowrap; color: var(--body-text-color-subdued); }
+.lc-tune-steps li.lc-tune-done, .lc-tune-steps li.lc-tune-now { color: var(--body-text-color); }
+.lc-tune-steps li.lc-tune-now { font-weight: 600; }
+.lc-tune-steps li.lc-tune-ended span { color: var(--error-text-color, #c00); }
+.lc-tune-progress pre { font-size: 0.85em; white-space: pre-wrap; margin: 0.3em 0; max-height: 20em; overflow-y: auto; }
+.lc-tune-log summary { cursor: pointer; color: var(--body-text-color-subdued); }
 /* A phone: the message box takes the composer's first row whole, its placeholder on one line, and Attach, Send
    and Stop share the row under it; the chat takes the height. */
 @media (max-width: 600px) {

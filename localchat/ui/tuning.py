@@ -10,12 +10,11 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from ..errors import LocalchatError
 from ..tune.profile import Profile
-
-MAX_LINES = 60  # the log the window shows: the latest lines
 
 
 def tune_command(download: bool, placements: bool = True) -> list[str]:
@@ -33,6 +32,7 @@ class TuneJob:
         self.lines: list[str] = []
         self.returncode: int | None = None
         self.cancelled = False
+        self.started, self.ended = time.monotonic(), None
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # lines arrive as the wizard prints them
         self._process = subprocess.Popen(command or tune_command(download, placements), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -45,13 +45,15 @@ class TuneJob:
         for line in self._process.stdout:
             self.lines.append(line.rstrip("\n"))
         self.returncode = self._process.wait()
+        self.ended = time.monotonic()
 
     @property
     def running(self) -> bool:
         return self.returncode is None
 
-    def log(self) -> str:
-        return "\n".join(self.lines[-MAX_LINES:])
+    @property
+    def elapsed_s(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
 
     def wait(self, timeout: float | None = None) -> int | None:
         self._reader.join(timeout)
