@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from .catalog import QUANT_BITS, ModelFile
+from .fan_out import fan_out
 from .hub import hub_endpoint
 from .hub_errors import network_errors
 
@@ -155,33 +156,11 @@ def _files_of(endpoint: str, repo: str, downloads: int, timeout: float) -> HubRe
 
 
 def _files_of_all(endpoint: str, ids: list[tuple[str, int]], timeout: float, deadline: float) -> list[HubRepo]:
-    """Each repo's files, a few at a time; a repo that fails or is late is left out (in the hub's order)."""
-    answers: dict[str, HubRepo] = {}
-    pending, lock = list(ids), threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                if not pending:
-                    return
-                repo, downloads = pending.pop(0)
-            try:
-                answer = _files_of(endpoint, repo, downloads, timeout)
-            except Exception:  # a repo that is gone, private or answers nonsense: the others still count
-                continue
-            with lock:
-                answers[repo] = answer
-
-    # Daemon threads: a resolver stuck past the deadline must not hold the window's process open.
-    threads = [threading.Thread(target=work, daemon=True, name="localchat-hub-search")
-               for _ in range(min(WORKERS, len(ids)))]
-    for thread in threads:
-        thread.start()
-    end = time.monotonic() + deadline
-    for thread in threads:
-        thread.join(max(0.0, end - time.monotonic()))
-    with lock:
-        return [answers[repo] for repo, _ in ids if repo in answers]
+    """Each repo's files, a few at a time; a repo that fails (gone, private, nonsense) or is late is left out
+    (in the hub's order)."""
+    answered = fan_out(ids, lambda repo: _files_of(endpoint, *repo, timeout), workers=WORKERS, deadline=deadline,
+                       name="localchat-hub-search")
+    return [answer for _, answer in answered]
 
 
 def _bounded(call, deadline: float):  # noqa: ANN001, ANN202 - a thunk and whatever it returns

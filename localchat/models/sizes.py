@@ -11,7 +11,6 @@ import dataclasses
 import json
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from ..paths import cache_dir
 from .catalog import ModelFacts, ModelFile
 from ..gptq import REQUIRED_FILES
 from .checkpoints import checkpoint_files
+from .fan_out import fan_out
 from .hub import hub_endpoint
 from .hub_errors import network_errors
 
@@ -104,32 +104,13 @@ def _ask(endpoint: str, repo: Repo, timeout: float) -> dict:
 
 
 def _ask_all(endpoint: str, repos: list[Repo], timeout: float, deadline: float) -> dict[Repo, dict]:
-    """Listings for `repos`: the first alone (an offline machine then costs one failure), the rest in parallel.
-    Daemon threads: a resolver stuck past the deadline must not hold the process open at exit."""
+    """Listings for `repos`: the first alone (an offline machine then costs one failure), the rest in parallel."""
     answers: dict[Repo, dict] = {repos[0]: _ask(endpoint, repos[0], timeout)}
     if answers[repos[0]].get("network"):
         return answers
-    pending, lock = list(repos[1:]), threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                if not pending:
-                    return
-                repo = pending.pop()
-            answer = _ask(endpoint, repo, timeout)
-            with lock:
-                answers[repo] = answer
-
-    threads = [threading.Thread(target=work, daemon=True, name="localchat-hub-sizes")
-               for _ in range(min(WORKERS, len(pending)))]
-    for thread in threads:
-        thread.start()
-    end = time.monotonic() + deadline
-    for thread in threads:
-        thread.join(max(0.0, end - time.monotonic()))
-    with lock:
-        return dict(answers)
+    answers |= dict(fan_out(repos[1:], lambda repo: _ask(endpoint, repo, timeout), workers=WORKERS,
+                            deadline=deadline, name="localchat-hub-sizes"))
+    return answers
 
 
 def refresh_sizes(facts: dict[str, ModelFacts], *, network: bool = True, timeout: float = TIMEOUT,

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
-import time
 from dataclasses import dataclass
 
 from ..errors import LocalchatError
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts, facts_from_gguf
+from ..models.fan_out import fan_out
 from ..models.hub_header import read_hub_gguf
 from ..models.hub_search import HubGGUF, HubRepo, HubSearch
 from .model_browser import Verdict, shown_profile, size_text, verdict, wants_for
@@ -79,30 +78,16 @@ def hub_rows(search: HubSearch, hardware: HardwareInfo, catalog: dict[str, Model
 
 def _headers(repos: list[HubRepo], timeout: float, deadline: float) -> dict[str, ModelFacts | str]:
     """Each repo's facts, or why not; a few repos at a time, all within `deadline`."""
-    found: dict[str, ModelFacts | str] = {}
-    pending, lock = list(repos), threading.Lock()
+    return {repo.repo: answer for repo, answer in fan_out(repos, lambda repo: _header(repo, timeout),
+                                                           workers=WORKERS, deadline=deadline,
+                                                           name="localchat-hub-header")}
 
-    def work() -> None:
-        while True:
-            with lock:
-                if not pending:
-                    return
-                repo = pending.pop(0)
-            try:
-                answer: ModelFacts | str = facts_of(repo, timeout)
-            except Exception as exc:  # a hub error, a damaged or hostile header: this repo only
-                log.info("no header for %s: %s", repo.repo, exc)
-                answer = f"reading it failed: {exc}" if isinstance(exc, LocalchatError) else (
-                    f"reading it failed ({type(exc).__name__})")
-            with lock:
-                found[repo.repo] = answer
 
-    threads = [threading.Thread(target=work, daemon=True, name="localchat-hub-header")
-               for _ in range(min(WORKERS, len(repos)))]
-    for thread in threads:
-        thread.start()
-    end = time.monotonic() + deadline
-    for thread in threads:
-        thread.join(max(0.0, end - time.monotonic()))
-    with lock:
-        return dict(found)
+def _header(repo: HubRepo, timeout: float) -> ModelFacts | str:
+    """A repo's facts, or why they could not be read."""
+    try:
+        return facts_of(repo, timeout)
+    except Exception as exc:  # a hub error, a damaged or hostile header: this repo only
+        log.info("no header for %s: %s", repo.repo, exc)
+        return f"reading it failed: {exc}" if isinstance(exc, LocalchatError) else (
+            f"reading it failed ({type(exc).__name__})")
