@@ -135,16 +135,14 @@ class ModelFacts:
         """Bytes of the output head, which lives with the last layer (tied heads are a copy)."""
         return self.embedding_bytes(quant)
 
-    def kv_bytes(self, n_ctx: int, type_kv: str = "f16", n_layers: int | None = None, n_ubatch: int = 512) -> int:
-        """KV cache bytes of `n_layers` layers (all by default) at n_ctx tokens."""
+    def kv_bytes(self, n_ctx: int, type_kv: str = "f16", n_layers: int | None = None) -> int:
+        """KV cache bytes of `n_layers` layers (all by default) at n_ctx tokens. A sliding-window layer holds
+        all n_ctx cells too: the runtime keeps llama.cpp's full-size cache for them (runtime/worker.py,
+        swa_full), so that prefixes are reused and drafts rolled back; it attends over its window only
+        (attended_cells). Measured on gemma-3-270m at 4k: 72 MiB, the full cache, where a cache of the window
+        plus one ubatch would be 27."""
         n_layers = self.n_layer if n_layers is None else n_layers
-        per_token_layer = 2 * self.n_head_kv * self.head_dim * KV_TYPE_BYTES[type_kv]
-        if self.sliding_window and self.swa_pattern:
-            n_full = math.ceil(n_layers / self.swa_pattern)
-            # llama.cpp sizes a sliding-window layer's cache to the window plus one ubatch.
-            swa_cells = min(n_ctx, self.sliding_window + n_ubatch)
-            return int(per_token_layer * (n_full * n_ctx + (n_layers - n_full) * swa_cells))
-        return int(per_token_layer * n_layers * n_ctx)
+        return int(2 * self.n_head_kv * self.head_dim * KV_TYPE_BYTES[type_kv] * n_layers * n_ctx)
 
     def attended_cells(self, fill: int, n_layers: int | None = None) -> int:
         """KV cells one new token attends over with `fill` tokens cached, summed over `n_layers` layers."""

@@ -2,7 +2,7 @@
 
 The planner decides with it and the launch refuses with it, so a plan that fits never meets a
 refusal, and a refused launch was never planned. The KV formula is the catalog facts' own
-(`ModelFacts.kv_bytes`: sliding-window layers hold their window plus one ubatch, each KV type its
+(`ModelFacts.kv_bytes`: every layer holds n_ctx cells, sliding-window layers too, each KV type its
 bytes per element); this module adds the margin, the reserves and the compute scratch.
 """
 
@@ -56,7 +56,7 @@ def usage(model: ModelFacts, quant: str, n_ctx: int, type_kv: str, n_layers: int
     their KV cache at n_ctx and a context's compute scratch; `whole_file`: all of the file's weights."""
     weights = model.files[quant].size if whole_file else \
         n_layers * model.layer_bytes(quant) + (model.output_bytes(quant) if head else 0)
-    kv = model.kv_bytes(n_ctx, type_kv, n_layers)  # llama.cpp's default ubatch: N_UBATCH
+    kv = model.kv_bytes(n_ctx, type_kv, n_layers)
     compute = model.compute_bytes(N_UBATCH) if n_layers or whole_file else 0
     return {"weights": weights, "kv": kv, "compute": compute, "draft": 0, "total": weights + kv + compute}
 

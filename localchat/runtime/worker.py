@@ -143,6 +143,10 @@ class Worker:
         cparams.n_threads = self.max_threads
         cparams.n_threads_batch = self.max_threads
         cparams.kv_unified = True  # one cell pool shared by every sequence: prefixes can be shared
+        # Sliding-window layers keep every cell too, not only their window (llama.cpp's default, said here
+        # because the fit model counts it: ModelFacts.kv_bytes): a prefix reused or a draft rolled back
+        # needs cells older than the window.
+        cparams.swa_full = True
         # Flash attention visits a sequence's own cells one by one and skips masked ones, so a
         # sequence's numbers do not depend on where other sequences' cells sit in the shared
         # cache; without it, SIMD sums over the whole cache row change with placement.
