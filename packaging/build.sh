@@ -16,6 +16,11 @@ fi
 "$py" -c "import llama_cpp, gradio, localchat" \
   || fail ".venv lacks llama-cpp-python, gradio or localchat; run scripts/setup.sh."
 
+# A bundle runs on CPUs other than this one: it carries every CPU variant (a cache hit when built before).
+echo "build.sh: installing llama.cpp with every CPU variant into .venv" >&2
+LOCALCHAT_CPU_VARIANTS=all PYTHON="$py" bash scripts/install-runtime.sh \
+  || fail "could not build llama-cpp-python with every CPU variant (see above)."
+
 echo "build.sh: installing PyInstaller into .venv" >&2
 "$py" -m pip install --quiet --disable-pip-version-check "pyinstaller>=6.10,<7" \
   || fail "could not install PyInstaller."

@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
 # Install llama-cpp-python with llama.cpp's CPU backend as runtime-selected ISA variants
-# (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS, as llama.cpp's own releases ship): one wheel runs on any
-# CPU of its architecture and uses AVX-512/VNNI/AMX kernels where the CPU has them. localchat
-# loads the variants itself (runtime/backends.py), proving the chosen one in a child process.
-# llamafile's sgemm is on for speed; scripts/cpu-variants.cmake also builds the variants without it
-# into llama_cpp/lib/exact for --deterministic. Never -march=native: a wheel cached on one host
-# must run on the next, and a native build crashed in ggml's AMX kernels on a virtualised CPU.
-# The built wheel is cached by version, flags and the hook's content; with no cache it is built.
+# (GGML_BACKEND_DL, as llama.cpp's own releases ship): localchat loads the variants itself
+# (runtime/backends.py), proving the chosen one in a child process, and uses AVX-512/VNNI/AMX
+# kernels where the CPU has them. llamafile's sgemm is on for speed; scripts/cpu-variants.cmake also
+# builds the variants without it into llama_cpp/lib/exact for --deterministic.
+# LOCALCHAT_CPU_VARIANTS=native (the default) builds the best variant this CPU runs and one safe
+# fallback in each set, a few minutes' compile; =all builds every variant of the architecture, so the
+# wheel runs on any CPU of it (the desktop bundle and CI). Never -march=native: a native build crashed
+# in ggml's AMX kernels on a virtualised CPU, and a child-process proof needs a fallback to fall to.
+# The built wheel is cached by version, flags, variants and the hook's content; with no cache it is built.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 python="${PYTHON:-python}"
 hook="$here/cpu-variants.cmake"
+mode="${LOCALCHAT_CPU_VARIANTS:-native}"
+case "$mode" in native|all) ;; *) echo "LOCALCHAT_CPU_VARIANTS must be native or all, not '$mode'" >&2; exit 2 ;; esac
+# "fast exact": comma lists of variants, empty where the architecture has none (one portable backend).
+variants=$("$python" "$here/native_variants.py" "$mode" || true)
+fast="${variants%% *}" exact="${variants##* }"
 if [ -z "${CMAKE_ARGS:-}" ]; then
-  case "$(uname -m)" in
-    x86_64|amd64|aarch64|arm64)
-      CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_LLAMAFILE=ON" ;;
-    *) CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF" ;;  # one portable CPU backend
-  esac
+  if [ -z "$variants" ]; then
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF"
+  elif [ "$mode" = all ]; then
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_LLAMAFILE=ON"
+  else  # the wheel's own tree builds no CPU backend; the hook builds the named variants
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF -DGGML_LLAMAFILE=ON"
+  fi
 fi
+[ -n "$variants" ] && CMAKE_ARGS="$CMAKE_ARGS -DLOCALCHAT_FAST_VARIANTS=$fast -DLOCALCHAT_EXACT_VARIANTS=$exact"
+echo "llama.cpp CPU variants ($mode): ${fast:-built in}; exact: ${exact:-none}" >&2
 sha() { if command -v sha256sum >/dev/null; then sha256sum "$@"; else shasum -a 256 "$@"; fi; }
 key=$(printf '%s %s %s %s' "$version" "$CMAKE_ARGS" "$(sha "$hook" | cut -c1-16)" \
   "$("$python" -c 'import sys,platform;print(sys.version_info[:2],platform.machine())')" | sha | cut -c1-16)
