@@ -16,10 +16,19 @@ fi
 "$py" -c "import llama_cpp, gradio, localchat" \
   || fail ".venv lacks llama-cpp-python, gradio or localchat; run scripts/setup.sh."
 
-# A bundle runs on CPUs other than this one: it carries every CPU variant (a cache hit when built before).
-echo "build.sh: installing llama.cpp with every CPU variant into .venv" >&2
-LOCALCHAT_CPU_VARIANTS=all PYTHON="$py" bash scripts/install-runtime.sh \
-  || fail "could not build llama-cpp-python with every CPU variant (see above)."
+# A bundle runs on CPUs other than this one: it must carry every CPU variant, fast and exact.
+if all_variants=$("$py" scripts/native_variants.py all); then
+  missing=$("$py" - $all_variants <<'PY'
+import sys
+from localchat.runtime.cpu_variants import variant_modules, variant_name
+for exact, wanted in ((False, sys.argv[1]), (True, sys.argv[2])):
+    have = {variant_name(m) for m in variant_modules(exact)}
+    print(" ".join(("exact " if exact else "") + v for v in wanted.split(",") if v not in have), end=" ")
+PY
+)
+  [ -z "${missing// /}" ] || fail "this .venv's llama.cpp lacks CPU variants a bundle carries ($missing); \
+build every one with: LOCALCHAT_CPU_VARIANTS=all bash scripts/setup.sh (keep your CMAKE_ARGS for a GPU build)."
+fi
 
 echo "build.sh: installing PyInstaller into .venv" >&2
 "$py" -m pip install --quiet --disable-pip-version-check "pyinstaller>=6.10,<7" \
