@@ -17,16 +17,20 @@ from localchat.runtime.worker import Worker, WorkerConfig
 def test_the_wheel_carries_fast_and_exact_variants():
     fast, exact = backends.ranked(exact=False), backends.ranked(exact=True)
     assert fast and exact, "scripts/install-runtime.sh builds both sets"
-    assert {backends.variant_name(m) for m in exact} <= {backends.variant_name(m) for m in fast}
-    assert backends.variant_name(fast[-1]) == "x64"  # the baseline runs anywhere
+    # Each set has somewhere to fall: a native install its safe fallback, an install of all down to x64.
+    assert len(fast) >= 2 and len(exact) >= 2
+    names = {backends.variant_name(m) for m in fast}
+    if len(names) > 2:
+        assert backends.variant_name(fast[-1]) == "x64"  # the baseline runs anywhere
+        assert {backends.variant_name(m) for m in exact} <= names
 
 
 def test_a_crashing_variant_falls_back_to_the_next_best(model_path: Path):
     candidates = [backends.variant_name(m) for m in backends.ranked(exact=False)]
-    crashing = frozenset(candidates[:2])
+    crashing = frozenset(candidates[:min(2, len(candidates) - 1)])  # a native install has two in all
     chosen = backends.choose(False, model_path, simulate_crash=crashing)
     assert chosen.variant not in crashing
-    assert candidates.index(chosen.variant) >= 2
+    assert candidates.index(chosen.variant) >= len(crashing)
     assert any("crashed (SIGILL)" in r for r in chosen.refused)
     assert "next best" in chosen.reason
 

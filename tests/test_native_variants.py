@@ -29,10 +29,12 @@ DESCRIBED = [
     ("Skylake-X (AVX-512F/CD/VL/DQ/BW only)", f"flags : {AVX512}", "x86_64", ["skylakex", "haswell"],
      ["skylakex", "haswell"]),
     ("AVX-512F without BW (Knights Landing): not AVX-512 as ggml counts it", f"flags : {HASWELL} avx512f avx512cd",
-     "x86_64", ["haswell", "x64"], ["haswell", "x64"]),
+     "x86_64", ["haswell", "piledriver"], ["haswell", "sandybridge"]),
     ("Alder Lake (AVX-VNNI, no AVX-512)", f"flags : {HASWELL} avx_vnni", "x86_64", ["alderlake", "haswell"],
      ["alderlake", "haswell"]),
-    ("Haswell", f"flags : {HASWELL}", "x86_64", ["haswell", "x64"], ["haswell", "x64"]),
+    # The fallback of a safe best is the next level down (piledriver lacks only AVX2 and BMI2); the exact
+    # set has no piledriver.
+    ("Haswell", f"flags : {HASWELL}", "x86_64", ["haswell", "piledriver"], ["haswell", "sandybridge"]),
     ("Nehalem (SSE4.2 only)", "flags : sse4_2 ssse3", "x86_64", ["sse42", "x64"], ["sse42", "x64"]),
     ("Graviton 3 (SVE, int8 matmul, no SVE2)", "Features : fp asimd asimdhp asimddp sve i8mm", "aarch64",
      ["armv8.6_1", "armv8.2_2"], ["armv8.2_3", "armv8.2_2"]),
