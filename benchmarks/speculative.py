@@ -17,13 +17,14 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from localchat.bench_report import Report, isolated
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.speculative import SpecConfig, StepCosts, expected_tokens
-from localchat.runtime.worker import WorkerConfig, default_threads
+from localchat.runtime.worker import BatchRow, Worker, WorkerConfig, default_threads
 
 REPORT = """In the spring of 1891 the river authority published its rules for the lower harbour.
 Rule one: every vessel longer than twelve metres must report to the harbour office before mooring.
@@ -31,6 +32,29 @@ Rule two: the northern pier closes at dusk on Fridays, and boats must anchor eas
 Rule three: fuel may only be taken on at the western quay, between six in the morning and noon.
 Rule four: fishing nets may not be dried on the public walkway, on pain of a fine of two shillings."""
 QUOTING = [f"{REPORT}\n\nCopy rule {n} exactly, word for word." for n in ("two", "three", "four")]
+
+
+_THINGS = ["lanterns", "ropes", "barrels", "sails", "nets", "anchors", "oars", "crates"]
+_PLACES = ["north pier", "old bridge", "fish market", "harbour office", "red buoy", "western quay"]
+SECTIONS_TEXT = "\n".join(
+    f"Section {i}: at {6 + i % 12} o'clock the keeper counted {3 + 7 * i % 40} {_THINGS[i % 8]} by the "
+    f"{_PLACES[i % 6]} and wrote it in the blue ledger." for i in range(1, 31))
+CODE = '''def summarize(orders, tax_rate):
+    """Total, average and largest order, after tax."""
+    totals = []
+    for order in orders:
+        subtotal = sum(item.price * item.quantity for item in order.items)
+        totals.append(subtotal * (1 + tax_rate))
+    if not totals:
+        return {"total": 0.0, "average": 0.0, "largest": 0.0}
+    return {"total": sum(totals), "average": sum(totals) / len(totals), "largest": max(totals)}'''
+# The workloads the default must not lose on: nothing to copy, copying, editing code, a document question.
+WORKLOADS = {
+    "plain chat": "Write a short story about a lighthouse keeper.",
+    "quoting": f"{SECTIONS_TEXT}\n\nCopy sections 10 to 14 word for word.",
+    "code": f"{CODE}\n\nRename `totals` to `amounts` in this function and print the whole function.",
+    "document question": f"{REPORT}\n\n{SECTIONS_TEXT}\n\nWhat did the keeper count in section 12, and where?",
+}
 
 
 def _run(model: Path, prompts: list[str], draft: str | None, lookup: bool, fixed_k: int, n: int) -> dict:
@@ -54,7 +78,44 @@ def _run(model: Path, prompts: list[str], draft: str | None, lookup: bool, fixed
         fixed = engine.speculator.fixed_overhead if engine.speculator else 0.0
     return {"tps": statistics.median(rates), "drafted": drafted, "accepted": accepted, "passes": passes,
             "mean_k": statistics.mean(ks) if ks else 0.0, "tokens": tokens, "costs": costs,
-            "draft_cost": draft_cost, "fixed": fixed}
+            "draft_cost": draft_cost, "fixed": fixed,
+            "predicted": statistics.median(p for p in predicted if p is not None) if any(predicted) else 0.0}
+
+
+def _verify_costs(model: str, context: int, repeats: int) -> dict:
+    """What a verify step costs on this CPU: target steps of k+1 tokens at `context` tokens of KV, with
+    the last row's logits only (as a prompt chunk) and with every row's (verifying k drafts), medians of
+    `repeats`; then sampling one position and rolling the drafts' KV back."""
+    worker = Worker(model, WorkerConfig(n_ctx=4096, n_threads=default_threads()))
+    try:
+        tokens = worker.tokenize(REPORT * 40)[:context]
+        for start in range(0, len(tokens), 256):
+            worker.decode([BatchRow(0, tokens[start:start + 256], start, False)])
+        pos, top = len(tokens), 9
+        sampler = worker.new_sampler(SamplingParams(temperature=0.0))
+        steps: dict[str, dict[int, float]] = {"last": {}, "all": {}}
+        sample_s, remove_s = [], []
+        for _ in range(repeats):
+            for width in range(1, top + 1):
+                for kind in ("last", "all"):
+                    t0 = time.perf_counter()
+                    worker.decode([BatchRow(0, tokens[:width], pos, True, all_logits=kind == "all")])
+                    steps[kind].setdefault(width, []).append(time.perf_counter() - t0)
+                    if kind == "all" and width == top:
+                        t0 = time.perf_counter()
+                        for i in range(top):
+                            worker.sample(sampler, i)
+                        sample_s.append((time.perf_counter() - t0) / top)
+                    t0 = time.perf_counter()
+                    worker.seq_remove(0, pos, -1)
+                    remove_s.append(time.perf_counter() - t0)
+        sampler.close()
+        return {"last": {w: statistics.median(v) for w, v in steps["last"].items()},
+                "all": {w: statistics.median(v) for w, v in steps["all"].items()},
+                "sample": statistics.median(sample_s), "remove": statistics.median(remove_s),
+                "n_vocab": worker.n_vocab}
+    finally:
+        worker.close()
 
 
 def measure(model: Path, prompts: list[str], repeats: int, n: int, draft: Path | None = None,
@@ -65,23 +126,81 @@ def measure(model: Path, prompts: list[str], repeats: int, n: int, draft: Path |
     return best
 
 
+def _acceptance(m: dict) -> str:
+    return f"{m['accepted'] / m['drafted']:.0%}" if m["drafted"] else "-"
+
+
+def _costs(report: Report, files: dict[str, Path], repeats: int, context: int = 600) -> None:
+    """Item one of the cost question: a verify step of k+1 tokens against a single-token step, per file."""
+    emit = report.emit
+    emit(f"### What a verify step costs: a target step of k+1 tokens at {context} tokens of KV, against one "
+         f"token (medians of {repeats}, {default_threads()} threads)")
+    emit("")
+    emit("| file | 1 token, ms | " + " | ".join(f"k={k}" for k in range(1, 9))
+         + " | the same with the last row's logits only, k=4 / k=8 | sampling a position | KV rollback |")
+    emit("|---|---|" + "---|" * 8 + "---|---|---|")
+    for label, path in files.items():
+        c = isolated(_verify_costs, str(path), context, repeats)
+        one = c["all"][1]
+        ratios = " | ".join(f"{c['all'][k + 1] / one:.2f}x" for k in range(1, 9))
+        emit(f"| {label} | {one * 1000:.1f} | {ratios} | {c['last'][5] / one:.2f}x / {c['last'][9] / one:.2f}x "
+             f"| {c['sample'] * 1000:.2f} ms ({c['n_vocab']:,} tokens) | {c['remove'] * 1000:.2f} ms |")
+    emit("")
+
+
+def _workloads(report: Report, files: dict[str, Path], repeats: int, n: int) -> None:
+    """The default (prompt lookup where it pays) against --no-spec, per file and workload."""
+    emit = report.emit
+    emit(f"### The default against --no-spec (medians of {repeats} runs in processes of their own, greedy, "
+         f"{n} tokens max)")
+    emit("")
+    emit("| file | workload | --no-spec tok/s | default tok/s | ratio | drafted / accepted | predicted gain "
+         "| identical output |")
+    emit("|---|---|---|---|---|---|---|---|")
+    for label, path in files.items():
+        for name, prompt in WORKLOADS.items():
+            plain = measure(path, [prompt], repeats, n)
+            default = measure(path, [prompt], repeats, n, lookup=True)
+            predicted = f"{default['predicted']:.2f}x" if default["drafted"] else "-"
+            emit(f"| {label} | {name} | {plain['tps']:.1f} | {default['tps']:.1f} | "
+                 f"**{default['tps'] / plain['tps']:.2f}x** | {default['drafted']} / {default['accepted']} "
+                 f"| {predicted} | {default['tokens'] == plain['tokens']} |")
+    emit("")
+
+
 def main() -> int:
     from localchat.models.resolve import resolve_model
-    from localchat.models.derive import random_weights_like, requantize
+    from localchat.workloads import gemma_270m, synthetic_1b
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--section", action="append", choices=("costs", "workloads", "drafts"),
+                        help="run only these sections (default: all)")
     parser.add_argument("--output")
     args = parser.parse_args()
+    sections = args.section or ["costs", "workloads", "drafts"]
     repeats, n = (2, 64) if args.quick else (3, 96)
     q4 = resolve_model("smollm2-135m")
+    report = Report()
+    files = {"SmolLM2-135M Q4_1": q4, "gemma-3-270m Q4_K_M": gemma_270m(),
+             "Llama 1B-class Q4_K_M (random weights)": synthetic_1b(q4)}
+    if "costs" in sections:
+        _costs(report, files, 5 if args.quick else 15)
+    if "workloads" in sections:
+        _workloads(report, files, repeats, 160)
+    if "drafts" in sections:
+        _drafts(report, q4, repeats, n, args.quick)
+    report.save(args.output)
+    return 0
+
+
+def _drafts(report: Report, q4: Path, repeats: int, n: int, quick: bool) -> None:
+    """Prompt lookup on quoting answers, draft models on an F16 target, and the cost model's predictions."""
+    from localchat.models.derive import random_weights_like, requantize
+
     f16 = requantize(q4, "F16")
     hostile = random_weights_like(q4)
-    report = Report()
     emit = report.emit
-
-    def acceptance(m: dict) -> str:
-        return f"{m['accepted'] / m['drafted']:.0%}" if m["drafted"] else "-"
 
     emit(f"### Prompt lookup on answers that quote the prompt (medians of {repeats}, greedy, {n} tokens max)")
     emit("")
@@ -91,7 +210,7 @@ def main() -> int:
         plain = measure(target, QUOTING, repeats, n)
         lookup = measure(target, QUOTING, repeats, n, lookup=True)
         emit(f"| {name} | {plain['tps']:.1f} | {lookup['tps']:.1f} | **{lookup['tps'] / plain['tps']:.2f}x** | "
-             f"{acceptance(lookup)} | {lookup['mean_k']:.1f} | {lookup['tokens'] == plain['tokens']} |")
+             f"{_acceptance(lookup)} | {lookup['mean_k']:.1f} | {lookup['tokens'] == plain['tokens']} |")
     emit("")
     chat = ["Write a short story about a lighthouse keeper.", "Explain how rain forms."]
     emit(f"### Draft models on an F16 target, free-form answers (medians of {repeats})")
@@ -106,10 +225,10 @@ def main() -> int:
         forced = measure(f16, chat, repeats, n, draft=draft, fixed_k=4)
         for mode, m in (("adaptive", adaptive), ("forced k=4", forced)):
             per_pass = (m["accepted"] + m["passes"]) / m["passes"] if m["passes"] else 1.0
-            emit(f"| {label} | {mode} | {m['tps']:.1f} | {m['tps'] / plain['tps']:.2f}x | {acceptance(m)} | "
+            emit(f"| {label} | {mode} | {m['tps']:.1f} | {m['tps'] / plain['tps']:.2f}x | {_acceptance(m)} | "
                  f"{per_pass:.2f} | {m['tokens'] == plain['tokens']} |")
         if draft == q4:
-            forced_by_k = {k: measure(f16, chat, 1 if args.quick else 2, n, draft=draft, fixed_k=k) for k in (1, 2, 3, 4, 6)}
+            forced_by_k = {k: measure(f16, chat, 1 if quick else 2, n, draft=draft, fixed_k=k) for k in (1, 2, 3, 4, 6)}
     emit("")
     emit("### Cost model: predicted vs measured speedup by draft length (F16 target, Q4_1 draft)")
     emit("")
@@ -141,8 +260,6 @@ def main() -> int:
         emit(f"| llama-speculative | {statistics.median(t[0] for t in theirs):.1f} | {theirs[0][1]:.0%} |")
         ours = [isolated(_raw_forced, f16, q4) for _ in range(repeats)]
         emit(f"| localchat (forced k=4) | {statistics.median(o[0] for o in ours):.1f} | {ours[0][1]:.0%} |")
-    report.save(args.output)
-    return 0
 
 
 RAW_PROMPT = "Once upon a time, a lighthouse keeper"

@@ -15,6 +15,11 @@ include(ExternalProject)
 cmake_language(DEFER CALL localchat_cpu_variants)
 
 function(localchat_cpu_variants)
+    # llama-cpp-python forces llama.cpp's common library on (its multimodal tools use it); the wheel
+    # installs nothing of it and localchat calls libllama alone, so it is not compiled.
+    if(TARGET common)
+        set_target_properties(common PROPERTIES EXCLUDE_FROM_ALL TRUE)
+    endif()
     if(NOT GGML_BACKEND_DL)
         return()  # the CPU backend is built into libggml: nothing to choose at run time
     endif()
