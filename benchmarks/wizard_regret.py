@@ -122,7 +122,8 @@ def run(runs: int = 3, threads: int | None = None) -> str:
             f"The wizard (`localchat tune --no-download` over these files) took {wizard_s:.0f} s and kept "
             f"{pick[0]} {pick[1]} ({pick[3]:.1f} tok/s in the sweep). The fastest file of equal or better quality: "
             f"{best[0]} {best[1]} ({best[3]:.1f} tok/s). Regret {regret:.1%} (goal at most {REGRET_GOAL:.0%}): "
-            f"{verdict}. The policy over the whole sweep would keep {oracle[0]} {oracle[1]}.\n")
+            f"{verdict}. The policy over the whole sweep would keep {oracle[0]} {oracle[1]} ({oracle[3]:.1f} tok/s): "
+            f"the pick gives up {1 - pick[3] / oracle[3]:.1%} against it.\n")
     return head + "\n" + "\n".join(rows) + "\n"
 
 

@@ -185,13 +185,15 @@ class Speculator:
         self.drafter.calibrate()
 
     def _time_widths(self, worker: Worker) -> None:
-        """Time target steps of a few widths; the rest is interpolated, then measured live."""
+        """Time target steps of a few widths as verification runs them, with logits at every row (the
+        output matrix per row: 262k-token vocabularies make that most of a small model's step); the
+        rest is interpolated, then measured live."""
         token = worker.bos_token if worker.bos_token >= 0 else 0
         top = self.config.max_draft + 1
         worker.decode([BatchRow(0, [token] * 4, 0, True)])  # warm up
         for width in sorted({1, 2, 3, (top + 1) // 2, top}):
             t0 = time.perf_counter()
-            worker.decode([BatchRow(0, [token] * width, 4, True)])
+            worker.decode([BatchRow(0, [token] * width, 4, True, all_logits=True)])
             self.costs.record(width, time.perf_counter() - t0)
             worker.seq_remove(0, 4, -1)
         worker.seq_remove(0)
