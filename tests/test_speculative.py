@@ -152,9 +152,25 @@ def test_a_free_drafter_speculates_and_backs_off_when_it_misses():
     assert spec.choose(seq, 1, 64) == 1  # at the 50% prior only one draft token pays on these costs
     for _ in range(12):
         spec.observe(seq, 4, 0)
-    choices = [spec.choose(seq, 1, 64) for _ in range(40)]
+    assert [spec.choose(seq, 1, 64) for _ in range(40)] == [0] * 40  # no probe steps: they cost
+    # Its free guesses beside plain steps bring it back once they keep hitting.
+    hits = 0
+    while not spec.choose(seq, 1, 64):
+        spec.state(seq).shadow = 7
+        spec.settle_plain(seq, 7)
+        hits += 1
+    assert 3 <= hits <= 30
+
+
+def test_a_costly_drafter_that_misses_is_probed_ever_more_rarely():
+    spec = Speculator(FixedCostDrafter(0.0005), measured_costs(), SpecConfig(probe_every=4))
+    seq = decoding_seq()
+    for _ in range(12):
+        spec.observe(seq, 4, 0)
+    spec.state(seq).accepted_weight = 0.35 * spec.state(seq).trials_weight  # it might yet recover
+    choices = [spec.choose(seq, 1, 64) for _ in range(60)]
     probes = [i for i, k in enumerate(choices) if k]
-    assert probes and all(choices[i] == 2 for i in probes)  # short probes only
+    assert len(probes) >= 2 and all(choices[i] <= 2 for i in probes)  # short probes only
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # each failed probe waits longer
 

@@ -223,10 +223,15 @@ class Speculator:
             state.idle_steps = 0
             state.probe_interval = self.config.probe_every
             return best_k
+        if self.drafter.seconds_per_token() == 0.0:
+            # A free drafter is never probed: its guess for each plain step (the shadow) is scored
+            # at no cost, and drafting resumes when those guesses say it pays. On a CPU a verify
+            # step of 2 tokens costs ~1.8 of one, so a probe that misses costs most of a step.
+            return 0
         # Probe only if acceptance could plausibly recover enough to pay. A drafter with a cost of
         # its own must also catch up on every token since it last drafted, so it gets no benefit of
-        # the doubt beyond halfway to perfect acceptance; a free one is judged on perfect acceptance.
-        hopeful = 1.0 if self.drafter.seconds_per_token() == 0.0 else (1.0 + state.acceptance) / 2
+        # the doubt beyond halfway to perfect acceptance.
+        hopeful = (1.0 + state.acceptance) / 2
         if self.best(hopeful, base_width, limit)[1] < self.config.min_gain:
             return 0
         state.idle_steps += 1
