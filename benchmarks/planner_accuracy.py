@@ -22,14 +22,11 @@ from pathlib import Path
 from localchat.bench_report import isolated, machine_facts
 from localchat.hardware.probe import probe
 from localchat.models.catalog import facts_from_gguf
-from localchat.models.derive import requantize
 from localchat.models.gguf_info import read_gguf
-from localchat.models.resolve import resolve_model
 from localchat.planning.cost import DECODE_FILL
-from localchat.runtime import llama_log
 from localchat.tune.calibrate import predict
 from localchat.tune.measure import Measurement, measure
-from localchat.workloads import gemma_270m
+from localchat.workloads import planner_ladders
 
 MEMORY_GOAL, DECODE_GOAL = 0.10, 0.25
 
@@ -52,12 +49,8 @@ def run(n_ctx: int, threads: int | None = None, runs: int = 3) -> str:
     if threads:
         # Plan for the cores we measure with (on a shared machine, fewer than it has).
         hardware = dataclasses.replace(hardware, physical_cores=threads, logical_cores=threads)
-    llama_log.install()  # the quantizer's per-tensor lines go to our (quiet) logger, not the terminal
-    smollm2, gemma = resolve_model("smollm2-135m"), gemma_270m()
-    files = [("smollm2", "smollm2-135m", "Q4_1", smollm2),
-             *(("smollm2", "smollm2-135m", q, requantize(smollm2, q)) for q in ("Q8_0", "F16", "Q4_K_M", "Q5_K_M")),
-             ("gemma3", "gemma-3-270m", "Q4_K_M", gemma),
-             *(("gemma3", "gemma-3-270m", q, requantize(gemma, q)) for q in ("Q8_0", "Q4_0", "Q5_K_M"))]
+    files = [(family, name, quant, path) for name, (family, ladder) in planner_ladders().items()
+             for quant, path in ladder.items()]
     rows = ["| file | predicted MiB (weights + KV + compute) | actual MiB (weights + KV + compute + output) "
             "| memory error | predicted decode tok/s | measured decode tok/s | decode error "
             "| predicted / measured prefill tok/s |",

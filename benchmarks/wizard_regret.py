@@ -28,28 +28,15 @@ from localchat import paths
 from localchat.bench_report import isolated, machine_facts
 from localchat.hardware.probe import probe
 from localchat.models.catalog import ModelFacts, facts_from_gguf
-from localchat.models.derive import requantize
 from localchat.models.gguf_info import read_gguf
-from localchat.models.resolve import resolve_model
 from localchat.planning.cost import DECODE_FILL
 from localchat.planning.planner import Wants, quality
 from localchat.planning.policy import Speeds, Standing, choose
-from localchat.runtime import llama_log
 from localchat.tune.measure import measure
 from localchat.tune.wizard import run_wizard
-from localchat.workloads import gemma_270m
+from localchat.workloads import planner_ladders
 
 REGRET_GOAL = 0.10
-
-
-def _ladders() -> dict[str, tuple[str, dict[str, Path]]]:
-    """model key -> (family, quant -> file)."""
-    llama_log.install()  # the quantizer's per-tensor lines go to our (quiet) logger, not the terminal
-    smollm2, gemma = resolve_model("smollm2-135m"), gemma_270m()
-    return {"smollm2-135m": ("smollm2", {"Q4_1": smollm2, **{q: requantize(smollm2, q)
-                                                             for q in ("Q8_0", "F16", "Q4_K_M", "Q5_K_M")}}),
-            "gemma-3-270m": ("gemma3", {"Q4_K_M": gemma, **{q: requantize(gemma, q)
-                                                            for q in ("Q8_0", "Q4_0", "Q5_K_M")}})}
 
 
 def _entry(facts: ModelFacts, files: dict[str, Path]) -> dict:
@@ -73,7 +60,7 @@ def run(runs: int = 3, threads: int | None = None) -> str:
     threads = threads or hardware.physical_cores
     if threads != hardware.physical_cores:
         hardware = dataclasses.replace(hardware, physical_cores=threads, logical_cores=threads)
-    ladders = _ladders()
+    ladders = planner_ladders()
     facts = {key: facts_from_gguf(read_gguf(files[next(iter(files))]), key,
                                   files[next(iter(files))].stat().st_size, family=family)
              for key, (family, files) in ladders.items()}

@@ -152,6 +152,22 @@ def gemma_270m() -> Path:
     return cached_file(GEMMA_270M) or fetch_model_file(GEMMA_270M)
 
 
+def planner_ladders() -> dict[str, tuple[str, dict[str, Path]]]:
+    """The real files the planner is checked on, by catalog key: (family, quant -> file). SmolLM2-135M's
+    Q4_1 and its requantizations; gemma-3-270m's Q4_K_M (a K-quant with sliding-window layers and a
+    262k vocabulary) and its own."""
+    from .models.derive import requantize
+    from .models.resolve import resolve_model
+    from .runtime import llama_log
+
+    llama_log.install()  # the quantizer's per-tensor lines go to our (quiet) logger, not the terminal
+    smollm2, gemma = resolve_model("smollm2-135m"), gemma_270m()
+    return {"smollm2-135m": ("smollm2", {"Q4_1": smollm2, **{q: requantize(smollm2, q)
+                                                             for q in ("Q8_0", "F16", "Q4_K_M", "Q5_K_M")}}),
+            "gemma-3-270m": ("gemma3", {"Q4_K_M": gemma, **{q: requantize(gemma, q)
+                                                            for q in ("Q8_0", "Q4_0", "Q5_K_M")}})}
+
+
 def synthetic_1b(source: Path) -> Path:
     """A random-weight 1B-class Llama, Q4_K_M (made once, then cached)."""
     from .models.derive import random_weights_like, requantize

@@ -19,14 +19,15 @@ case "$mode" in native|all) ;; *) echo "LOCALCHAT_CPU_VARIANTS must be native or
 # "fast exact": comma lists of variants, empty where the architecture has none (one portable backend).
 variants=$("$python" "$here/native_variants.py" "$mode" || true)
 fast="${variants%% *}" exact="${variants##* }"
-# localchat runs text models through libllama alone: the multimodal library (mtmd) is not built.
 if [ -z "${CMAKE_ARGS:-}" ]; then
+  # localchat runs text models through libllama alone: the multimodal library (mtmd) is not built.
+  CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF"
   if [ -z "$variants" ]; then
-    CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF"
+    CMAKE_ARGS="$CMAKE_ARGS -DGGML_LLAMAFILE=OFF"
   elif [ "$mode" = all ]; then
-    CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_LLAMAFILE=ON"
+    CMAKE_ARGS="$CMAKE_ARGS -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_LLAMAFILE=ON"
   else  # the wheel's own tree builds no CPU backend; the hook builds the named variants
-    CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF -DGGML_LLAMAFILE=ON"
+    CMAKE_ARGS="$CMAKE_ARGS -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF -DGGML_LLAMAFILE=ON"
   fi
 fi
 [ -n "$variants" ] && CMAKE_ARGS="$CMAKE_ARGS -DLOCALCHAT_FAST_VARIANTS=$fast -DLOCALCHAT_EXACT_VARIANTS=$exact"
