@@ -1,6 +1,6 @@
 """Speculative decoding benchmark: plain vs prompt lookup vs draft models, side by side, medians.
 
-    python benchmarks/speculative.py [--quick] [--output FILE.md]
+    python benchmarks/speculative.py [--quick] [--section costs|workloads|api|drafts ...] [--output FILE.md]
 
 With LLAMA_CPP_BIN pointing at a folder holding llama.cpp's own `llama-speculative` (built
 from the same sources, flags and threads), its numbers are reported beside ours.
@@ -17,6 +17,8 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -126,6 +128,21 @@ def measure(model: Path, prompts: list[str], repeats: int, n: int, draft: Path |
     return best
 
 
+def paired(model: Path, prompts: list[str], repeats: int, n: int) -> tuple[dict, dict]:
+    """--no-spec and the default (prompt lookup) measured alternately, so a noisy machine's drift falls
+    on both alike: (plain, default), each with the median rate of `repeats` runs."""
+    runs: dict[bool, list[dict]] = {False: [], True: []}
+    for _ in range(repeats):
+        for lookup in (False, True):
+            runs[lookup].append(isolated(_run, model, prompts, None, lookup, 0, n))
+    out = []
+    for lookup in (False, True):
+        best = dict(runs[lookup][0])
+        best["tps"] = statistics.median(r["tps"] for r in runs[lookup])
+        out.append(best)
+    return out[0], out[1]
+
+
 def _acceptance(m: dict) -> str:
     return f"{m['accepted'] / m['drafted']:.0%}" if m["drafted"] else "-"
 
@@ -159,12 +176,80 @@ def _workloads(report: Report, files: dict[str, Path], repeats: int, n: int) -> 
     emit("|---|---|---|---|---|---|---|---|")
     for label, path in files.items():
         for name, prompt in WORKLOADS.items():
-            plain = measure(path, [prompt], repeats, n)
-            default = measure(path, [prompt], repeats, n, lookup=True)
+            plain, default = paired(path, [prompt], repeats, n)
             predicted = f"{default['predicted']:.2f}x" if default["drafted"] else "-"
             emit(f"| {label} | {name} | {plain['tps']:.1f} | {default['tps']:.1f} | "
                  f"**{default['tps'] / plain['tps']:.2f}x** | {default['drafted']} / {default['accepted']} "
                  f"| {predicted} | {default['tokens'] == plain['tokens']} |")
+    emit("")
+
+
+def _api_rate(client, prompt: str, n: int, streaming: threading.Event | None = None) -> tuple[float, str]:
+    """Decode tokens/s of one streamed answer as the client sees it, and its text; `streaming` is set at
+    its first token."""
+    from serve_peer import MODEL
+
+    first = last = 0.0
+    parts, tokens = [], 0
+    for chunk in client.chat.completions.create(model=MODEL[0], messages=[{"role": "user", "content": prompt}],
+                                                stream=True, temperature=0.0, max_tokens=n,
+                                                stream_options={"include_usage": True}):
+        if chunk.usage is not None:
+            tokens = chunk.usage.completion_tokens
+        if chunk.choices and chunk.choices[0].delta.content:
+            last = time.perf_counter()
+            first = first or last
+            parts.append(chunk.choices[0].delta.content)
+            if streaming is not None:
+                streaming.set()
+    return ((tokens - 1) / (last - first) if tokens > 1 and last > first else 0.0), "".join(parts)
+
+
+def _api(report: Report, files: dict[str, Path], repeats: int, n: int, workloads: tuple[str, ...]) -> None:
+    """The default against --no-spec through `localchat serve` (its runner process, the official client),
+    alone and beside two other streaming chats (one batched step carries all three)."""
+    from serve_peer import Server  # this script's own folder
+
+    emit = report.emit
+    emit(f"### The same through the API: `localchat serve` with and without `--no-spec`, streamed (medians of "
+         f"{repeats}, servers started alternately; beside: two other chats streaming in the same steps)")
+    emit("")
+    emit("| file | workload | alone: --no-spec / default tok/s | ratio | beside two streams: --no-spec / "
+         "default tok/s | ratio | identical output |")
+    emit("|---|---|---|---|---|---|---|")
+    home = tempfile.mkdtemp(prefix="localchat-spec-")
+    for label, path in files.items():
+        rates: dict[tuple[bool, str, bool], list[float]] = {}
+        texts: dict[bool, dict[str, str]] = {False: {}, True: {}}
+        for _ in range(repeats):
+            for spec in (False, True):
+                server = Server("localchat serve", [sys.executable, "-m", "localchat", "serve", "--model", str(path),
+                                                    "--port", "{port}", "--n-ctx", "8192",
+                                                    "--threads", str(default_threads())] + ([] if spec else ["--no-spec"]),
+                                env={"LOCALCHAT_HOME": home})
+                client = server.start()
+                try:
+                    for name in workloads:
+                        rate, texts[spec][name] = _api_rate(client, WORKLOADS[name], n)
+                        rates.setdefault((spec, name, False), []).append(rate)
+                        streaming = [threading.Event(), threading.Event()]
+                        others = [threading.Thread(target=_api_rate, args=(client, WORKLOADS["plain chat"], 4 * n, e))
+                                  for e in streaming]
+                        for other in others:
+                            other.start()
+                        for event in streaming:
+                            event.wait()
+                        rates.setdefault((spec, name, True), []).append(_api_rate(client, WORKLOADS[name], n)[0])
+                        for other in others:
+                            other.join()
+                finally:
+                    server.stop()
+        for name in workloads:
+            cells = []
+            for beside in (False, True):
+                plain, default = (statistics.median(rates[(spec, name, beside)]) for spec in (False, True))
+                cells.append(f"{plain:.1f} / {default:.1f} | **{default / plain:.2f}x**")
+            emit(f"| {label} | {name} | {' | '.join(cells)} | {texts[False][name] == texts[True][name]} |")
     emit("")
 
 
@@ -174,11 +259,11 @@ def main() -> int:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--section", action="append", choices=("costs", "workloads", "drafts"),
+    parser.add_argument("--section", action="append", choices=("costs", "workloads", "api", "drafts"),
                         help="run only these sections (default: all)")
     parser.add_argument("--output")
     args = parser.parse_args()
-    sections = args.section or ["costs", "workloads", "drafts"]
+    sections = args.section or ["costs", "workloads", "api", "drafts"]
     repeats, n = (2, 64) if args.quick else (3, 96)
     q4 = resolve_model("smollm2-135m")
     report = Report()
@@ -188,6 +273,9 @@ def main() -> int:
         _costs(report, files, 5 if args.quick else 15)
     if "workloads" in sections:
         _workloads(report, files, repeats, 160)
+    if "api" in sections:  # the small files: the 1B-class one would take long beside two other streams
+        small = {k: v for k, v in files.items() if "1B" not in k}
+        _api(report, small, repeats, 160, ("quoting", "code") if args.quick else tuple(WORKLOADS))
     if "drafts" in sections:
         _drafts(report, q4, repeats, n, args.quick)
     report.save(args.output)

@@ -92,7 +92,7 @@ class SpecStats:
     target_passes: int  # target steps that carried drafts
     mean_k: float
     tokens_per_pass: float  # tokens emitted per target pass that carried drafts
-    predicted_speedup: float | None  # None when nothing was drafted: no speedup was earned
+    predicted_speedup: float | None  # the cost model's expectation for the whole answer; None when nothing was drafted
 
     @property
     def acceptance(self) -> float:

@@ -68,7 +68,12 @@ class SpecState:
     k_total: int = 0
     idle_steps: int = 0  # steps since speculation was last tried, while it looked unprofitable
     probe_interval: int = 0  # grows while probes keep finding speculation unprofitable
-    predicted_gain: float = 1.0
+    predicted_gain: float = 1.0  # the last step's: what drafting promised when it was chosen
+    base_width: int = 1  # the step's width before this sequence's drafts, when they were chosen
+    # What the cost model expected of the request so far: tokens, and time in plain steps' costs (a
+    # plain step counts 1 and 1): their ratio is its prediction of the whole answer's speedup.
+    predicted_tokens: float = 0.0
+    predicted_cost: float = 0.0
     shadow: int | None = None  # a free drafter's guess for the next token while not speculating
     # Wall seconds per emitted token as this sequence lived them, with and without drafts: the
     # final word on whether speculation pays, whatever the cost model predicts.
@@ -108,7 +113,8 @@ class SpecState:
             mean_k=self.k_total / passes if passes else 0.0,
             tokens_per_pass=(self.accepted + passes) / passes if passes else 1.0,
             # The cost model's figure is a promise; with nothing drafted it was never put to the test.
-            predicted_speedup=self.predicted_gain if self.drafted else None,
+            predicted_speedup=(None if not self.drafted else self.predicted_tokens / self.predicted_cost
+                               if self.predicted_cost else self.predicted_gain),
         )
 
     def observe(self, k: int, accepted: int) -> None:
@@ -208,6 +214,7 @@ class Speculator:
     def choose(self, seq: Sequence, base_width: int, room: int) -> int:
         """The draft length that maximises expected tokens per second; 0 when none pays."""
         state = self.state(seq)
+        state.base_width = base_width
         limit = min(self.config.max_draft, room, seq.max_tokens - seq.num_generated - 1)
         if limit <= 0:
             return 0
@@ -297,7 +304,11 @@ class Speculator:
     def settle_plain(self, seq: Sequence, token: int) -> None:
         """A plain step produced `token`: score the shadow guess, if there was one."""
         state = self.states.get(seq.id)
-        if state is not None and state.shadow is not None:
+        if state is None:
+            return
+        state.predicted_tokens += 1.0
+        state.predicted_cost += 1.0
+        if state.shadow is not None:
             state.observe(1, int(token == state.shadow))
             state.shadow = None
 
@@ -310,6 +321,10 @@ class Speculator:
         state = self.states.get(seq.id)
         if state is None:  # the sequence ended during verification; its stats are already out
             return
+        if self.costs.known():  # what the model expected of this step, before it learns from it
+            base = state.base_width
+            state.predicted_tokens += expected_tokens(state.acceptance, k)
+            state.predicted_cost += (self.costs.cost(base + k) + self.speculation_cost(k)) / self.costs.cost(base)
         state.observe(k, accepted)
         state.drafted += k
         state.accepted += accepted
