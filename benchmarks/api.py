@@ -36,12 +36,13 @@ def start_server(engine: Engine) -> tuple[str, uvicorn.Server]:
     return url_of(sock), server
 
 
-def stream_timing(client: OpenAI, messages: list[dict[str, str]], max_tokens: int) -> tuple[float, float, str]:
-    """(TTFT seconds, decode tokens/s, text) as the client sees them."""
+def stream_timing(client: OpenAI, messages: list[dict[str, str]], max_tokens: int, model: str = "smollm2-135m",
+                  streaming: threading.Event | None = None) -> tuple[float, float, str]:
+    """(TTFT seconds, decode tokens/s, text) as the client sees them; `streaming` is set at the first token."""
     t0 = time.perf_counter()
     first = last = 0.0
     parts, tokens = [], 0
-    for chunk in client.chat.completions.create(model="smollm2-135m", messages=messages, stream=True,
+    for chunk in client.chat.completions.create(model=model, messages=messages, stream=True,
                                                 temperature=0.0, max_tokens=max_tokens,
                                                 stream_options={"include_usage": True}):
         if chunk.usage is not None:
@@ -50,6 +51,8 @@ def stream_timing(client: OpenAI, messages: list[dict[str, str]], max_tokens: in
             last = time.perf_counter()
             first = first or last
             parts.append(chunk.choices[0].delta.content)
+            if streaming is not None:
+                streaming.set()
     return first - t0, (tokens - 1) / (last - first) if tokens > 1 and last > first else 0.0, "".join(parts)
 
 

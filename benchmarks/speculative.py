@@ -185,24 +185,12 @@ def _workloads(report: Report, files: dict[str, Path], repeats: int, n: int) -> 
 
 
 def _api_rate(client, prompt: str, n: int, streaming: threading.Event | None = None) -> tuple[float, str]:
-    """Decode tokens/s of one streamed answer as the client sees it, and its text; `streaming` is set at
-    its first token."""
+    """Decode tokens/s of one streamed answer as the client sees it, and its text."""
+    from api import stream_timing  # this script's own folder
     from serve_peer import MODEL
 
-    first = last = 0.0
-    parts, tokens = [], 0
-    for chunk in client.chat.completions.create(model=MODEL[0], messages=[{"role": "user", "content": prompt}],
-                                                stream=True, temperature=0.0, max_tokens=n,
-                                                stream_options={"include_usage": True}):
-        if chunk.usage is not None:
-            tokens = chunk.usage.completion_tokens
-        if chunk.choices and chunk.choices[0].delta.content:
-            last = time.perf_counter()
-            first = first or last
-            parts.append(chunk.choices[0].delta.content)
-            if streaming is not None:
-                streaming.set()
-    return ((tokens - 1) / (last - first) if tokens > 1 and last > first else 0.0), "".join(parts)
+    _, rate, text = stream_timing(client, [{"role": "user", "content": prompt}], n, MODEL[0], streaming)
+    return rate, text
 
 
 def _api(report: Report, files: dict[str, Path], repeats: int, n: int, workloads: tuple[str, ...]) -> None:

@@ -4,9 +4,9 @@
 # (runtime/backends.py), proving the chosen one in a child process, and uses AVX-512/VNNI/AMX
 # kernels where the CPU has them. llamafile's sgemm is on for speed; scripts/cpu-variants.cmake also
 # builds the variants without it into llama_cpp/lib/exact for --deterministic.
-# LOCALCHAT_CPU_VARIANTS=native (the default) builds the best variant this CPU runs and one safe
-# fallback in each set, a few minutes' compile; =all builds every variant of the architecture, so the
-# wheel runs on any CPU of it (the desktop bundle and CI). Never -march=native: a native build crashed
+# LOCALCHAT_CPU_VARIANTS=native (the default) builds the best fast variant this CPU runs and the best safe
+# exact one, the fallback of both modes (scripts/native_variants.py), a few minutes' compile; =all builds
+# every variant of the architecture, so the wheel runs on any CPU of it (the desktop bundle and CI). Never -march=native: a native build crashed
 # in ggml's AMX kernels on a virtualised CPU, and a child-process proof needs a fallback to fall to.
 # The built wheel is cached by version, flags, variants and the hook's content; with no cache it is built.
 set -euo pipefail

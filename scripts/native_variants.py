@@ -2,8 +2,9 @@
 
 Run by scripts/install-runtime.sh before localchat is installed, so the standard library only.
 Prints two comma-separated lists, the fast set (llamafile's sgemm on) and the exact set (off, for
---deterministic); "native" gives the best variant this CPU runs plus one safe fallback in each set,
-"all" every variant of the architecture. A CPU it cannot read (Windows, an unknown system) gets
+--deterministic and the fallback of both modes); "native" gives the best fast variant this CPU runs
+(and the best safe one, where that one is risky) and the best safe exact one, "all" every variant of
+the architecture. A CPU it cannot read (Windows, an unknown system) gets
 "all": slower to build, never wrong.
 
 The table is ggml's own (ggml/src/CMakeLists.txt, GGML_CPU_ALL_VARIANTS) and so is the score
@@ -106,29 +107,34 @@ def score(needs: tuple[str, ...], features: set[str], weights: dict[str, int]) -
     return 1 + sum(weights[f] for f in needs if f in weights)
 
 
-def native(variants: dict[str, tuple[str, ...]], weights: dict[str, int], features: set[str]) -> list[str]:
-    """The best variant this CPU runs and one safe fallback (the best without the risky features,
-    or the baseline every CPU of the architecture runs), best first."""
-    runs = sorted((v for v in variants if score(variants[v], features, weights)),
+def runnable(variants: dict[str, tuple[str, ...]], weights: dict[str, int], features: set[str]) -> list[str]:
+    """The variants this CPU runs, best first."""
+    return sorted((v for v in variants if score(variants[v], features, weights)),
                   key=lambda v: -score(variants[v], features, weights))
-    if not runs:
-        return []
-    safe = [v for v in runs if not set(variants[v]) & set(RISKY)]
-    fallback = next((v for v in safe if v != runs[0]), None) or runs[-1]
-    return [runs[0]] if fallback == runs[0] else [runs[0], fallback]
+
+
+def safe(variants: dict[str, tuple[str, ...]], runs: list[str]) -> str:
+    """The best of `runs` without the risky features, or the baseline every CPU of the architecture runs."""
+    return next((v for v in runs if not set(variants[v]) & set(RISKY)), runs[-1])
 
 
 def choose(mode: str, machine: str, system: str, features: set[str] | None) -> tuple[list[str], list[str]] | None:
-    """(fast, exact) variant lists, or None when this architecture has no variants at all."""
+    """(fast, exact) variant lists, or None when this architecture has no variants at all.
+
+    "native": the best fast variant this CPU runs, and the best exact one without the risky features,
+    which is the fallback of both modes (runtime/backends.py). Where the best fast one is itself risky
+    (ggml's AMX kernels die on virtualised CPUs that report AMX) the best safe fast one is built too, so
+    that the default mode keeps llamafile's sgemm; otherwise two compiles of the CPU backend in all."""
     known = table(machine, system)
     if known is None:
         return None
     variants, weights = known
     exact_variants = {k: v for k, v in variants.items() if not NOT_EXACT.search(k)}
     if mode == "native" and features is not None:
-        fast, exact = native(variants, weights, features), native(exact_variants, weights, features)
+        fast, exact = runnable(variants, weights, features), runnable(exact_variants, weights, features)
         if fast and exact:
-            return fast, exact
+            fallback = safe(variants, fast)
+            return [fast[0]] if fallback == fast[0] else [fast[0], fallback], [safe(exact_variants, exact)]
     return list(variants), list(exact_variants)
 
 

@@ -17,22 +17,27 @@ from localchat.runtime.worker import Worker, WorkerConfig
 def test_the_wheel_carries_fast_and_exact_variants():
     fast, exact = backends.ranked(exact=False), backends.ranked(exact=True)
     assert fast and exact, "scripts/install-runtime.sh builds both sets"
-    # Each set has somewhere to fall: a native install its safe fallback, an install of all down to x64.
-    assert len(fast) >= 2 and len(exact) >= 2
+    # The default mode has somewhere to fall: its next fast variants, then the exact kernels.
+    assert backends.candidates(False) == fast + exact and len(backends.candidates(False)) >= 2
     names = {backends.variant_name(m) for m in fast}
-    if len(names) > 2:
-        assert backends.variant_name(fast[-1]) == "x64"  # the baseline runs anywhere
+    if len(names) > 1:  # an install of every variant, down to the baseline that runs anywhere
+        assert backends.variant_name(fast[-1]) == "x64"
         assert {backends.variant_name(m) for m in exact} <= names
 
 
 def test_a_crashing_variant_falls_back_to_the_next_best(model_path: Path):
-    candidates = [backends.variant_name(m) for m in backends.ranked(exact=False)]
-    crashing = frozenset(candidates[:min(2, len(candidates) - 1)])  # a native install has two in all
+    ordered = backends.candidates(False)
+    # Two crash: on an install of every variant the third fast one runs; on a native install (one fast
+    # variant) the exact kernels run the default mode.
+    crashing = frozenset(ordered[:min(2, len(ordered) - 1)])
     chosen = backends.choose(False, model_path, simulate_crash=crashing)
-    assert chosen.variant not in crashing
-    assert candidates.index(chosen.variant) >= len(crashing)
+    assert chosen.path() not in crashing
+    assert ordered.index(chosen.path()) >= len(crashing)
+    assert chosen.exact == (chosen.path() in backends.ranked(exact=True))
     assert any("crashed (SIGILL)" in r for r in chosen.refused)
     assert "next best" in chosen.reason
+    if chosen.exact:
+        assert "deterministic mode's kernels" in chosen.reason
 
 
 def test_the_verdict_is_remembered_and_used(model_path: Path):

@@ -2,7 +2,7 @@
 
 The best variant the CPU claims to run (cpu_variants.py) is first proven in a child process on the
 model about to be loaded (ggml's AMX kernels have crashed on virtualised CPUs), falling back to the
-next best; the verdict is kept per machine. A wheel without variants (an older build, an
+next best, and in the default mode to the exact kernels last; the verdict is kept per machine. A wheel without variants (an older build, an
 architecture without them) carries its CPU backend built in: nothing to choose then.
 """
 
@@ -21,7 +21,7 @@ import llama_cpp
 from .. import paths
 from ..errors import EngineError, ModelLoadError
 from .cpu_variants import (MODULE_SUFFIXES, CpuBackend, lib_dir, ggml_library, machine_key, ranked, remember,
-                           remembered, variant_modules, variant_name)
+                           remembered, variant_name)
 
 log = logging.getLogger(__name__)
 
@@ -93,40 +93,54 @@ def _telling(path: Path) -> bool:
     return PROOF_MIN_BYTES <= path.stat().st_size <= PROOF_MAX_BYTES and not _FLOAT_WEIGHTS.search(path.name)
 
 
-def choose(exact: bool, model: Path, simulate_crash: frozenset[str] = frozenset()) -> CpuBackend:
-    """The best variant that this CPU runs, proven once per machine; remembered in the cache dir."""
-    candidates = ranked(exact)
-    if not candidates:
-        if exact and ranked(False):
-            raise ModelLoadError("this install lacks the deterministic mode's CPU kernels (llama_cpp/lib/exact); "
-                                 "reinstall localchat (`bash scripts/setup.sh`), or run without --deterministic.")
+def candidates(exact: bool) -> list[Path]:
+    """The variant modules a mode may run, best first: the deterministic mode the exact ones; the
+    default mode the fast ones, then the exact ones (without llamafile's sgemm: slower prompt reading,
+    still correct), so a native install of one fast variant still runs where that one fails its proof."""
+    return ranked(True) if exact else ranked(False) + ranked(True)
+
+
+def _is_exact(module: Path) -> bool:
+    return module.parent.name == "exact"
+
+
+def choose(exact: bool, model: Path, simulate_crash: frozenset[Path] = frozenset()) -> CpuBackend:
+    """The best variant that this CPU runs for the mode, proven once per machine; remembered in the
+    cache dir. `simulate_crash`: modules whose proof dies as a kernel the CPU lacks kills it (tests)."""
+    ordered = candidates(exact)
+    if exact and not ordered and ranked(False):
+        raise ModelLoadError("this install lacks the deterministic mode's CPU kernels (llama_cpp/lib/exact); "
+                             "reinstall localchat (`bash scripts/setup.sh`), or run without --deterministic.")
+    if not ordered:
         return CpuBackend("built-in", exact=exact, reason="this llama.cpp build has its CPU backend built in")
     forced = os.environ.get("LOCALCHAT_CPU_VARIANT")
     if forced:
-        named = [m for m in candidates if variant_name(m) == forced]
+        named = [m for m in ordered if variant_name(m) == forced]
         if not named:
             raise ModelLoadError(f"LOCALCHAT_CPU_VARIANT={forced} names no CPU variant this CPU supports; "
-                                 f"choose one of {', '.join(variant_name(m) for m in candidates)}, or unset it.")
-        return CpuBackend(forced, exact, named[0].name, "chosen by LOCALCHAT_CPU_VARIANT")
-    key = machine_key(variant_modules(exact))
+                                 f"choose one of {', '.join(variant_name(m) for m in ordered)}, or unset it.")
+        return CpuBackend(forced, _is_exact(named[0]), named[0].name, "chosen by LOCALCHAT_CPU_VARIANT")
+    key = machine_key(ordered)
     kept = remembered(key, exact) if not simulate_crash else None
-    if kept is not None and (candidates[0].parent / kept.module).is_file():
+    if kept is not None and kept.path().is_file():
         return kept
     refused: list[str] = []
     proof_model, telling = _proof_model(model)
-    for module in candidates:
-        problem = prove(module, proof_model, crash=variant_name(module) in simulate_crash)
+    for module in ordered:
+        problem = prove(module, proof_model, crash=module in simulate_crash)
         if problem == "inconclusive":  # the file would not load or took too long: no verdict on the kernels
-            return CpuBackend(variant_name(module), exact, module.name, "not yet proven", refused)
+            return CpuBackend(variant_name(module), _is_exact(module), module.name, "not yet proven", refused)
         if problem is None:
-            best = variant_name(candidates[0])
-            reason = (f"the best of {len(candidates)} variants this CPU supports" if not refused
+            best = variant_name(ordered[0])
+            reason = (f"the best of {len(ordered)} variants this CPU supports" if not refused
                       else f"{best} {refused[0].split(': ', 1)[1]} on this machine; the next best that runs")
+            if _is_exact(module) and not exact:
+                reason += " (the deterministic mode's kernels: prompts read slower)"
             if not telling:
                 reason += " (proven on a tiny model only; proven again with a bigger one)"
-            backend = CpuBackend(variant_name(module), exact, module.name, reason, refused)
+            backend = CpuBackend(variant_name(module), _is_exact(module), module.name, reason, refused)
             if telling and not simulate_crash:
-                remember(key, backend)
+                remember(key, exact, backend)
             return backend
         log.warning("CPU kernels %s %s in a test run; trying the next best", variant_name(module), problem)
         refused.append(f"{variant_name(module)}: {problem}")
@@ -164,6 +178,7 @@ class Kernels:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # choosing, switching and counting models happen as one
         self.backend: CpuBackend | None = None
+        self.mode_exact: bool | None = None  # the mode it was chosen for (exact kernels may serve the default)
         self._registration: int | None = None
         self._models = 0  # models loaded in this process: the kernels may change only while there are none
 
@@ -191,7 +206,7 @@ class Kernels:
 
     def _activate(self, exact: bool, model: Path) -> CpuBackend:
         active = self.backend
-        if active is not None and (active.exact == exact or active.variant == "built-in"):
+        if active is not None and (self.mode_exact == exact or active.variant == "built-in"):
             return active
         if active is not None and self._models:
             if active.exact:  # exact kernels serve the default mode too, only slower
@@ -205,20 +220,20 @@ class Kernels:
         elif backend.variant != "built-in":
             _load_other_backends(exact)
         if backend.variant != "built-in":
-            self._registration = _load_module((lib_dir() / "exact" if exact else lib_dir()) / backend.module)
+            self._registration = _load_module(backend.path())
         elif active is None:  # a single CPU module (a GPU build without variants), or nothing to load
             lib = ggml_library()
             lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
             lib.ggml_backend_load_all_from_path(str(lib_dir()).encode())
             llama_cpp.llama_backend_init()
-        self.backend = backend
+        self.backend, self.mode_exact = backend, exact
         log.info("CPU kernels: %s (%s)", backend.variant, backend.reason)
         return backend
 
     def mark_proving(self, module: Path, exact: bool) -> None:
         """In a proving child (cpu_proof.py): load just this variant and use it."""
         self._registration = _load_module(module)
-        self.backend = CpuBackend(variant_name(module), exact, module.name, "being proven")
+        self.backend, self.mode_exact = CpuBackend(variant_name(module), exact, module.name, "being proven"), exact
 
 
 KERNELS = Kernels()
@@ -232,13 +247,13 @@ def active() -> CpuBackend | None:
 
 def describe(exact: bool = False) -> str:
     """The CPU kernels a model would run on, in words, without loading or proving anything."""
-    backend = KERNELS.backend if KERNELS.backend is not None and KERNELS.backend.exact == exact else None
-    candidates = ranked(exact)
-    if backend is None and candidates:
-        backend = remembered(machine_key(variant_modules(exact)), exact)
+    backend = KERNELS.backend if KERNELS.backend is not None and KERNELS.mode_exact == exact else None
+    ordered = candidates(exact)
+    if backend is None and ordered:
+        backend = remembered(machine_key(ordered), exact)
     if backend is not None:
         return f"{backend.variant} ({backend.reason})"
-    if not candidates:
+    if not ordered:
         return "built in (this llama.cpp build has no CPU variants to choose from)"
-    return (f"{variant_name(candidates[0])} (the best of {len(candidates)} variants this CPU supports; "
+    return (f"{variant_name(ordered[0])} (the best of {len(ordered)} variants this CPU supports; "
             "proven in a test run at the first model load)")

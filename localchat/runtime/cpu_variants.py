@@ -39,6 +39,9 @@ class CpuBackend:
     reason: str = ""
     refused: list[str] = field(default_factory=list)  # better variants that failed their proof, and how
 
+    def path(self) -> Path:
+        return (lib_dir() / "exact" if self.exact else lib_dir()) / self.module
+
 
 def lib_dir() -> Path:
     return Path(llama_cpp.__file__).parent / "lib"
@@ -124,8 +127,8 @@ def remembered(key: str, exact: bool) -> CpuBackend | None:
         return None
 
 
-def remember(key: str, backend: CpuBackend) -> None:
-    """Keep the verdict (a failure to write it costs a proof at the next start, nothing more)."""
+def remember(key: str, exact: bool, backend: CpuBackend) -> None:
+    """Keep the verdict for a mode (a failure to write it costs a proof at the next start, nothing more)."""
     import tempfile
 
     file = _verdict_file()
@@ -135,7 +138,7 @@ def remember(key: str, backend: CpuBackend) -> None:
             data = {}
     except (OSError, ValueError):
         data = {}
-    data.setdefault(key, {})["exact" if backend.exact else "fast"] = asdict(backend)
+    data.setdefault(key, {})["exact" if exact else "fast"] = asdict(backend)
     try:
         # A name of its own: a window and a server starting at once must not share a half-written file.
         fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".cpu-backend-", suffix=".tmp")
