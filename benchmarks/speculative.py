@@ -1,6 +1,6 @@
 """Speculative decoding benchmark: plain vs prompt lookup vs draft models, side by side, medians.
 
-    python benchmarks/speculative.py [--quick] [--section costs|workloads|api|drafts ...] [--output FILE.md]
+    python benchmarks/speculative.py [--quick] [--section costs|workloads|exactness|api|drafts ...] [--output FILE.md]
 
 With LLAMA_CPP_BIN pointing at a folder holding llama.cpp's own `llama-speculative` (built
 from the same sources, flags and threads), its numbers are reported beside ours.
@@ -59,8 +59,9 @@ WORKLOADS = {
 }
 
 
-def _run(model: Path, prompts: list[str], draft: str | None, lookup: bool, fixed_k: int, n: int) -> dict:
-    worker = WorkerConfig(n_ctx=4096, n_threads=default_threads())
+def _run(model: Path, prompts: list[str], draft: str | None, lookup: bool, fixed_k: int, n: int,
+         deterministic: bool = False) -> dict:
+    worker = WorkerConfig(n_ctx=4096, n_threads=default_threads(), deterministic=deterministic)
     config = EngineConfig(worker=worker, draft_path=Path(draft) if draft else None, lookup=lookup,
                           spec=SpecConfig(fixed_k=fixed_k))
     rates, drafted, accepted, passes, ks, predicted, tokens = [], 0, 0, 0, [], [], []
@@ -184,6 +185,23 @@ def _workloads(report: Report, files: dict[str, Path], repeats: int, n: int) -> 
     emit("")
 
 
+def _exactness(report: Report, files: dict[str, Path], n: int) -> None:
+    """Greedy tokens with prompt lookup and without, in --deterministic mode, per file and workload."""
+    emit = report.emit
+    emit(f"### Greedy output with and without speculation in --deterministic mode ({n} tokens max)")
+    emit("")
+    emit("| file | " + " | ".join(WORKLOADS) + " |")
+    emit("|---|" + "---|" * len(WORKLOADS))
+    for label, path in files.items():
+        cells = []
+        for prompt in WORKLOADS.values():
+            plain, default = (isolated(_run, path, [prompt], None, lookup, 0, n, True) for lookup in (False, True))
+            same = plain["tokens"] == default["tokens"]
+            cells.append(f"identical ({default['drafted']} drafted)" if same else "**differs**")
+        emit(f"| {label} | {' | '.join(cells)} |")
+    emit("")
+
+
 def _api_rate(client, prompt: str, n: int, streaming: threading.Event | None = None) -> tuple[float, str]:
     """Decode tokens/s of one streamed answer as the client sees it, and its text."""
     from api import stream_timing  # this script's own folder
@@ -247,11 +265,11 @@ def main() -> int:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--section", action="append", choices=("costs", "workloads", "api", "drafts"),
+    parser.add_argument("--section", action="append", choices=("costs", "workloads", "exactness", "api", "drafts"),
                         help="run only these sections (default: all)")
     parser.add_argument("--output")
     args = parser.parse_args()
-    sections = args.section or ["costs", "workloads", "api", "drafts"]
+    sections = args.section or ["costs", "workloads", "exactness", "api", "drafts"]
     repeats, n = (2, 64) if args.quick else (3, 96)
     q4 = resolve_model("smollm2-135m")
     report = Report()
@@ -261,6 +279,8 @@ def main() -> int:
         _costs(report, files, 5 if args.quick else 15)
     if "workloads" in sections:
         _workloads(report, files, repeats, 160)
+    if "exactness" in sections:
+        _exactness(report, files, 160)
     if "api" in sections:  # the small files: the 1B-class one would take long beside two other streams
         small = {k: v for k, v in files.items() if "1B" not in k}
         _api(report, small, repeats, 160, ("quoting", "code") if args.quick else tuple(WORKLOADS))

@@ -139,6 +139,47 @@ def decoding_seq() -> Sequence:
     return seq
 
 
+def test_beside_other_streams_a_draft_must_pay_for_the_time_it_takes_from_them():
+    # At 50% acceptance one draft pays for a stream alone (1.5 tokens in 13.7 ms against 1 in 11) but not in
+    # a step of four streams that all wait for it (4.5 tokens in 23.0 ms against 4 in 20.0).
+    spec = Speculator(FixedCostDrafter(0.0), measured_costs())
+    seq = decoding_seq()
+    assert spec.choose(seq, 1, 64) == 1
+    assert spec.choose(seq, 4, 64, others=3.0) == 0
+    # A step's drafting weighs the step's other streams the same way.
+    streams = [decoding_seq() for _ in range(4)]
+    for i, stream in enumerate(streams):
+        stream.id = f"stream-{i}"
+    spec.draft([(streams[0], 1)], room=64)
+    assert spec.state(streams[0]).predicted_gain > 1.05
+    spec.draft([(stream, 1) for stream in streams], room=64)
+    assert all(spec.state(stream).predicted_gain < 1.05 for stream in streams)
+
+
+def test_step_costs_learn_what_the_cached_tokens_add():
+    costs = measured_costs()
+    costs.record(1, 0.015, kv=1000)  # a plain step 1000 tokens into a chat: 4 ms over the width's part
+    assert abs(costs.per_kv - 4e-6) < 1e-12
+    assert abs(costs.cost(9, 9 * 1000) - (0.035 + 0.036)) < 1e-12  # nine rows each read the 1000 tokens
+    assert costs.table()[1] == 0.011  # a long step leaves the width's part alone
+    spec = Speculator(FixedCostDrafter(0.0), costs)
+    # At 50% acceptance one draft pays at the start of a chat, not 1000 tokens into it.
+    assert spec.best(0.5, 1, 8)[1] > 1.05 > spec.best(0.5, 1, 8, kv=1000, row_kv=1000)[1]
+
+
+def test_a_free_drafter_measured_slower_than_its_costs_promise_is_probed_rarely():
+    spec = Speculator(FixedCostDrafter(0.0), measured_costs(), SpecConfig(probe_every=4))
+    seq = decoding_seq()
+    state = spec.state(seq)
+    state.accepted_weight = 0.9 * state.trials_weight  # the cost model says drafting pays ...
+    for _ in range(3):
+        state.record_pace(True, 0.030, 1)  # ... but its steps were measured slower than plain ones
+    state.record_pace(False, 0.011, 1)
+    assert state.measured_slower
+    probes = [i for i in range(40) if spec.choose(seq, 1, 64)]
+    assert probes == [3, 11, 27]  # after 4, 8 and 16 plain steps: only drafting shows the pace has changed
+
+
 def test_a_draft_as_slow_as_the_target_is_never_tried():
     spec = Speculator(FixedCostDrafter(0.011), measured_costs(), SpecConfig(probe_every=4))
     seq = decoding_seq()

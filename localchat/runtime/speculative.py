@@ -20,22 +20,52 @@ from .sequence import Sequence
 from .worker import BatchRow, Worker
 
 
+def kv_read(pos: int, n: int) -> int:
+    """Cached tokens that `n` tokens starting at position `pos` attend to, together."""
+    return n * pos + n * (n - 1) // 2
+
+
+# A step whose tokens attend to fewer cached tokens than this, each on average, measures the part of
+# its cost that grows with its width alone.
+SHORT_KV = 64
+
+
 class StepCosts:
-    """Measured seconds of one target step by its width in tokens (medians-ish via EMA)."""
+    """Measured seconds of one target step: a part that grows with its width in tokens (the weights'
+    products, by width, measured with little KV) plus one that grows with the cached tokens its rows
+    attend to (`per_kv`, learned from live steps), both averaged as they come (EMA).
+
+    The second part decides late in a long prompt: every drafted row reads the whole KV, so at about
+    a thousand tokens of context a 9-token step of the 135M default model costs ~4.8 single steps where
+    the start-up timing (a few tokens of KV) measured ~3; speculation priced on the start-up table drafted
+    where it could not pay."""
 
     def __init__(self, seed_ms: dict[int, float] | None = None) -> None:
         """`seed_ms`: width -> milliseconds measured earlier on this machine (the wizard's table)."""
         self._seconds: dict[int, float] = {int(w): ms / 1000 for w, ms in (seed_ms or {}).items() if ms > 0}
+        self.per_kv = 0.0  # seconds per cached token a step's tokens attend to
+        self._kv_samples = 0
 
-    def record(self, width: int, seconds: float) -> None:
-        prev = self._seconds.get(width)
-        self._seconds[width] = seconds if prev is None else 0.8 * prev + 0.2 * seconds
+    def record(self, width: int, seconds: float, kv: int = 0) -> None:
+        """A step of `width` tokens took `seconds`; its tokens attended to `kv` cached tokens in all."""
+        if kv <= SHORT_KV * width or not self.known():
+            base = max(seconds - self.per_kv * kv, 1e-6)
+            prev = self._seconds.get(width)
+            self._seconds[width] = base if prev is None else 0.8 * prev + 0.2 * base
+            return
+        sample = max(seconds - self._base(width), 0.0) / kv
+        self.per_kv = sample if not self._kv_samples else 0.8 * self.per_kv + 0.2 * sample
+        self._kv_samples += 1
 
     def known(self) -> bool:
         return len(self._seconds) >= 2
 
-    def cost(self, width: int) -> float:
-        """Seconds for a step of `width` tokens: measured, else interpolated or extrapolated."""
+    def cost(self, width: int, kv: int = 0) -> float:
+        """Seconds for a step of `width` tokens attending to `kv` cached tokens in all."""
+        return self._base(width) + self.per_kv * kv
+
+    def _base(self, width: int) -> float:
+        """The width's part: measured, else interpolated or extrapolated."""
         if width in self._seconds:
             return self._seconds[width]
         widths = sorted(self._seconds)
@@ -70,6 +100,8 @@ class SpecState:
     probe_interval: int = 0  # grows while probes keep finding speculation unprofitable
     predicted_gain: float = 1.0  # the last step's: what drafting promised when it was chosen
     base_width: int = 1  # the step's width before this sequence's drafts, when they were chosen
+    base_kv: int = 0  # and the cached tokens its tokens attend to
+    row_kv: int = 0  # the cached tokens each of this sequence's drafts attends to
     # What the cost model expected of the request so far: tokens, and time in plain steps' costs (a
     # plain step counts 1 and 1): their ratio is its prediction of the whole answer's speedup.
     predicted_tokens: float = 0.0
@@ -211,10 +243,12 @@ class Speculator:
     def state(self, seq: Sequence) -> SpecState:
         return self.states.setdefault(seq.id, SpecState())
 
-    def choose(self, seq: Sequence, base_width: int, room: int) -> int:
-        """The draft length that maximises expected tokens per second; 0 when none pays."""
+    def choose(self, seq: Sequence, base_width: int, room: int, others: float = 0.0, kv: int = 0) -> int:
+        """The draft length that maximises the step's expected tokens per second; 0 when none pays.
+        `others`: the tokens the step's other decoding sequences expect of it; `kv`: the cached tokens
+        the step's tokens attend to before this sequence's drafts."""
         state = self.state(seq)
-        state.base_width = base_width
+        state.base_width, state.base_kv, state.row_kv = base_width, kv, len(seq.tokens)
         limit = min(self.config.max_draft, room, seq.max_tokens - seq.num_generated - 1)
         if limit <= 0:
             return 0
@@ -222,7 +256,7 @@ class Speculator:
             return min(self.config.fixed_k, limit)
         if not self.costs.known():
             return 0
-        best_k, best_gain = self.best(state.acceptance, base_width, limit)
+        best_k, best_gain = self.best(state.acceptance, base_width, limit, others, kv, state.row_kv)
         state.predicted_gain = best_gain
         if best_gain >= self.config.min_gain and not state.measured_slower:
             if state.since_plain >= (32 if state.plain_spt is not None else 3):
@@ -230,16 +264,18 @@ class Speculator:
             state.idle_steps = 0
             state.probe_interval = self.config.probe_every
             return best_k
-        if self.drafter.seconds_per_token() == 0.0:
-            # A free drafter is never probed: its guess for each plain step (the shadow) is scored
-            # at no cost, and drafting resumes when those guesses say it pays. On a CPU a verify
-            # step of 2 tokens costs ~1.8 of one, so a probe that misses costs most of a step.
+        if self.drafter.seconds_per_token() == 0.0 and not state.measured_slower:
+            # A free drafter is not probed for its acceptance: its guess for each plain step (the
+            # shadow) is scored at no cost, and drafting resumes when those guesses say it pays. On a
+            # CPU a verify step of 2 tokens costs ~1.8 of one, so a probe that misses costs most of a
+            # step. Measured slower than the costs promise, it is probed (rarely): only drafting
+            # steps can show that the pace has changed.
             return 0
         # Probe only if acceptance could plausibly recover enough to pay. A drafter with a cost of
         # its own must also catch up on every token since it last drafted, so it gets no benefit of
         # the doubt beyond halfway to perfect acceptance.
         hopeful = (1.0 + state.acceptance) / 2
-        if self.best(hopeful, base_width, limit)[1] < self.config.min_gain:
+        if self.best(hopeful, base_width, limit, others, kv, state.row_kv)[1] < self.config.min_gain:
             return 0
         state.idle_steps += 1
         state.probe_interval = state.probe_interval or self.config.probe_every
@@ -250,27 +286,39 @@ class Speculator:
         state.probe_interval = min(state.probe_interval * 2, 32 * self.config.probe_every)
         return best_k or min(2, limit)
 
-    def best(self, acceptance: float, base_width: int, limit: int) -> tuple[int, float]:
-        """(k, predicted speedup) with the best expected tokens per second, k in 0..limit."""
-        plain = self.costs.cost(base_width)
+    def best(self, acceptance: float, base_width: int, limit: int, others: float = 0.0, kv: int = 0,
+             row_kv: int = 0) -> tuple[int, float]:
+        """(k, predicted speedup) with the best expected tokens per second, k in 0..limit; each draft
+        attends to the `row_kv` cached tokens of its sequence.
+
+        The speedup is the step's, over every decoding sequence in it: drafts make the step longer for
+        all of them (`others`: the tokens the rest expect of it), so beside other streams they must pay
+        for the time they take from those too, not only for their own sequence."""
+        plain = self.costs.cost(base_width, kv)
         best_k, best_gain = 0, 1.0
         for k in range(1, limit + 1):
-            seconds = self.costs.cost(base_width + k) + self.speculation_cost(k)
-            gain = expected_tokens(acceptance, k) * plain / seconds
+            seconds = self.costs.cost(base_width + k, kv + k * row_kv) + self.speculation_cost(k)
+            gain = (others + expected_tokens(acceptance, k)) * plain / ((others + 1.0) * seconds)
             if gain > best_gain:
                 best_k, best_gain = k, gain
         return best_k, best_gain
 
-    def draft(self, candidates: list[tuple[Sequence, int]], room: int, extra_width: int = 0) -> dict[str, list[int]]:
-        """Draft lengths for decoding sequences (each with its tokens in the step), then drafts."""
+    def draft(self, candidates: list[tuple[Sequence, int]], room: int, extra_width: int = 0,
+              extra_kv: int = 0) -> dict[str, list[int]]:
+        """Draft lengths for decoding sequences (each with its tokens in the step), then drafts;
+        `extra_width`, `extra_kv`: the step's prompt tokens and the cached tokens they attend to."""
         wanted = []
         width = extra_width + sum(base for _, base in candidates)
+        kv = extra_kv + sum(len(seq.tokens) for seq, _ in candidates)
+        step_tokens = float(len(candidates))  # what the step's sequences expect of it, drafts included
         for seq, _ in candidates:
-            k = self.choose(seq, width, room)
+            k = self.choose(seq, width, room, others=step_tokens - 1.0, kv=kv)
             if k:
                 wanted.append((seq, k))
                 width += k
+                kv += k * len(seq.tokens)
                 room -= k
+                step_tokens += expected_tokens(self.state(seq).acceptance, k) - 1.0
         if self.drafter.seconds_per_token() == 0.0:
             # A free drafter's guess for sequences not speculating keeps their acceptance current.
             chosen = {seq.id for seq, _ in wanted}
@@ -288,8 +336,9 @@ class Speculator:
         candidates = [(r.seq, 1) for r in rows if r.seq.is_decoding and r.seq.speculate]
         if not candidates:
             return {}
-        prefill = sum(r.end - r.start for r in rows) - len(candidates)
-        return self.draft(candidates, room, extra_width=prefill)
+        prompts = [r for r in rows if not (r.seq.is_decoding and r.seq.speculate)]
+        return self.draft(candidates, room, extra_width=sum(r.end - r.start for r in prompts),
+                          extra_kv=sum(kv_read(r.start, r.end - r.start) for r in prompts))
 
     def after_step(self, paces: list[tuple[Sequence, bool, int]], wall: float, decode_seconds: float,
                    rounds: int) -> None:
@@ -322,9 +371,10 @@ class Speculator:
         if state is None:  # the sequence ended during verification; its stats are already out
             return
         if self.costs.known():  # what the model expected of this step, before it learns from it
-            base = state.base_width
+            width, kv = state.base_width, state.base_kv
             state.predicted_tokens += expected_tokens(state.acceptance, k)
-            state.predicted_cost += (self.costs.cost(base + k) + self.speculation_cost(k)) / self.costs.cost(base)
+            state.predicted_cost += ((self.costs.cost(width + k, kv + k * state.row_kv) + self.speculation_cost(k))
+                                     / self.costs.cost(width, kv))
         state.observe(k, accepted)
         state.drafted += k
         state.accepted += accepted

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from .scheduler import Step, StepBudget
-from .speculative import StepCosts
+from .speculative import StepCosts, kv_read
 from .threads import ThreadTuner, width_class
 from .worker import BatchRow, Worker
 
@@ -36,7 +36,7 @@ class StepMeter:
         self.steps += 1
         self.budget.record(step.num_tokens, step.num_decode_rows, seconds)
         if self.costs is not None and step.num_decode_rows == len(step.rows):
-            self.costs.record(width, seconds)
+            self.costs.record(width, seconds, sum(kv_read(row.pos, len(row.tokens)) for row in batch))
         if self.step_log is not None:
             self.step_log.append((t0, seconds, width, step.num_decode_rows))
         return last, seconds
