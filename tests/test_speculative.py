@@ -161,7 +161,9 @@ def test_step_costs_learn_what_the_cached_tokens_add():
     costs.record(1, 0.015, kv=1000)  # a plain step 1000 tokens into a chat: 4 ms over the width's part
     assert abs(costs.per_kv - 4e-6) < 1e-12
     assert abs(costs.cost(9, 9 * 1000) - (0.035 + 0.036)) < 1e-12  # nine rows each read the 1000 tokens
-    assert costs.table()[1] == 0.011  # a long step leaves the width's part alone
+    assert costs.table()[1] == 0.011  # a long single-token step leaves the width's part alone
+    costs.record(9, 0.080, kv=9 * 1000)  # a wider one refines its width's part, the KV's share taken out
+    assert abs(costs.table()[9] - (0.8 * 0.035 + 0.2 * 0.044)) < 1e-12
     spec = Speculator(FixedCostDrafter(0.0), costs)
     # At 50% acceptance one draft pays at the start of a chat, not 1000 tokens into it.
     assert spec.best(0.5, 1, 8)[1] > 1.05 > spec.best(0.5, 1, 8, kv=1000, row_kv=1000)[1]

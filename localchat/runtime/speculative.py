@@ -25,15 +25,15 @@ def kv_read(pos: int, n: int) -> int:
     return n * pos + n * (n - 1) // 2
 
 
-# A step whose tokens attend to fewer cached tokens than this, each on average, measures the part of
-# its cost that grows with its width alone.
+# A single-token step that attends to more cached tokens than this measures what the KV adds.
 SHORT_KV = 64
 
 
 class StepCosts:
     """Measured seconds of one target step: a part that grows with its width in tokens (the weights'
-    products, by width, measured with little KV) plus one that grows with the cached tokens its rows
-    attend to (`per_kv`, learned from live steps), both averaged as they come (EMA).
+    products, by width, timed at start with little KV and refined by every step wider than one) plus
+    one that grows with the cached tokens its rows attend to (`per_kv`, learned from plain single-token
+    steps, the commonest), both averaged as they come (EMA).
 
     The second part decides late in a long prompt: every drafted row reads the whole KV, so at about
     a thousand tokens of context a 9-token step of the 135M default model costs ~4.8 single steps where
@@ -48,14 +48,17 @@ class StepCosts:
 
     def record(self, width: int, seconds: float, kv: int = 0) -> None:
         """A step of `width` tokens took `seconds`; its tokens attended to `kv` cached tokens in all."""
-        if kv <= SHORT_KV * width or not self.known():
-            base = max(seconds - self.per_kv * kv, 1e-6)
-            prev = self._seconds.get(width)
-            self._seconds[width] = base if prev is None else 0.8 * prev + 0.2 * base
+        if width == 1 and kv > SHORT_KV and self.known():
+            # A plain step deep in a chat (most steps are): what the KV adds, over the width's part.
+            sample = max(seconds - self._base(1), 0.0) / kv
+            self.per_kv = sample if not self._kv_samples else 0.8 * self.per_kv + 0.2 * sample
+            self._kv_samples += 1
             return
-        sample = max(seconds - self._base(width), 0.0) / kv
-        self.per_kv = sample if not self._kv_samples else 0.8 * self.per_kv + 0.2 * sample
-        self._kv_samples += 1
+        # Any other step refines its width's part, with what the KV adds taken out: a start-up timing
+        # that caught a hiccup does not stay.
+        base = max(seconds - self.per_kv * kv, 1e-6)
+        prev = self._seconds.get(width)
+        self._seconds[width] = base if prev is None else 0.8 * prev + 0.2 * base
 
     def known(self) -> bool:
         return len(self._seconds) >= 2
@@ -230,10 +233,13 @@ class Speculator:
         top = self.config.max_draft + 1
         worker.decode([BatchRow(0, [token] * 4, 0, True)])  # warm up
         for width in sorted({1, 2, 3, (top + 1) // 2, top}):
-            t0 = time.perf_counter()
-            worker.decode([BatchRow(0, [token] * width, 4, True, all_logits=True)])
-            self.costs.record(width, time.perf_counter() - t0)
-            worker.seq_remove(0, 4, -1)
+            times = []
+            for _ in range(2):  # the faster of two: a one-off hiccup only ever adds time
+                t0 = time.perf_counter()
+                worker.decode([BatchRow(0, [token] * width, 4, True, all_logits=True)])
+                times.append(time.perf_counter() - t0)
+                worker.seq_remove(0, 4, -1)
+            self.costs.record(width, min(times), kv_read(4, width))
         worker.seq_remove(0)
 
     def speculation_cost(self, k: int) -> float:
