@@ -139,23 +139,6 @@ def decoding_seq() -> Sequence:
     return seq
 
 
-def test_beside_other_streams_a_draft_must_pay_for_the_time_it_takes_from_them():
-    # At 50% acceptance one draft pays for a stream alone (1.5 tokens in 13.7 ms against 1 in 11) but not in
-    # a step of four streams that all wait for it (4.5 tokens in 23.0 ms against 4 in 20.0).
-    spec = Speculator(FixedCostDrafter(0.0), measured_costs())
-    seq = decoding_seq()
-    assert spec.choose(seq, 1, 64) == 1
-    assert spec.choose(seq, 4, 64, others=3.0) == 0
-    # A step's drafting weighs the step's other streams the same way.
-    streams = [decoding_seq() for _ in range(4)]
-    for i, stream in enumerate(streams):
-        stream.id = f"stream-{i}"
-    spec.draft([(streams[0], 1)], room=64)
-    assert spec.state(streams[0]).predicted_gain > 1.05
-    spec.draft([(stream, 1) for stream in streams], room=64)
-    assert all(spec.state(stream).predicted_gain < 1.05 for stream in streams)
-
-
 def test_step_costs_learn_what_the_cached_tokens_add():
     costs = measured_costs()
     costs.record(1, 0.015, kv=1000)  # a plain step 1000 tokens into a chat: 4 ms over the width's part

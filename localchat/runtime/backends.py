@@ -2,8 +2,9 @@
 
 The best variant the CPU claims to run (cpu_variants.py) is first proven in a child process on the
 model about to be loaded (ggml's AMX kernels have crashed on virtualised CPUs), falling back to the
-next best, and in the default mode to the exact kernels last; the verdict is kept per machine. A wheel without variants (an older build, an
-architecture without them) carries its CPU backend built in: nothing to choose then.
+next best, and in the default mode to the exact kernels last; the verdict is kept per machine. A
+wheel without variants (an older build, an architecture without them) carries its CPU backend built
+in: nothing to choose then.
 """
 
 from __future__ import annotations
