@@ -20,7 +20,7 @@ def test_the_wheel_carries_fast_and_exact_variants():
     # The default mode has somewhere to fall: its next fast variants, then the exact kernels.
     assert backends.candidates(False) == fast + exact and len(backends.candidates(False)) >= 2
     names = {backends.variant_name(m) for m in fast}
-    if len(names) > 1:  # an install of every variant, down to the baseline that runs anywhere
+    if len(names) > 2:  # an install of every variant (a native one has two at most), down to the baseline
         assert backends.variant_name(fast[-1]) == "x64"
         assert {backends.variant_name(m) for m in exact} <= names
 
