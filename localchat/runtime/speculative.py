@@ -267,17 +267,18 @@ class Speculator:
             return 0
         best_k, best_gain = self.best(state.acceptance, base_width, limit, kv, state.row_kv)
         state.predicted_gain = best_gain
-        if best_gain >= self.config.min_gain and not state.measured_slower:
+        promised = best_gain >= self.config.min_gain
+        if promised and not state.measured_slower:
             if state.since_plain >= (32 if state.plain_spt is not None else 3):
                 return 0  # a plain step now and then keeps the comparison honest
             state.idle_steps = 0
             state.probe_interval = self.config.probe_every
             return best_k
-        if self.drafter.seconds_per_token() == 0.0 and not state.measured_slower:
+        if self.drafter.seconds_per_token() == 0.0 and not (state.measured_slower and promised):
             # A free drafter is not probed for its acceptance: its guess for each plain step (the
             # shadow) is scored at no cost, and drafting resumes when those guesses say it pays. On a
             # CPU a verify step of 2 tokens costs ~1.8 of one, so a probe that misses costs most of a
-            # step. Measured slower than the costs promise, it is probed (rarely): only drafting
+            # step. Measured slower than the costs promise it, it is probed (rarely): only drafting
             # steps can show that the pace has changed.
             return 0
         # Probe only if acceptance could plausibly recover enough to pay. A drafter with a cost of
