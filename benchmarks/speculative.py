@@ -123,10 +123,13 @@ def _verify_costs(model: str, context: int, repeats: int) -> dict:
 
 def measure(model: Path, prompts: list[str], repeats: int, n: int, draft: Path | None = None,
             lookup: bool = False, fixed_k: int = 0) -> dict:
-    runs = [isolated(_run, model, prompts, str(draft) if draft else None, lookup, fixed_k, n) for _ in range(repeats)]
-    best = dict(runs[0])
-    best["tps"] = statistics.median(r["tps"] for r in runs)
-    return best
+    return _median_rate([isolated(_run, model, prompts, str(draft) if draft else None, lookup, fixed_k, n)
+                         for _ in range(repeats)])
+
+
+def _median_rate(runs: list[dict]) -> dict:
+    """The first run's numbers with the median rate of all of them."""
+    return dict(runs[0], tps=statistics.median(r["tps"] for r in runs))
 
 
 def paired(model: Path, prompts: list[str], repeats: int, n: int) -> tuple[dict, dict]:
@@ -136,12 +139,7 @@ def paired(model: Path, prompts: list[str], repeats: int, n: int) -> tuple[dict,
     for _ in range(repeats):
         for lookup in (False, True):
             runs[lookup].append(isolated(_run, model, prompts, None, lookup, 0, n))
-    out = []
-    for lookup in (False, True):
-        best = dict(runs[lookup][0])
-        best["tps"] = statistics.median(r["tps"] for r in runs[lookup])
-        out.append(best)
-    return out[0], out[1]
+    return _median_rate(runs[False]), _median_rate(runs[True])
 
 
 def _acceptance(m: dict) -> str:

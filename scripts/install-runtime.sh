@@ -6,8 +6,9 @@
 # builds the variants without it into llama_cpp/lib/exact for --deterministic.
 # LOCALCHAT_CPU_VARIANTS=native (the default) builds the best fast variant this CPU runs and the best safe
 # exact one, the fallback of both modes (scripts/native_variants.py), a few minutes' compile; =all builds
-# every variant of the architecture, so the wheel runs on any CPU of it (the desktop bundle and CI). Never -march=native: a native build crashed
-# in ggml's AMX kernels on a virtualised CPU, and a child-process proof needs a fallback to fall to.
+# every variant of the architecture, so the wheel runs on any CPU of it (the desktop bundle and CI).
+# Never -march=native: a native build crashed in ggml's AMX kernels on a virtualised CPU, and a
+# child-process proof needs a fallback to fall to.
 # The built wheel is cached by version, flags, variants and the hook's content; with no cache it is built.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

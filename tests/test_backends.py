@@ -27,8 +27,8 @@ def test_the_wheel_carries_fast_and_exact_variants():
 
 def test_a_crashing_variant_falls_back_to_the_next_best(model_path: Path):
     ordered = backends.candidates(False)
-    # Two crash: on an install of every variant the third fast one runs; on a native install (one fast
-    # variant) the exact kernels run the default mode.
+    # Two crash: on an install of every variant the third fast one runs; on a native install (two fast
+    # variants at most) the exact kernels run the default mode.
     crashing = frozenset(ordered[:min(2, len(ordered) - 1)])
     chosen = backends.choose(False, model_path, simulate_crash=crashing)
     assert chosen.path() not in crashing

@@ -21,8 +21,8 @@ import llama_cpp
 
 from .. import paths
 from ..errors import EngineError, ModelLoadError
-from .cpu_variants import (MODULE_SUFFIXES, CpuBackend, lib_dir, ggml_library, machine_key, ranked, remember,
-                           remembered, variant_name)
+from .cpu_variants import (MODULE_SUFFIXES, CpuBackend, lib_dir, ggml_library, is_exact, machine_key, ranked,
+                           remember, remembered, variant_name)
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +101,6 @@ def candidates(exact: bool) -> list[Path]:
     return ranked(True) if exact else ranked(False) + ranked(True)
 
 
-def _is_exact(module: Path) -> bool:
-    return module.parent.name == "exact"
-
-
 def choose(exact: bool, model: Path, simulate_crash: frozenset[Path] = frozenset()) -> CpuBackend:
     """The best variant that this CPU runs for the mode, proven once per machine; remembered in the
     cache dir. `simulate_crash`: modules whose proof dies as a kernel the CPU lacks kills it (tests)."""
@@ -120,7 +116,7 @@ def choose(exact: bool, model: Path, simulate_crash: frozenset[Path] = frozenset
         if not named:
             raise ModelLoadError(f"LOCALCHAT_CPU_VARIANT={forced} names no CPU variant this CPU supports; "
                                  f"choose one of {', '.join(variant_name(m) for m in ordered)}, or unset it.")
-        return CpuBackend(forced, _is_exact(named[0]), named[0].name, "chosen by LOCALCHAT_CPU_VARIANT")
+        return CpuBackend(forced, is_exact(named[0]), named[0].name, "chosen by LOCALCHAT_CPU_VARIANT")
     key = machine_key(ordered)
     kept = remembered(key, exact) if not simulate_crash else None
     if kept is not None and kept.path().is_file():
@@ -130,16 +126,16 @@ def choose(exact: bool, model: Path, simulate_crash: frozenset[Path] = frozenset
     for module in ordered:
         problem = prove(module, proof_model, crash=module in simulate_crash)
         if problem == "inconclusive":  # the file would not load or took too long: no verdict on the kernels
-            return CpuBackend(variant_name(module), _is_exact(module), module.name, "not yet proven", refused)
+            return CpuBackend(variant_name(module), is_exact(module), module.name, "not yet proven", refused)
         if problem is None:
             best = variant_name(ordered[0])
             reason = (f"the best of {len(ordered)} variants this CPU supports" if not refused
                       else f"{best} {refused[0].split(': ', 1)[1]} on this machine; the next best that runs")
-            if _is_exact(module) and not exact:
+            if is_exact(module) and not exact:
                 reason += " (the deterministic mode's kernels: prompts read slower)"
             if not telling:
                 reason += " (proven on a tiny model only; proven again with a bigger one)"
-            backend = CpuBackend(variant_name(module), _is_exact(module), module.name, reason, refused)
+            backend = CpuBackend(variant_name(module), is_exact(module), module.name, reason, refused)
             if telling and not simulate_crash:
                 remember(key, exact, backend)
             return backend

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import LocalchatError
 from .backends import MODEL_FAILED, mark_proving
+from .cpu_variants import is_exact
 from .worker import Worker
 from .worker_types import BatchRow, WorkerConfig
 
@@ -17,7 +18,7 @@ from .worker_types import BatchRow, WorkerConfig
 def prove_in_child(argv: list[str]) -> int:
     """`MODULE MODEL [crash]`: 0 when the variant ran the model, MODEL_FAILED when the model would not load."""
     module, model, crash = Path(argv[0]), argv[1], argv[2:] == ["crash"]
-    exact = module.parent.name == "exact"
+    exact = is_exact(module)
     mark_proving(module, exact=exact)
     if crash:  # the fault a broken kernel causes, for tests of the fallback (no such CPU here)
         os.kill(os.getpid(), signal.SIGILL)

@@ -54,6 +54,11 @@ def variant_modules(exact: bool) -> list[Path]:
     return sorted(p for p in folder.iterdir() if "ggml-cpu-" in p.name and p.suffix in MODULE_SUFFIXES)
 
 
+def is_exact(module: Path) -> bool:
+    """A module of the exact set (built without llamafile's sgemm), by its folder."""
+    return module.parent.name == "exact"
+
+
 def variant_name(module: Path) -> str:
     """libggml-cpu-icelake.so -> icelake; libggml-cpu-armv8.2_1.so -> armv8.2_1."""
     return module.name.split("ggml-cpu-", 1)[1].rsplit(".", 1)[0]
