@@ -101,6 +101,11 @@ def candidates(exact: bool) -> list[Path]:
     return ranked(True) if exact else ranked(False) + ranked(True)
 
 
+def _variants(modules: list[Path]) -> int:
+    """How many variants the modules are (the default mode's list holds a variant's exact build too)."""
+    return len({variant_name(m) for m in modules})
+
+
 def choose(exact: bool, model: Path, simulate_crash: frozenset[Path] = frozenset()) -> CpuBackend:
     """The best variant that this CPU runs for the mode, proven once per machine; remembered in the
     cache dir. `simulate_crash`: modules whose proof dies as a kernel the CPU lacks kills it (tests)."""
@@ -129,7 +134,7 @@ def choose(exact: bool, model: Path, simulate_crash: frozenset[Path] = frozenset
             return CpuBackend(variant_name(module), is_exact(module), module.name, "not yet proven", refused)
         if problem is None:
             best = variant_name(ordered[0])
-            reason = (f"the best of {len(ordered)} variants this CPU supports" if not refused
+            reason = (f"the best of {_variants(ordered)} variants this CPU supports" if not refused
                       else f"{best} {refused[0].split(': ', 1)[1]} on this machine; the next best that runs")
             if is_exact(module) and not exact:
                 reason += " (the deterministic mode's kernels: prompts read slower)"
@@ -252,5 +257,5 @@ def describe(exact: bool = False) -> str:
         return f"{backend.variant} ({backend.reason})"
     if not ordered:
         return "built in (this llama.cpp build has no CPU variants to choose from)"
-    return (f"{variant_name(ordered[0])} (the best of {len(ordered)} variants this CPU supports; "
+    return (f"{variant_name(ordered[0])} (the best of {_variants(ordered)} variants this CPU supports; "
             "proven in a test run at the first model load)")
