@@ -50,6 +50,14 @@ def ask(page, question: str) -> None:
     page.locator("#send").click()
 
 
+def open_new_chat(page) -> None:
+    """New chat, from a chat with messages, waited for: a message sent before the server has opened the
+    new chat would go to the chat that was open, then be drawn over."""
+    expect(page.locator("#chat .user")).not_to_have_count(0)
+    page.locator("#new-chat").click()
+    expect(page.locator("#chat .user")).to_have_count(0)
+
+
 def wait_answered(page, timeout: float = LONG) -> None:
     """Until the last reply carries its final stats (the streaming line says "generating" instead)."""
     expect(last_reply(page)).to_contain_text(re.compile("TTFT|stopped"), timeout=timeout)
@@ -93,7 +101,7 @@ def test_chat_streams_an_answer_and_reads_an_attached_document(page, tmp_path: P
     expect(page.locator("#conversations")).to_contain_text("Name the capital city of France.")
     shot(page, "1-answer")
 
-    page.locator("#new-chat").click()
+    open_new_chat(page)
     expect(page.locator("#chat .bot")).to_have_count(0)
     doc = tmp_path / "vault-notes.txt"
     doc.write_text(FILLER * 6 + "\n\nThe vault code is 7341.\n\n" + FILLER * 6)
@@ -496,7 +504,7 @@ def test_an_answer_streaming_in_one_chat_leaves_another_chat_opened_meanwhile_al
     screen stays the one opened (every streaming update used to draw the answering chat over it)."""
     ask(page, "Name the capital city of Chile.")
     wait_answered(page)
-    page.locator("#new-chat").click()
+    open_new_chat(page)
     set_max_tokens(page, 320)
     ask(page, "Count from 1 to 200, separated by commas.")
     expect(last_reply(page)).to_contain_text("generating", timeout=LONG)
@@ -582,7 +590,8 @@ def test_the_chat_list_keeps_to_the_typed_search_through_a_new_chat_and_its_answ
     search.press_sequentially("skerryvore")
     radios = chats.locator("input[type=radio]")
     expect(radios).to_have_count(1)
-    page.locator("#new-chat").click()  # a new chat: the list as the search finds it, not every chat
+    chats.get_by_text("Skerryvore keeper").click()
+    open_new_chat(page)  # a new chat: the list as the search finds it, not every chat
     expect(page.locator("#chat .bot")).to_have_count(0)
     expect(radios).to_have_count(1)
     # The answer's updates redraw the list (the new chat goes first) many times: each one keeps to the search.
