@@ -10,6 +10,8 @@
 # Never -march=native: a native build crashed in ggml's AMX kernels on a virtualised CPU, and a
 # child-process proof needs a fallback to fall to.
 # The built wheel is cached by version, flags, variants and the hook's content; with no cache it is built.
+# --build-only: build (or find) the cached wheel and install nothing (setup.sh installs localchat's other
+# dependencies meanwhile, then runs this again to install it).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
@@ -48,5 +50,6 @@ if ! ls "$cache"/llama_cpp_python-"$version"-*.whl >/dev/null 2>&1; then
   mv "$tmp"/llama_cpp_python-*.whl "$cache"/
   rm -rf "$tmp"
 fi
+[ "${1:-}" = "--build-only" ] && exit 0
 "$python" -m pip install --force-reinstall --no-deps "$cache"/llama_cpp_python-"$version"-*.whl >&2
 "$python" -m pip install "llama-cpp-python==$version" >&2  # its pure-Python dependencies

@@ -13,12 +13,19 @@ if sys.version_info < (3, 10):
 PY
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-PYTHON=.venv/bin/python bash scripts/install-runtime.sh
 extras=""
 [ "${1:-}" = "--dev" ] && extras="[dev,gptq,derive]"
 [ "${1:-}" = "--gptq" ] && extras="[gptq]"
 [ "${1:-}" = "--derive" ] && extras="[derive]"
-# torch pinned to the CPU build for tests and CPU machines; a GPU user installs the CUDA build instead.
-case "$extras" in *gptq*|*derive*) .venv/bin/python -m pip install --quiet torch==2.13.0 ;; esac
+# localchat's other dependencies install while llama.cpp compiles: the compile waits on the CPU, pip
+# mostly on downloads and unpacking. Then the built wheel goes in, and localchat on top of both.
+requirements=$(mktemp)
+trap 'rm -f "$requirements"' EXIT
+.venv/bin/python scripts/requirements.py "$extras" > "$requirements"
+.venv/bin/python -m pip install --quiet -r "$requirements" &
+dependencies=$!
+PYTHON=.venv/bin/python bash scripts/install-runtime.sh --build-only
+wait "$dependencies"
+PYTHON=.venv/bin/python bash scripts/install-runtime.sh
 .venv/bin/python -m pip install --quiet -e ".$extras"
 echo "localchat is installed in .venv: run .venv/bin/localchat" >&2
