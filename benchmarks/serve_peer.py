@@ -1,13 +1,14 @@
 """Documents side by side with llama.cpp's own server: the same GGUF served by `localchat serve` and by
 `llama-server` (built from the vendored llama.cpp: `bash benchmarks/build-llama-bench.sh server`), the
-same requests through the official `openai` client, greedy, medians of repeats, in one run.
+same requests through the official `openai` client, greedy, medians of repeats, in one run: each repeat asks
+both servers about the same documents, the servers taking turns (ABBA).
 
     python benchmarks/serve_peer.py MODEL.gguf [--server DIR] [--repeats 3] [--doc-tokens 5000] [--output FILE.md]
 
 Rows: a document and its question (TTFT); the same document sent while another chat streams (its TTFT,
 the document's pace, and the chat's inter-token gaps); a follow-up on the same document; a document
 "attached then asked" (sent once with max_tokens 1, then the question after its read time); the same
-document after a server restart. Each repeat uses a document of its own, so nothing is cached across
+document after a server restart. Each repeat uses documents of its own, so nothing is cached across
 repeats except where a row is about the cache.
 """
 
@@ -106,50 +107,45 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-def measure(server: Server, doc_tokens: int, repeats: int, seed0: int) -> dict[str, list[float]]:
-    """Every row's numbers for one server, `repeats` times each."""
-    rows: dict[str, list[float]] = {k: [] for k in (
-        "doc_ttft", "busy_doc_ttft", "follow_up", "attached", "restart", "idle_p50", "busy_p99", "busy_max")}
+def measure(server: Server, doc_tokens: int, seed: int, rows: dict[str, list[float]]) -> None:
+    """One repeat of every row on one server, its numbers added to `rows`."""
     client = server.start()
 
     def take(key: str, value: float) -> None:
         """Keep a number, and print it at once: a long run shows what it has measured so far."""
-        rows[key].append(value)
+        rows.setdefault(key, []).append(value)
         print(f"  {server.name}, repeat {len(rows[key])}: {key} = {value:.3f}", file=sys.stderr, flush=True)
 
     try:
-        for r in range(repeats):
-            seed = seed0 + 10 * r
-            doc = document(doc_tokens, seed)
-            take("doc_ttft", stream(client, ask(doc), 8))
-            take("follow_up", stream(client, ask(doc)[:1] + [
-                {"role": "assistant", "content": "Dock 6."},
-                {"role": "user", "content": "And shipment 407?"}], 8))
-            idle: list[float] = []
-            stream(client, CHAT, 64, idle)
-            take("idle_p50", statistics.median(idle))
-            busy: list[float] = []
-            chat = threading.Thread(target=stream, args=(client, CHAT, 400, busy))
-            chat.start()
-            time.sleep(1.0)  # the chat is streaming
-            take("busy_doc_ttft", stream(client, ask(document(doc_tokens, seed + 1)), 8))
-            chat.join()
-            take("busy_p99", percentile(busy, 0.99))
-            take("busy_max", max(busy))
-            warm = document(doc_tokens, seed + 2)
-            t0 = time.perf_counter()
-            complete(client, [{"role": "user", "content": warm}], 1)  # how an API client warms a document
-            read = time.perf_counter() - t0
-            time.sleep(min(read, 5.0))  # the user reads their document's title, then asks
-            take("attached", stream(client, [{"role": "user", "content": f"{warm}\n\n{QUESTION}"}], 8))
-            restart_doc = document(doc_tokens, seed + 3)
-            stream(client, ask(restart_doc), 8)
-            server.stop()
-            client = server.start()
-            take("restart", stream(client, ask(restart_doc), 8))
+        doc = document(doc_tokens, seed)
+        take("doc_ttft", stream(client, ask(doc), 8))
+        take("follow_up", stream(client, ask(doc)[:1] + [
+            {"role": "assistant", "content": "Dock 6."},
+            {"role": "user", "content": "And shipment 407?"}], 8))
+        idle: list[float] = []
+        stream(client, CHAT, 64, idle)
+        take("idle_p50", statistics.median(idle))
+        busy: list[float] = []
+        chat = threading.Thread(target=stream, args=(client, CHAT, 400, busy))
+        chat.start()
+        time.sleep(1.0)  # the chat is streaming
+        take("busy_doc_ttft", stream(client, ask(document(doc_tokens, seed + 1)), 8))
+        chat.join()
+        take("busy_p99", percentile(busy, 0.99))
+        take("busy_max", max(busy))
+        warm = document(doc_tokens, seed + 2)
+        t0 = time.perf_counter()
+        complete(client, [{"role": "user", "content": warm}], 1)  # how an API client warms a document
+        read = time.perf_counter() - t0
+        time.sleep(min(read, 5.0))  # the user reads their document's title, then asks
+        take("attached", stream(client, [{"role": "user", "content": f"{warm}\n\n{QUESTION}"}], 8))
+        restart_doc = document(doc_tokens, seed + 3)
+        stream(client, ask(restart_doc), 8)
+        server.stop()
+        client = server.start()
+        take("restart", stream(client, ask(restart_doc), 8))
     finally:
         server.stop()
-    return rows
 
 
 def main() -> int:
@@ -170,7 +166,12 @@ def main() -> int:
         servers.append(Server("llama-server", [str(args.server / "llama-server"), "-m", str(args.model),
                                                "--port", "{port}", "-c", str(args.n_ctx), "-np", "4",
                                                "--kv-unified", "-fa", "on", "-t", str(THREADS), "--jinja"]))
-    results = {s.name: measure(s, args.doc_tokens, args.repeats, seed0=1000 * i) for i, s in enumerate(servers)}
+    # Repeat by repeat, the servers in turn (ABBA: the first of one repeat is the last of the next), on the
+    # same documents: a drift of the machine over the run falls on both sides alike.
+    results: dict[str, dict[str, list[float]]] = {s.name: {} for s in servers}
+    for r in range(args.repeats):
+        for server in servers if r % 2 == 0 else servers[::-1]:
+            measure(server, args.doc_tokens, 1000 + 10 * r, results[server.name])
     report = Report()
     report.emit(f"Documents beside llama-server: {args.model.name}, ~{args.doc_tokens}-token documents, "
                 f"medians of {args.repeats}")

@@ -104,3 +104,36 @@ def test_prompt_chunks_that_get_dearer_cost_few_trials():
         tuner.record(threads, took, now)
     assert tuner.threads == 2
     assert trial_time / total < 0.05
+
+
+def test_one_long_document_reads_at_the_kept_count():
+    """A 5,000-token document in 512-token chunks of 1.4 to 3.3 s: a trial at 1 thread would cost a whole
+    chunk at half speed (measured: +1.9 s on a 27 s read), so none is run before the chunks paid for one."""
+    tuner = ThreadTuner(2, react_to_slowdown=False)
+    now = 0.0
+    for i in range(12):
+        threads = tuner.choose(now)
+        assert threads == 2, f"chunk {i} was a trial"
+        took = 1.4 + 0.17 * i
+        now += took
+        tuner.record(threads, took, now)
+
+
+def test_a_hint_from_the_single_tokens_searches_the_prompt_chunks_at_once():
+    """Another program takes a core: the single tokens' tuner sees it first; the chunks' tuner, hinted,
+    finds 1 thread after a few chunks (three at the old count for a fresh figure, then the trial) instead of
+    after minutes of half-speed reading."""
+    tokens, chunks = ThreadTuner(2), ThreadTuner(2, react_to_slowdown=False)
+    now = run(tokens, 0, 10, 0.0, cores=2)
+    now = run(chunks, 0, 3, now, cores=2, width=64)
+    assert chunks.threads == 2
+    before = tokens.changes
+    now = run(tokens, 1, 10, now, cores=2)
+    assert tokens.threads == 1 and tokens.changes > before
+    chunks.hint()
+    now = run(chunks, 1, 12, now, cores=2, width=64)
+    assert chunks.threads == 1, "the hinted search kept the slow count"
+    unhinted = ThreadTuner(2, react_to_slowdown=False)
+    later = run(unhinted, 0, 3, 0.0, cores=2, width=64)
+    run(unhinted, 1, 12, later, cores=2, width=64)
+    assert unhinted.threads == 2  # without the hint: 12 s of half-speed chunks have not paid for a trial

@@ -32,7 +32,12 @@ class StepMeter:
         last = self.worker.decode(batch)
         seconds = time.perf_counter() - t0
         if tuner is not None:
+            changes = tuner.changes
             tuner.record(self.worker.threads[width > 1], seconds, t0 + seconds)
+            if width == 1 and tuner.changes != changes:  # single tokens see other programs first
+                for other in self.tuners.values():
+                    if other is not tuner:
+                        other.hint()
         self.steps += 1
         self.budget.record(step.num_tokens, step.num_decode_rows, seconds)
         if self.costs is not None and step.num_decode_rows == len(step.rows):

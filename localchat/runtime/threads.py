@@ -4,7 +4,10 @@ When another program holds a core, llama.cpp's threads wait on each other at eve
 2-thread decode on 2 cores drops to half the speed of 1 thread (measured: 26 vs 55.6 tok/s). A
 tuner watches the step times of one kind of step (single tokens, or batches of about one width:
 the engine keeps one tuner per width class), tries another count now and then (at once when single
-tokens slow down, rarely while they hold steady) and keeps whichever is faster.
+tokens slow down, rarely while they hold steady) and keeps whichever is faster. A trial of prompt
+chunks is a whole chunk at another count (seconds, late in a long document), so their tuners try
+nothing until the steps at the kept count have paid for it at TRIAL_SHARE, unless the single tokens'
+tuner found a new count (other programs came or went) and hints them to search.
 Pure Python: the engine reports step times and applies the counts.
 """
 
@@ -47,7 +50,10 @@ class ThreadTuner:
         self._recent: dict[int, deque[float]] = {}
         self._best: dict[int, float] = {}
         self._trial: _Trial | None = None
-        self._search = self._candidates()  # counts to try soon: at start, after a slowdown or a win
+        # Counts to try soon: at start (single tokens: a trial costs a few milliseconds), after a
+        # slowdown, a win or a hint.
+        self._search = self._candidates() if react_to_slowdown else []
+        self._spent = 0.0  # seconds of steps at the kept count since the last trial
         self._cycle = 0  # which candidate the next routine trial takes
         self._interval = EXPLORE_FIRST_S
         self._next_trial = now + EXPLORE_FIRST_S
@@ -55,8 +61,9 @@ class ThreadTuner:
 
     def choose(self, now: float) -> int:
         """Threads for the next step."""
-        if self._trial is None and self.max_threads > 1 and (self._search or now >= self._next_trial) \
-                and self._median(self.threads) is not None:
+        median = self._median(self.threads)
+        due = self._search or (now >= self._next_trial and self._spent * TRIAL_SHARE >= self._trial_cost(median))
+        if self._trial is None and self.max_threads > 1 and due and median is not None:
             if self._search:
                 candidate = self._search.pop(0)
             else:
@@ -76,6 +83,8 @@ class ThreadTuner:
             return
         recent = self._recent.setdefault(threads, deque(maxlen=RECENT))
         recent.append(seconds)
+        if threads == self.threads:
+            self._spent += seconds
         if threads != self.threads or len(recent) < RECENT:
             return
         median = statistics.median(recent)
@@ -88,8 +97,23 @@ class ThreadTuner:
             self._search = self._candidates()
             self._best[threads] = median
 
+    def hint(self) -> None:
+        """Another kind of step found a new count (other programs took cores or gave them back): search,
+        against this count as it runs from now on (its figures from before the change would flatter it)."""
+        if self._trial is None and not self._search:
+            self._recent.pop(self.threads, None)
+            self._best.pop(self.threads, None)
+            self._search = self._candidates()
+
+    def _trial_cost(self, median: float | None) -> float:
+        """About the seconds a trial takes: PROBE_STEPS steps, or fewer that add up to PROBE_SECONDS."""
+        if median is None:
+            return 0.0
+        return min(PROBE_STEPS * median, max(median, PROBE_SECONDS))
+
     def _judge(self, trial: _Trial, now: float) -> None:
         self._trial = None
+        self._spent = 0.0
         current = self._median(self.threads)
         tried = statistics.median(trial.seconds)
         if current is not None and tried < current * (1 - MIN_GAIN):
