@@ -20,8 +20,8 @@ def requirements(pyproject: str, extras: list[str]) -> list[str]:
     """The project's dependencies and those of `extras`, the runtime left out, torch pinned where named."""
     try:
         import tomllib
-    except ImportError:  # Python 3.10: tomli is not there yet; setup.sh then installs them after the compile
-        return []
+    except ImportError:  # Python 3.10 (no tomli yet): pip takes them after the compile; the torch pin still
+        return [TORCH] if extras else []  # comes first, each of setup.sh's extras needs torch
     project = tomllib.loads(pyproject)["project"]
     wanted = list(project["dependencies"])
     for extra in extras:

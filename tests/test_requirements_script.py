@@ -54,3 +54,11 @@ def test_the_command_prints_one_requirement_a_line():
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "requirements.py"), "[gptq]"],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == script.requirements(PYPROJECT, ["gptq"])
+
+
+def test_without_tomllib_the_torch_pin_still_comes_first(monkeypatch):
+    """Python 3.10 has no tomllib: the dependencies then wait for the compile, but an extra's unpinned torch
+    must still never reach pip first (it would take a multi-GB CUDA build)."""
+    monkeypatch.setitem(sys.modules, "tomllib", None)
+    assert script.requirements(PYPROJECT, ["dev", "gptq", "derive"]) == ["torch==2.13.0"]
+    assert script.requirements(PYPROJECT, []) == []
