@@ -22,13 +22,10 @@ extras=""
 requirements=$(mktemp)
 trap 'rm -f "$requirements"' EXIT
 .venv/bin/python scripts/requirements.py "$extras" > "$requirements"
-dependencies=""
-if [ -s "$requirements" ]; then  # an empty file is an error to pip
-  .venv/bin/python -m pip install --quiet -r "$requirements" &
-  dependencies=$!
-fi
+.venv/bin/python -m pip install --quiet -r "$requirements" &
+dependencies=$!
 PYTHON=.venv/bin/python bash scripts/install-runtime.sh --build-only
-[ -z "$dependencies" ] || wait "$dependencies"
+wait "$dependencies"
 PYTHON=.venv/bin/python bash scripts/install-runtime.sh
 .venv/bin/python -m pip install --quiet -e ".$extras"
 echo "localchat is installed in .venv: run .venv/bin/localchat" >&2
