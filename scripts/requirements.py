@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 RUNTIME = "llama-cpp-python"  # built by scripts/install-runtime.sh, never taken from the index
-# torch pinned to the CPU build for tests and CPU machines (an unpinned one is a multi-GB CUDA build);
-# a GPU user installs the CUDA build instead.
+# torch pinned to the version the tests run (an unpinned one takes the newest, a multi-GB CUDA build where
+# the index serves that); a GPU user installs the CUDA build instead.
 TORCH = "torch==2.13.0"
 
 
@@ -26,10 +26,15 @@ def requirements(pyproject: str, extras: list[str]) -> list[str]:
     wanted = list(project["dependencies"])
     for extra in extras:
         wanted += project["optional-dependencies"][extra]
-    wanted = [w for w in wanted if re.split(r"[\s<>=!~;\[]", w, maxsplit=1)[0].lower() != RUNTIME]
+    wanted = [w for w in wanted if _name(w) != RUNTIME]
     if any(w.startswith("torch") and not w.startswith("torchvision") for w in wanted):
         wanted.insert(0, TORCH)
     return list(dict.fromkeys(wanted))
+
+
+def _name(requirement: str) -> str:
+    """A requirement's project name, normalised as pip compares them (llama_cpp_python is llama-cpp-python)."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[\s<>=!~;@\[]", requirement, maxsplit=1)[0]).lower()
 
 
 def main() -> int:

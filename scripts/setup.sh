@@ -20,12 +20,15 @@ extras=""
 # localchat's other dependencies install while llama.cpp compiles: the compile waits on the CPU, pip
 # mostly on downloads and unpacking. Then the built wheel goes in, and localchat on top of both.
 requirements=$(mktemp)
-trap 'rm -f "$requirements"' EXIT
+dependencies=""
+# A failed compile or Ctrl-C also ends the background pip: never two pips in one .venv on the next run.
+trap 'if [ -n "$dependencies" ]; then kill "$dependencies" 2>/dev/null || true; fi; rm -f "$requirements"' EXIT
 .venv/bin/python scripts/requirements.py "$extras" > "$requirements"
 .venv/bin/python -m pip install --quiet -r "$requirements" &
 dependencies=$!
 PYTHON=.venv/bin/python bash scripts/install-runtime.sh --build-only
 wait "$dependencies"
+dependencies=""
 PYTHON=.venv/bin/python bash scripts/install-runtime.sh
 .venv/bin/python -m pip install --quiet -e ".$extras"
 echo "localchat is installed in .venv: run .venv/bin/localchat" >&2

@@ -7,10 +7,11 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+; on 3.10 the script installs after the compile
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("requirements_script", ROOT / "scripts" / "requirements.py")
@@ -37,7 +38,7 @@ def test_the_extras_dependencies_with_torch_pinned_to_the_cpu_build(extras):
     listed = script.requirements(PYPROJECT, extras)
     for extra in extras:
         assert set(PROJECT["optional-dependencies"][extra]) <= set(listed)
-    assert listed[0] == "torch==2.13.0"  # beside "torch>=2.4" pip takes the pinned CPU build, never a CUDA one
+    assert listed[0] == "torch==2.13.0"  # beside "torch>=2.4" pip takes the pinned version, never the newest
     assert "llama-cpp-python" not in {name(r) for r in listed}
 
 
@@ -62,3 +63,10 @@ def test_without_tomllib_the_torch_pin_still_comes_first(monkeypatch):
     monkeypatch.setitem(sys.modules, "tomllib", None)
     assert script.requirements(PYPROJECT, ["dev", "gptq", "derive"]) == ["torch==2.13.0"]
     assert script.requirements(PYPROJECT, []) == []
+
+
+@pytest.mark.parametrize("spelling", ["llama_cpp_python==0.3.36", "Llama.Cpp-Python>=0.3", "llama-cpp-python @ file:///x.whl"])
+def test_the_runtime_is_left_out_however_it_is_spelled(spelling):
+    respelled = PYPROJECT.replace('"llama-cpp-python==0.3.36"', f'"{spelling}"')
+    assert spelling in respelled
+    assert script.requirements(respelled, []) == [d for d in PROJECT["dependencies"] if name(d) != "llama-cpp-python"]

@@ -121,8 +121,8 @@ def test_one_long_document_reads_at_the_kept_count():
 
 def test_a_hint_from_the_single_tokens_searches_the_prompt_chunks_at_once():
     """Another program takes a core: the single tokens' tuner sees it first; the chunks' tuner, hinted,
-    finds 1 thread after a few chunks (three at the old count for a fresh figure, then the trial) instead of
-    after minutes of half-speed reading."""
+    tries the count the single tokens found after three chunks at the old count (a fresh figure to judge it
+    against) instead of after minutes of half-speed reading."""
     tokens, chunks = ThreadTuner(2), ThreadTuner(2, react_to_slowdown=False)
     now = run(tokens, 0, 10, 0.0, cores=2)
     now = run(chunks, 0, 3, now, cores=2, width=64)
@@ -130,10 +130,32 @@ def test_a_hint_from_the_single_tokens_searches_the_prompt_chunks_at_once():
     before = tokens.changes
     now = run(tokens, 1, 10, now, cores=2)
     assert tokens.threads == 1 and tokens.changes > before
-    chunks.hint()
+    chunks.hint(tokens.threads)
     now = run(chunks, 1, 12, now, cores=2, width=64)
     assert chunks.threads == 1, "the hinted search kept the slow count"
     unhinted = ThreadTuner(2, react_to_slowdown=False)
     later = run(unhinted, 0, 3, 0.0, cores=2, width=64)
     run(unhinted, 1, 12, later, cores=2, width=64)
     assert unhinted.threads == 2  # without the hint: 12 s of half-speed chunks have not paid for a trial
+
+
+def test_a_hint_during_a_trial_is_tried_once_the_trial_is_judged():
+    tuner = ThreadTuner(8, react_to_slowdown=False)
+    now = run(tuner, 0, 3, 0.0, width=64)
+    tuner._search = [6]  # a trial under way when the hint comes
+    threads = tuner.choose(now)
+    assert threads == 6
+    tuner.hint(2)
+    chosen = []
+    while 2 not in chosen and len(chosen) < 10:  # the trial's steps (6 loses), a fresh figure at 8, then 2
+        count = tuner.choose(now)
+        chosen.append(count)
+        now += step_seconds(count, 0, width=64)
+        tuner.record(count, step_seconds(count, 0, width=64), now)
+    assert chosen == [6, 6, 8, 8, 8, 2]
+
+
+def test_a_new_kind_of_step_starts_at_the_count_given():
+    tuner = ThreadTuner(8, react_to_slowdown=False, threads=1)
+    assert tuner.choose(0.0) == 1
+    assert ThreadTuner(4, threads=16).threads == 4

@@ -37,7 +37,7 @@ class StepMeter:
             if width == 1 and tuner.changes != changes:  # single tokens see other programs first
                 for other in self.tuners.values():
                     if other is not tuner:
-                        other.hint()
+                        other.hint(tuner.threads)
         self.steps += 1
         self.budget.record(step.num_tokens, step.num_decode_rows, seconds)
         if self.costs is not None and step.num_decode_rows == len(step.rows):
@@ -54,7 +54,9 @@ class StepMeter:
         kind = width_class(width)
         tuner = self.tuners.get(kind)
         if tuner is None:
-            tuner = self.tuners[kind] = ThreadTuner(self.worker.max_threads, now, react_to_slowdown=kind == 1)
+            single = self.tuners.get(1)  # a new kind of step starts where single tokens found the cores
+            tuner = self.tuners[kind] = ThreadTuner(self.worker.max_threads, now, react_to_slowdown=kind == 1,
+                                                    threads=single.threads if single is not None else None)
         threads = tuner.choose(now)
         single, batch = self.worker.threads
         self.worker.set_threads(threads if width == 1 else single, threads if width > 1 else batch)

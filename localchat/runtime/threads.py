@@ -6,8 +6,8 @@ tuner watches the step times of one kind of step (single tokens, or batches of a
 the engine keeps one tuner per width class), tries another count now and then (at once when single
 tokens slow down, rarely while they hold steady) and keeps whichever is faster. A trial of prompt
 chunks is a whole chunk at another count (seconds, late in a long document), so their tuners try
-nothing until the steps at the kept count have paid for it at TRIAL_SHARE, unless the single tokens'
-tuner found a new count (other programs came or went) and hints them to search.
+nothing until the steps at the kept count have paid for it at TRIAL_SHARE; the single tokens' tuner, which
+sees other programs come and go first, hints them its new count to try at once (and a new one starts there).
 Pure Python: the engine reports step times and applies the counts.
 """
 
@@ -41,9 +41,10 @@ class _Trial:
 class ThreadTuner:
     """The thread count for one kind of step."""
 
-    def __init__(self, max_threads: int, now: float = 0.0, react_to_slowdown: bool = True) -> None:
+    def __init__(self, max_threads: int, now: float = 0.0, react_to_slowdown: bool = True,
+                 threads: int | None = None) -> None:
         self.max_threads = max(1, max_threads)
-        self.threads = self.max_threads
+        self.threads = min(threads or self.max_threads, self.max_threads)
         # Single tokens cost about the same step after step, so a slower run of them means other
         # programs took cores; prompt chunks get dearer as the context fills, so they only trial.
         self.react_to_slowdown = react_to_slowdown
@@ -53,7 +54,8 @@ class ThreadTuner:
         # Counts to try soon: at start (single tokens: a trial costs a few milliseconds), after a
         # slowdown, a win or a hint.
         self._search = self._candidates() if react_to_slowdown else []
-        self._spent = 0.0  # seconds of steps at the kept count since the last trial
+        self._spent = 0.0  # seconds of steps at the kept count since the last trial (prompt chunks)
+        self._hinted: int | None = None  # a count hinted during a trial, tried once it is judged
         self._cycle = 0  # which candidate the next routine trial takes
         self._interval = EXPLORE_FIRST_S
         self._next_trial = now + EXPLORE_FIRST_S
@@ -62,7 +64,7 @@ class ThreadTuner:
     def choose(self, now: float) -> int:
         """Threads for the next step."""
         median = self._median(self.threads)
-        due = self._search or (now >= self._next_trial and self._spent * TRIAL_SHARE >= self._trial_cost(median))
+        due = self._search or (now >= self._next_trial and (self.react_to_slowdown or self._paid(median)))
         if self._trial is None and self.max_threads > 1 and due and median is not None:
             if self._search:
                 candidate = self._search.pop(0)
@@ -97,19 +99,25 @@ class ThreadTuner:
             self._search = self._candidates()
             self._best[threads] = median
 
-    def hint(self) -> None:
-        """Another kind of step found a new count (other programs took cores or gave them back): search,
-        against this count as it runs from now on (its figures from before the change would flatter it)."""
-        if self._trial is None and not self._search:
+    def hint(self, count: int) -> None:
+        """Single tokens now run best at `count` (other programs took cores or gave them back): try that
+        count next, against this one as it runs from now on (its figures from before would flatter it)."""
+        if self._trial is not None:
+            self._hinted = count  # tried once the trial under way is judged
+            return
+        if count != self.threads:
             self._recent.pop(self.threads, None)
             self._best.pop(self.threads, None)
-            self._search = self._candidates()
+            self._search = [count]
 
-    def _trial_cost(self, median: float | None) -> float:
-        """About the seconds a trial takes: PROBE_STEPS steps, or fewer that add up to PROBE_SECONDS."""
+    def _paid(self, median: float | None) -> bool:
+        """Whether the steps at the kept count have paid for a trial at TRIAL_SHARE: about PROBE_STEPS
+        steps, or fewer that add up to PROBE_SECONDS, priced at the fastest this count has run (a
+        slowdown must not put the trial that would find a way out further off)."""
         if median is None:
-            return 0.0
-        return min(PROBE_STEPS * median, max(median, PROBE_SECONDS))
+            return False
+        step = min(median, self._best.get(self.threads, median))
+        return self._spent * TRIAL_SHARE >= min(PROBE_STEPS * step, max(step, PROBE_SECONDS))
 
     def _judge(self, trial: _Trial, now: float) -> None:
         self._trial = None
@@ -127,6 +135,9 @@ class ThreadTuner:
         elif not self._search:
             self._interval = min(self._interval * 2, EXPLORE_MAX_S)
         self._next_trial = now + max(self._interval, sum(trial.seconds) / TRIAL_SHARE)
+        hinted, self._hinted = self._hinted, None
+        if hinted is not None:
+            self.hint(hinted)
 
     def _candidates(self) -> list[int]:
         """Counts worth a trial from here, nearest first: a neighbour either way, a few jumps down
