@@ -27,7 +27,7 @@ def requirements(pyproject: str, extras: list[str]) -> list[str]:
     for extra in extras:
         wanted += project["optional-dependencies"][extra]
     wanted = [w for w in wanted if _name(w) != RUNTIME]
-    if any(w.startswith("torch") and not w.startswith("torchvision") for w in wanted):
+    if any(_name(w) == "torch" for w in wanted):
         wanted.insert(0, TORCH)
     return list(dict.fromkeys(wanted))
 

@@ -1,6 +1,6 @@
 """What scripts/setup.sh installs while llama.cpp compiles (scripts/requirements.py): every dependency
 of the project and of the extras named, never the runtime itself (pip would build it from source, a
-second time and without our flags), and torch pinned to the CPU build wherever an extra needs it."""
+second time and without our flags), and torch pinned to the tests' version wherever an extra needs it."""
 
 from __future__ import annotations
 
@@ -22,8 +22,7 @@ PYPROJECT = (ROOT / "pyproject.toml").read_text()
 PROJECT = tomllib.loads(PYPROJECT)["project"]
 
 
-def name(requirement: str) -> str:
-    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower()
+name = script._name
 
 
 def test_every_dependency_but_the_runtime():
@@ -34,7 +33,7 @@ def test_every_dependency_but_the_runtime():
 
 
 @pytest.mark.parametrize("extras", [["dev", "gptq", "derive"], ["gptq"], ["derive"]])
-def test_the_extras_dependencies_with_torch_pinned_to_the_cpu_build(extras):
+def test_the_extras_dependencies_with_torch_pinned_first(extras):
     listed = script.requirements(PYPROJECT, extras)
     for extra in extras:
         assert set(PROJECT["optional-dependencies"][extra]) <= set(listed)

@@ -54,9 +54,9 @@ class StepMeter:
         kind = width_class(width)
         tuner = self.tuners.get(kind)
         if tuner is None:
-            single = self.tuners.get(1)  # a new kind of step starts where single tokens found the cores
+            tokens = self.tuners.get(1)  # a new kind of step starts where single tokens found the cores
             tuner = self.tuners[kind] = ThreadTuner(self.worker.max_threads, now, react_to_slowdown=kind == 1,
-                                                    threads=single.threads if single is not None else None)
+                                                    threads=tokens.threads if tokens is not None else None)
         threads = tuner.choose(now)
         single, batch = self.worker.threads
         self.worker.set_threads(threads if width == 1 else single, threads if width > 1 else batch)
