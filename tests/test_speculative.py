@@ -13,7 +13,7 @@ from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.sequence import Sequence
 from localchat.runtime.prompt_lookup import NgramIndex, PromptLookup
-from localchat.runtime.speculative import Drafter, SpecConfig, Speculator, StepCosts, expected_tokens
+from localchat.runtime.speculative import Drafter, SpecConfig, SpecState, Speculator, StepCosts, expected_tokens
 from localchat.runtime.worker import WorkerConfig
 
 QUOTE = ("The harbour master wrote: 'The northern pier closes at dusk on Fridays, and boats "
@@ -238,6 +238,24 @@ def test_adaptive_engine_keeps_output_and_reports_its_choice(model_path):
     spec = result.stats.spec
     assert spec.drafter == "prompt-lookup" and spec.accepted <= spec.drafted
     assert spec.predicted_speedup is None if spec.drafted == 0 else spec.predicted_speedup >= 1.0
+
+
+def test_the_engine_tells_the_speculator_of_every_plain_step(model_path, monkeypatch):
+    """Plain steps score the free drafter's guess (how it resumes after misses) and count in the
+    request's predicted speedup: both were lost when the step asked whether the sequence was
+    decoding after marking its token computed."""
+    ended = []
+    forget = Speculator.forget
+    monkeypatch.setattr(Speculator, "forget", lambda self, seq: ended.append(forget(self, seq)) or ended[-1])
+    worker = WorkerConfig(n_ctx=2048, n_threads=2, deterministic=True)
+    never = SpecConfig(min_gain=1e9)  # every step plain: the drafter only guesses beside them
+    with Engine.load(model_path, EngineConfig(worker=worker, lookup=True, spec=never)) as engine:
+        result = engine.submit(Request(messages=chat(PROMPTS[0]), sampling=SamplingParams(
+            temperature=0.0, max_tokens=48, ignore_eos=True))).result()
+    state = ended[-1]
+    assert result.stats.spec.drafted == 0
+    assert state.predicted_tokens == state.predicted_cost == len(result.token_ids) - 1  # all but the prompt's
+    assert state.trials_weight != SpecState().trials_weight  # the repeated quote's guesses were scored
 
 
 def test_no_predicted_speedup_is_claimed_when_nothing_was_drafted():

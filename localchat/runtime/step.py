@@ -74,13 +74,14 @@ class StepRunner:
         if draft:
             self._verify(seq, row.start, index, draft)
             return
+        decoding = seq.is_decoding  # asked before the row's tokens count as computed
         seq.num_computed = row.end
         if row.end == seq.num_prompt and self.kv_disk is not None and self.kv_disk.wants(seq.num_prompt - seq.num_cached):
             # The prompt is read and nothing generated yet: its cells are exactly the prompt's.
             self.kv_disk.save(seq.tokens[:seq.num_prompt], self.worker.export_seq(seq.slot))
         if row.want_logits:
             token = self.worker.sample(seq.sampler, index)
-            if self.speculator is not None and seq.is_decoding:
+            if self.speculator is not None and decoding:
                 self.speculator.settle_plain(seq, token)
             self._on_token(seq, token, index)
         elif seq.num_computed < seq.num_prompt:
