@@ -1,6 +1,7 @@
 """Speculative decoding benchmark: plain vs prompt lookup vs draft models, side by side, medians.
 
-    python benchmarks/speculative.py [--quick] [--section costs|workloads|exactness|api|drafts ...] [--output FILE.md]
+    python benchmarks/speculative.py [--quick] [--section costs|workloads|exactness|api|drafts ...] [--file TEXT ...]
+                                     [--output FILE.md]
 
 With LLAMA_CPP_BIN pointing at a folder holding llama.cpp's own `llama-speculative` (built
 from the same sources, flags and threads), its numbers are reported beside ours.
@@ -25,7 +26,8 @@ from pathlib import Path
 from localchat.bench_report import Report, isolated
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.speculative import SpecConfig, StepCosts, expected_tokens
+from localchat.runtime.acceptance import expected_tokens
+from localchat.runtime.speculative import SpecConfig, StepCosts
 from localchat.runtime.worker import BatchRow, Worker, WorkerConfig, default_threads
 
 REPORT = """In the spring of 1891 the river authority published its rules for the lower harbour.
@@ -209,9 +211,10 @@ def _api_rate(client, prompt: str, n: int, streaming: threading.Event | None = N
     return rate, text
 
 
-def _api(report: Report, files: dict[str, Path], repeats: int, n: int, workloads: tuple[str, ...]) -> None:
+def _api(report: Report, files: dict[str, tuple[Path, tuple[str, ...]]], repeats: int, n: int) -> None:
     """The default against --no-spec through `localchat serve` (its runner process, the official client),
-    alone and beside two other streaming chats (one batched step carries all three)."""
+    alone and beside two other streaming chats (one batched step carries all three); `files`: label -> (file,
+    the workloads asked of it)."""
     from serve_peer import Server  # this script's own folder
 
     emit = report.emit
@@ -222,7 +225,7 @@ def _api(report: Report, files: dict[str, Path], repeats: int, n: int, workloads
          "default tok/s | ratio | identical output |")
     emit("|---|---|---|---|---|---|---|")
     home = tempfile.mkdtemp(prefix="localchat-spec-")
-    for label, path in files.items():
+    for label, (path, workloads) in files.items():
         rates: dict[tuple[bool, str, bool], list[float]] = {}
         texts: dict[bool, dict[str, str]] = {False: {}, True: {}}
         for _ in range(repeats):
@@ -258,6 +261,7 @@ def _api(report: Report, files: dict[str, Path], repeats: int, n: int, workloads
 
 
 def main() -> int:
+    from localchat.models.derive import requantize
     from localchat.models.resolve import resolve_model
     from localchat.workloads import gemma_270m, synthetic_1b
 
@@ -265,23 +269,31 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--section", action="append", choices=("costs", "workloads", "exactness", "api", "drafts"),
                         help="run only these sections (default: all)")
+    parser.add_argument("--file", action="append", help="only the files whose label holds this text")
     parser.add_argument("--output")
     args = parser.parse_args()
     sections = args.section or ["costs", "workloads", "exactness", "api", "drafts"]
     repeats, n = (2, 64) if args.quick else (3, 96)
     q4 = resolve_model("smollm2-135m")
     report = Report()
+    # gemma in F32: real weights that read 1.08 GB per token, as a 1B-class Q8_0 file does, so a step
+    # waits on memory more than on arithmetic: the bandwidth-bound case where drafts come cheapest.
     files = {"SmolLM2-135M Q4_1": q4, "gemma-3-270m Q4_K_M": gemma_270m(),
+             "gemma-3-270m F32 (1.08 GB a token)": requantize(gemma_270m(), "F32"),
              "Llama 1B-class Q4_K_M (random weights)": synthetic_1b(q4)}
+    if args.file:
+        files = {label: path for label, path in files.items() if any(f.lower() in label.lower() for f in args.file)}
     if "costs" in sections:
         _costs(report, files, 5 if args.quick else 15)
     if "workloads" in sections:
         _workloads(report, files, repeats, 160)
     if "exactness" in sections:
         _exactness(report, files, 160)
-    if "api" in sections:  # the small files: the 1B-class one would take long beside two other streams
-        small = {k: v for k, v in files.items() if "1B" not in k}
-        _api(report, small, repeats, 160, ("quoting", "code") if args.quick else tuple(WORKLOADS))
+    if "api" in sections:  # not the 1B-class file, and F32 on its copying workloads: beside two other
+        # streams (each 4x the answer's length) those would take long
+        every = ("quoting", "code") if args.quick else tuple(WORKLOADS)
+        _api(report, {label: (path, ("quoting", "code") if "F32" in label else every)
+                      for label, path in files.items() if "1B" not in label}, repeats, 160)
     if "drafts" in sections:
         _drafts(report, q4, repeats, n, args.quick)
     report.save(args.output)

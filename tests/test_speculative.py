@@ -13,7 +13,8 @@ from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.sequence import Sequence
 from localchat.runtime.prompt_lookup import NgramIndex, PromptLookup
-from localchat.runtime.speculative import Drafter, SpecConfig, SpecState, Speculator, StepCosts, expected_tokens
+from localchat.runtime.acceptance import expected_tokens, expected_tokens_by_position
+from localchat.runtime.speculative import Drafter, SpecConfig, SpecState, Speculator, StepCosts
 from localchat.runtime.worker import WorkerConfig
 
 QUOTE = ("The harbour master wrote: 'The northern pier closes at dusk on Fridays, and boats "
@@ -149,7 +150,7 @@ def test_step_costs_learn_what_the_cached_tokens_add():
     assert abs(costs.table()[9] - (0.8 * 0.035 + 0.2 * 0.044)) < 1e-12
     spec = Speculator(FixedCostDrafter(0.0), costs)
     # At 50% acceptance one draft pays at the start of a chat, not 1000 tokens into it.
-    assert spec.best(0.5, 1, 8)[1] > 1.05 > spec.best(0.5, 1, 8, kv=1000, row_kv=1000)[1]
+    assert spec.best([0.5] * 8, 1, 8)[1] > 1.05 > spec.best([0.5] * 8, 1, 8, kv=1000, row_kv=1000)[1]
 
 
 def test_a_free_drafter_measured_slower_than_its_costs_promise_is_probed_rarely():
@@ -280,6 +281,25 @@ def test_expected_tokens_and_cost_interpolation():
     costs.record(3, 0.016)
     assert abs(costs.cost(2) - 0.013) < 1e-9
     assert abs(costs.cost(5) - 0.022) < 1e-9
+
+
+def test_acceptance_is_measured_by_draft_position():
+    assert abs(expected_tokens_by_position([0.7] * 5, 5) - expected_tokens(0.7, 5)) < 1e-12
+    assert expected_tokens_by_position([1.0, 0.5], 2) == 2.5
+    # Copied passages: drafts are taken whole or missed at their first token, half the steps each.
+    copying = SpecState()
+    for _ in range(10):
+        copying.observe(8, 8)
+        copying.observe(8, 0)
+    rates = copying.rates(8)
+    assert rates[0] < 0.6 and min(rates[1:]) > 0.9  # once the first draft is right, the rest follow
+    # One rate for all positions (~89% here) would promise more than the ~5 tokens these steps gave.
+    assert 4.5 < copying.expected_tokens(8) < 5.5 < expected_tokens(copying.acceptance, 8)
+    # Long runs all accepted: the next long draft is expected to be taken whole, almost.
+    whole = SpecState()
+    for _ in range(3):
+        whole.observe(8, 8)
+    assert whole.expected_tokens(8) > 8.3 > expected_tokens(whole.acceptance, 8)
 
 
 def test_ngram_lookup_proposes_what_followed():

@@ -119,7 +119,7 @@ def test_chart_is_a_png_with_either_library(tmp_path, monkeypatch: pytest.Monkey
 
 
 def test_acceptance_from_inverts_the_planners_expected_tokens() -> None:
-    from localchat.runtime.speculative import expected_tokens
+    from localchat.runtime.acceptance import expected_tokens
     from localchat.tune.draft import acceptance_from
 
     for alpha in (0.1, 0.5, 0.8, 0.95):

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .acceptance import expected_tokens
+from .acceptance import expected_tokens_by_position
 from .events import SpecStats
 from .scheduler import Row
 from .sequence import Sequence
@@ -89,12 +89,18 @@ class StepCosts:
         return dict(sorted(self._seconds.items()))
 
 
+POSITIONS = 16  # draft positions measured apart; later ones share the last one's record
+
+
 @dataclass(slots=True)
 class SpecState:
     """One sequence's speculation record: acceptance with decay, and what it drafted."""
 
     accepted_weight: float = 1.0  # a mild prior of 50% acceptance
     trials_weight: float = 2.0
+    # The same by draft position: reached (every draft before it accepted) and accepted there.
+    position_reached: list[float] = field(default_factory=lambda: [0.0] * POSITIONS)
+    position_accepted: list[float] = field(default_factory=lambda: [0.0] * POSITIONS)
     drafted: int = 0
     accepted: int = 0
     steps: int = 0  # target passes that carried drafts
@@ -140,6 +146,18 @@ class SpecState:
     def acceptance(self) -> float:
         return self.accepted_weight / self.trials_weight
 
+    def rates(self, k: int) -> list[float]:
+        """Acceptance at each of k draft positions, given every draft before it was accepted: what
+        each position measured, drawn towards the overall rate by one trial's weight (a position
+        rarely reached says little on its own)."""
+        overall = self.acceptance
+        last = POSITIONS - 1
+        return [(self.position_accepted[min(i, last)] + overall) / (self.position_reached[min(i, last)] + 1.0)
+                for i in range(k)]
+
+    def expected_tokens(self, k: int) -> float:
+        return expected_tokens_by_position(self.rates(k), k)
+
     def stats(self, drafter: str) -> SpecStats:
         """The request's speculation numbers for its final Stats event."""
         passes = self.steps
@@ -157,6 +175,12 @@ class SpecState:
         trials = accepted + (1 if accepted < k else 0)
         self.accepted_weight = 0.9 * self.accepted_weight + accepted
         self.trials_weight = 0.9 * self.trials_weight + trials
+        for i in range(POSITIONS):
+            self.position_reached[i] *= 0.9
+            self.position_accepted[i] *= 0.9
+        for i in range(min(trials, POSITIONS)):
+            self.position_reached[i] += 1.0
+            self.position_accepted[i] += 1.0 if i < accepted else 0.0
 
 
 class Drafter(Protocol):
@@ -265,7 +289,7 @@ class Speculator:
             return min(self.config.fixed_k, limit)
         if not self.costs.known():
             return 0
-        best_k, best_gain = self.best(state.acceptance, base_width, limit, kv, state.row_kv)
+        best_k, best_gain = self.best(state.rates(limit), base_width, limit, kv, state.row_kv)
         state.predicted_gain = best_gain
         promised = best_gain >= self.config.min_gain
         if promised and not state.measured_slower:
@@ -284,7 +308,7 @@ class Speculator:
         # Probe only if acceptance could plausibly recover enough to pay. A drafter with a cost of
         # its own must also catch up on every token since it last drafted, so it gets no benefit of
         # the doubt beyond halfway to perfect acceptance.
-        hopeful = (1.0 + state.acceptance) / 2
+        hopeful = [(1.0 + rate) / 2 for rate in state.rates(limit)]
         if self.best(hopeful, base_width, limit, kv, state.row_kv)[1] < self.config.min_gain:
             return 0
         state.idle_steps += 1
@@ -296,14 +320,14 @@ class Speculator:
         state.probe_interval = min(state.probe_interval * 2, 32 * self.config.probe_every)
         return best_k or min(2, limit)
 
-    def best(self, acceptance: float, base_width: int, limit: int, kv: int = 0, row_kv: int = 0) -> tuple[int, float]:
-        """(k, predicted speedup) with the best expected tokens per second, k in 0..limit; each draft
-        attends to the `row_kv` cached tokens of its sequence."""
+    def best(self, rates: list[float], base_width: int, limit: int, kv: int = 0, row_kv: int = 0) -> tuple[int, float]:
+        """(k, predicted speedup) with the best expected tokens per second, k in 0..limit, draft i
+        accepted at `rates[i]`; each draft attends to the `row_kv` cached tokens of its sequence."""
         plain = self.costs.cost(base_width, kv)
         best_k, best_gain = 0, 1.0
         for k in range(1, limit + 1):
             seconds = self.costs.cost(base_width + k, kv + k * row_kv) + self.speculation_cost(k)
-            gain = expected_tokens(acceptance, k) * plain / seconds
+            gain = expected_tokens_by_position(rates, k) * plain / seconds
             if gain > best_gain:
                 best_k, best_gain = k, gain
         return best_k, best_gain
@@ -375,7 +399,7 @@ class Speculator:
             return
         if self.costs.known():  # what the model expected of this step, before it learns from it
             width, kv = state.base_width, state.base_kv
-            state.predicted_tokens += expected_tokens(state.acceptance, k)
+            state.predicted_tokens += state.expected_tokens(k)
             state.predicted_cost += ((self.costs.cost(width + k, kv + k * state.row_kv) + self.speculation_cost(k))
                                      / self.costs.cost(width, kv))
         state.observe(k, accepted)
