@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from localchat.models.derive import requantize
 from localchat.runtime import backends
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.worker import WorkerConfig
+from localchat.runtime.worker import BatchRow, Worker, WorkerConfig
 from localchat.workloads import document
 
 N_CTX = 4096
@@ -67,3 +68,24 @@ def test_default_mode_runs_the_fast_kernels_and_agrees_alone_and_concurrent(mode
     total = sum(min(len(x), len(y)) for x, y in zip(alone, together))
     assert same / total >= 0.9, (alone, together)
     assert all(x[:4] == y[:4] for x, y in zip(alone, together))
+
+
+def test_deterministic_k_quant_rows_round_alike_in_any_batch(model_path: Path):
+    """ggml multiplies 8 rows or more by a K-quant matrix in tiles, which round otherwise than one row
+    at a time. In --deterministic mode a token's distribution is the same alone as in a verify step of 9
+    rows; this file's feed-forward projections are K-quants (Q4_K, Q6_K)."""
+    worker = Worker(requantize(model_path, "Q4_K_M"), WorkerConfig(n_ctx=1024, n_threads=2, deterministic=True))
+    try:
+        tokens = worker.tokenize("The harbour master wrote about the boats and the tides of the lower harbour. " * 5)
+        pos = len(tokens) - 9
+        worker.decode([BatchRow(0, tokens[:pos], 0, False)])
+        alone = []
+        for i in range(9):
+            worker.decode([BatchRow(0, [tokens[pos + i]], pos + i, True)])
+            alone.append(worker.logprob(0, tokens[pos + i + 1] if i < 8 else 0, 8))
+        worker.seq_remove(0, pos, -1)
+        worker.decode([BatchRow(0, tokens[pos:], pos, True, all_logits=True)])
+        together = [worker.logprob(i, tokens[pos + i + 1] if i < 8 else 0, 8) for i in range(9)]
+        assert together == alone
+    finally:
+        worker.close()
