@@ -27,7 +27,8 @@ from localchat.bench_report import Report, isolated
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.acceptance import expected_tokens
-from localchat.runtime.speculative import SpecConfig, StepCosts
+from localchat.runtime.speculative import SpecConfig
+from localchat.runtime.step_costs import StepCosts
 from localchat.runtime.worker import BatchRow, Worker, WorkerConfig, default_threads
 
 REPORT = """In the spring of 1891 the river authority published its rules for the lower harbour.

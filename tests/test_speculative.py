@@ -14,7 +14,8 @@ from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.sequence import Sequence
 from localchat.runtime.prompt_lookup import NgramIndex, PromptLookup
 from localchat.runtime.acceptance import expected_tokens, expected_tokens_by_position
-from localchat.runtime.speculative import Drafter, SpecConfig, SpecState, Speculator, StepCosts
+from localchat.runtime.speculative import Drafter, SpecConfig, SpecState, Speculator
+from localchat.runtime.step_costs import StepCosts
 from localchat.runtime.worker import WorkerConfig
 
 QUOTE = ("The harbour master wrote: 'The northern pier closes at dusk on Fridays, and boats "

@@ -25,7 +25,8 @@ from .resample import Resampled, checked
 from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .sequence import KVHandover, Sequence
-from .speculative import Drafter, SpecConfig, Speculator, StepCosts
+from .speculative import Drafter, SpecConfig, Speculator
+from .step_costs import StepCosts
 from .step import StepRunner
 from .step_meter import StepMeter
 from .text_output import TextOutput

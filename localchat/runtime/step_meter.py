@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from .scheduler import Step, StepBudget
-from .speculative import StepCosts, kv_read
+from .step_costs import StepCosts, kv_read
 from .threads import ThreadTuner, width_class
 from .worker import BatchRow, Worker
 
