@@ -274,7 +274,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--section", action="append", choices=("costs", "workloads", "exactness", "api", "drafts"),
                         help="run only these sections (default: all)")
-    parser.add_argument("--file", action="append", help="only the files whose label holds this text")
+    parser.add_argument("--file", action="append", help="only the files whose label holds this text (not the drafts section)")
     parser.add_argument("--output")
     args = parser.parse_args()
     sections = args.section or ["costs", "workloads", "exactness", "api", "drafts"]
@@ -283,11 +283,11 @@ def main() -> int:
     report = Report()
     # gemma in F32: real weights that read 1.08 GB per token, as a 1B-class Q8_0 file does, so a step
     # waits on memory more than on arithmetic: the bandwidth-bound case where drafts come cheapest.
-    files = {"SmolLM2-135M Q4_1": q4, "gemma-3-270m Q4_K_M": gemma_270m(),
-             "gemma-3-270m F32 (1.08 GB a token)": requantize(gemma_270m(), "F32"),
-             "Llama 1B-class Q4_K_M (random weights)": synthetic_1b(q4)}
-    if args.file:
-        files = {label: path for label, path in files.items() if any(f.lower() in label.lower() for f in args.file)}
+    makers = {"SmolLM2-135M Q4_1": lambda: q4, "gemma-3-270m Q4_K_M": gemma_270m,
+              "gemma-3-270m F32 (1.08 GB a token)": lambda: requantize(gemma_270m(), "F32"),
+              "Llama 1B-class Q4_K_M (random weights)": lambda: synthetic_1b(q4)}
+    files = {label: make() for label, make in makers.items()
+             if not args.file or any(f.lower() in label.lower() for f in args.file)}
     if "costs" in sections:
         _costs(report, files, 5 if args.quick else 15)
     if "workloads" in sections:

@@ -139,17 +139,17 @@ def llama_bench(bin_dir: Path, model: Path, repeats: int) -> tuple[float, float]
     import subprocess
     import tempfile
 
+    from .runtime import backends
+
     with tempfile.TemporaryDirectory(prefix="localchat-llama-bench-") as tmp:
         if any(bin_dir.glob("*ggml-cpu-*")):
-            from .runtime import backends
-
             keep = backends.choose(False, model).module
             shutil.copy2(bin_dir / "llama-bench", tmp)  # ggml looks for variants beside the real executable
             for item in bin_dir.iterdir():
                 if item.name != "llama-bench" and ("ggml-cpu-" not in item.name or item.name == keep):
                     (Path(tmp) / item.name).symlink_to(item.resolve())
             bin_dir = Path(tmp)
-        env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(
+        env = {**backends.child_environ(), "LD_LIBRARY_PATH": os.pathsep.join(
             p for p in (str(bin_dir), os.environ.get("LD_LIBRARY_PATH", "")) if p)}  # an empty entry is the cwd
         out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(THREADS), "-p", "512",
                               "-n", "128", "-r", str(repeats), "-fa", "1", "-ngl", str(GPU_LAYERS), "-o", "json"],

@@ -4,6 +4,7 @@ default mode's fast kernels say what they guarantee, and the tests hold them to 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from localchat.models.derive import requantize
@@ -87,5 +88,8 @@ def test_deterministic_k_quant_rows_round_alike_in_any_batch(model_path: Path):
         worker.decode([BatchRow(0, tokens[pos:], pos, True, all_logits=True)])
         together = [worker.logprob(i, tokens[pos + i + 1] if i < 8 else 0, 8) for i in range(9)]
         assert together == alone
+        # The switch is this process's own: a child choosing its kernels sees the user's setting.
+        assert os.environ[backends.TILED_SWITCH] == "0"
+        assert backends.child_environ().get(backends.TILED_SWITCH) == backends.USER_TILED
     finally:
         worker.close()

@@ -296,6 +296,9 @@ def test_acceptance_is_measured_by_draft_position():
     assert rates[0] < 0.6 and min(rates[1:]) > 0.9  # once the first draft is right, the rest follow
     # One rate for all positions (~89% here) would promise more than the ~5 tokens these steps gave.
     assert 4.5 < copying.expected_tokens(8) < 5.5 < expected_tokens(copying.acceptance, 8)
+    for guess in range(20):  # plain steps score a free drafter's guess: position 0 alone
+        copying.observe(1, guess % 2)
+    assert min(copying.rates(8)[1:]) > 0.9  # how a passage goes on, once taken, is still known
     # Long runs all accepted: the next long draft is expected to be taken whole, almost.
     whole = SpecState()
     for _ in range(3):

@@ -26,7 +26,12 @@ from .cpu_variants import (MODULE_SUFFIXES, CpuBackend, lib_dir, ggml_library, i
 
 log = logging.getLogger(__name__)
 
-TILED_SWITCH = "GGML_CPU_TILED_MM"  # ggml's own environment switch for its tiled K-quant products
+# ggml multiplies 8 rows or more by a K-quant or i-quant matrix in tiles, which round otherwise than one
+# row at a time: a verify step of 8+ rows, or a long prompt chunk, could flip a near tie that the same
+# tokens one by one would not. The exact kernels run without them: ggml's own switch, which it reads once
+# per CPU module at that module's first product, is set before a module loads.
+TILED_SWITCH = "GGML_CPU_TILED_MM"
+USER_TILED = os.environ.get(TILED_SWITCH)  # the user's own setting: the fast kernels and child processes keep it
 PROVE_TIMEOUT_S = 300.0  # a child that hangs proves nothing; a big model on a slow disk loads for long
 PROOF_MAX_BYTES = 4 << 30  # a bigger model is proven on a small one from the models folder
 PROOF_MIN_BYTES = 32 << 20  # below this a model's verdict says nothing of other models
@@ -48,7 +53,7 @@ def prove(module: Path, model: Path, crash: bool = False) -> str | None:
         else [sys.executable, "-m", PROVE_MODULE]
     try:
         done = subprocess.run([*base, str(module), str(model), *(["crash"] if crash else [])],
-                              capture_output=True, timeout=PROVE_TIMEOUT_S)
+                              capture_output=True, timeout=PROVE_TIMEOUT_S, env=child_environ())
     except subprocess.TimeoutExpired:
         log.warning("a test run of the CPU kernels gave no answer in %.0f s", PROVE_TIMEOUT_S)
         return "inconclusive"
@@ -184,7 +189,6 @@ class Kernels:
         self.mode_exact: bool | None = None  # the mode it was chosen for (exact kernels may serve the default)
         self._registration: int | None = None
         self._models = 0  # models loaded in this process: the kernels may change only while there are none
-        self._tiled_off = False  # this process, not its user, turned ggml's tiled products off
 
     def acquire(self, exact: bool, model: Path) -> CpuBackend:
         """Before loading a model: make this process run the CPU kernels of its mode (chosen on first
@@ -218,7 +222,7 @@ class Kernels:
             raise EngineError("this process already runs models with the default mode's fast kernels; a "
                               "deterministic model needs a process of its own (close the loaded models first).")
         backend = choose(exact, model)
-        self._tiled_products(on=not (exact or backend.exact))
+        _tiled_products(on=not (exact or backend.exact))
         if self._registration is not None:
             ggml_library().ggml_backend_unload(self._registration)
             self._registration = None
@@ -235,23 +239,30 @@ class Kernels:
         log.info("CPU kernels: %s (%s)", backend.variant, backend.reason)
         return backend
 
-    def _tiled_products(self, on: bool) -> None:
-        """ggml multiplies 8 rows or more by a K-quant matrix in tiles, which round otherwise than one
-        row at a time: a verify step of 8+ rows, or a long prompt chunk, could flip a near tie that the
-        same tokens one by one would not. The exact kernels run without them. ggml reads its switch once
-        per CPU module, at that module's first product, so it is set before a module loads."""
-        if not on:
-            self._tiled_off = self._tiled_off or TILED_SWITCH not in os.environ
-            os.environ[TILED_SWITCH] = "0"
-        elif self._tiled_off:
-            os.environ.pop(TILED_SWITCH, None)
-            self._tiled_off = False
-
     def mark_proving(self, module: Path, exact: bool) -> None:
         """In a proving child (cpu_proof.py): load just this variant and use it."""
-        self._tiled_products(on=not exact)
+        _tiled_products(on=not exact)
         self._registration = _load_module(module)
         self.backend, self.mode_exact = CpuBackend(variant_name(module), exact, module.name, "being proven"), exact
+
+
+def _tiled_products(on: bool) -> None:
+    """ggml's tiled products for the CPU module about to load: off for the exact kernels, else as the user set them."""
+    if not on:
+        os.environ[TILED_SWITCH] = "0"
+    elif USER_TILED is None:
+        os.environ.pop(TILED_SWITCH, None)
+    else:
+        os.environ[TILED_SWITCH] = USER_TILED
+
+
+def child_environ() -> dict[str, str]:
+    """This process's environment for a child that chooses its own kernels (a proof, the wizard, llama-bench):
+    ggml's tiled switch as the user set it, not as the exact kernels here need it."""
+    env = {k: v for k, v in os.environ.items() if k != TILED_SWITCH}
+    if USER_TILED is not None:
+        env[TILED_SWITCH] = USER_TILED
+    return env
 
 
 KERNELS = Kernels()

@@ -22,7 +22,7 @@ from .step_costs import StepCosts, kv_read
 from .worker import BatchRow, Worker
 
 
-POSITIONS = 16  # draft positions measured apart; later ones share the last one's record
+POSITIONS = 16  # draft positions measured apart (the longest draft is 8 unless configured); later ones read the last one's record
 
 
 @dataclass(slots=True)
@@ -108,12 +108,11 @@ class SpecState:
         trials = accepted + (1 if accepted < k else 0)
         self.accepted_weight = 0.9 * self.accepted_weight + accepted
         self.trials_weight = 0.9 * self.trials_weight + trials
-        for i in range(POSITIONS):
-            self.position_reached[i] *= 0.9
-            self.position_accepted[i] *= 0.9
+        # A position's record ages only when a step reaches it: a plain step's scored guess (position 0)
+        # says nothing of how a passage goes on once its first draft is taken.
         for i in range(min(trials, POSITIONS)):
-            self.position_reached[i] += 1.0
-            self.position_accepted[i] += 1.0 if i < accepted else 0.0
+            self.position_reached[i] = 0.9 * self.position_reached[i] + 1.0
+            self.position_accepted[i] = 0.9 * self.position_accepted[i] + (1.0 if i < accepted else 0.0)
 
 
 class Drafter(Protocol):

@@ -6,7 +6,6 @@ thread pools, and a broken driver or an out-of-memory load must not take the win
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -33,7 +32,9 @@ class TuneJob:
         self.returncode: int | None = None
         self.cancelled = False
         self.started, self.ended = time.monotonic(), None
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # lines arrive as the wizard prints them
+        from ..runtime.backends import child_environ
+
+        env = {**child_environ(), "PYTHONUNBUFFERED": "1"}  # lines arrive as the wizard prints them
         self._process = subprocess.Popen(command or tune_command(download, placements), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                          errors="replace")
