@@ -131,8 +131,10 @@ def measure(model: Path, prompts: list[str], repeats: int, n: int, draft: Path |
 
 
 def _median_rate(runs: list[dict]) -> dict:
-    """The first run's numbers with the median rate of all of them."""
-    return dict(runs[0], tps=statistics.median(r["tps"] for r in runs))
+    """The first run's numbers with the median rate and the median predicted gain of all of them (the
+    prediction beside the rate it is compared with)."""
+    return dict(runs[0], tps=statistics.median(r["tps"] for r in runs),
+                predicted=statistics.median(r["predicted"] for r in runs))
 
 
 def paired(model: Path, prompts: list[str], repeats: int, n: int) -> tuple[dict, dict]:
