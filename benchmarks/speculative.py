@@ -132,9 +132,9 @@ def measure(model: Path, prompts: list[str], repeats: int, n: int, draft: Path |
 
 def _median_rate(runs: list[dict]) -> dict:
     """The first run's numbers with the median rate and the median predicted gain of all of them (the
-    prediction beside the rate it is compared with)."""
+    prediction beside the rate it is compared with; of the runs that drafted, the others promised nothing)."""
     return dict(runs[0], tps=statistics.median(r["tps"] for r in runs),
-                predicted=statistics.median(r["predicted"] for r in runs))
+                predicted=statistics.median([r["predicted"] for r in runs if r["drafted"]] or [0.0]))
 
 
 def paired(model: Path, prompts: list[str], repeats: int, n: int) -> tuple[dict, dict]:
@@ -298,8 +298,9 @@ def main() -> int:
         _exactness(report, files, 160)
     if "api" in sections:  # not the 1B-class file, and F32 on its copying workloads: beside two other
         # streams (each 4x the answer's length) those would take long
-        every = ("quoting", "code") if args.quick else tuple(WORKLOADS)
-        _api(report, {label: (path, ("quoting", "code") if "F32" in label else every)
+        copying = ("quoting", "code")
+        every = copying if args.quick else tuple(WORKLOADS)
+        _api(report, {label: (path, copying if "F32" in label else every)
                       for label, path in files.items() if "1B" not in label}, repeats, 160)
     if "drafts" in sections:
         _drafts(report, q4, repeats, n, args.quick)
