@@ -1,6 +1,11 @@
 # Included into llama-cpp-python's top-level CMake project (CMAKE_PROJECT_llama_cpp_INCLUDE) by
 # scripts/install-runtime.sh, which passes the variants to build (scripts/native_variants.py) as
-# comma lists: LOCALCHAT_FAST_VARIANTS (llamafile's sgemm on) and LOCALCHAT_EXACT_VARIANTS (off).
+# comma lists: LOCALCHAT_FAST_VARIANTS (llamafile's sgemm on) and LOCALCHAT_EXACT_VARIANTS (off), and
+# the GPU backends' own flags (scripts/gpu_backends.py: GGML_CUDA, GGML_VULKAN), built by the wheel's
+# own tree as modules that llama-cpp-python installs into llama_cpp/lib.
+#  * Vulkan headers older than VK_EXT_layer_settings stop ggml-vulkan.cpp in one block: the backend
+#    is compiled with scripts/vulkan-layer-settings.h first, which supplies those types only where
+#    the headers lack them.
 #  * llama-cpp-python installs a fixed list of libraries, so the CPU variant modules that
 #    GGML_CPU_ALL_VARIANTS builds (every variant: a bundle, CI) would stay behind in the build tree:
 #    install them into llama_cpp/lib, where localchat picks the best one this CPU can run
@@ -13,6 +18,19 @@
 include(ExternalProject)
 
 cmake_language(DEFER CALL localchat_cpu_variants)
+set(LOCALCHAT_VULKAN_SHIM "${CMAKE_CURRENT_LIST_DIR}/vulkan-layer-settings.h")
+cmake_language(DEFER CALL localchat_vulkan_headers)
+
+function(localchat_vulkan_headers)
+    set(shim "${LOCALCHAT_VULKAN_SHIM}")
+    if(TARGET ggml-vulkan)
+        if(MSVC)
+            target_compile_options(ggml-vulkan PRIVATE "/FI${shim}")
+        else()
+            target_compile_options(ggml-vulkan PRIVATE "SHELL:-include \"${shim}\"")
+        endif()
+    endif()
+endfunction()
 
 function(localchat_cpu_variants)
     # llama-cpp-python forces llama.cpp's common library on (its multimodal tools use it); the wheel
