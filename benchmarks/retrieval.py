@@ -21,7 +21,7 @@ from localchat.ingest.retrieve import BM25_WEIGHT
 from localchat.ingest.vectors import VectorStore
 from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL
 from localchat.models.resolve import resolve_model
-from localchat.runtime import backends
+from localchat.runtime.backends import kernels
 from localchat.runtime.embedder import Embedder
 
 SET = Path(__file__).resolve().parent.parent / "tests" / "data" / "retrieval"
@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     documents, questions = load_question_set(args.set)
     kinds = sorted({q.kind for q in questions})
-    backends.activate(False, resolve_model("smollm2-135m"))  # kernels proven on a quantized model, as in the window
+    kernels.activate(False, resolve_model("smollm2-135m"))  # kernels proven on a quantized model, as in the window
     embedder = Embedder(resolve_model(args.model))
     print(f"{len(documents)} documents ({sum(len(d.text.split()) for d in documents):,} words), "
           f"{len(questions)} questions ({', '.join(f'{sum(q.kind == k for q in questions)} {k}' for k in kinds)}); "

@@ -127,9 +127,16 @@ def arrange_workers(settings: Settings, worker, path, draft):
     from .planning.choose import choose_arrangement
     from .tune.profile import launch_profile, quick_hardware, tuned_for
 
-    hardware = functools.cache(quick_hardware)
+    hardware = functools.cache(lambda: _usable(quick_hardware()))
     profile = tuned_for(launch_profile(hardware), path)
     arrangement = choose_arrangement(settings.placement, worker, path, draft, settings.devices, hardware,
                                      tuned=profile.layout if profile else None)
     arrangement.step_costs = profile.step_costs(arrangement) if profile else None
     return arrangement
+
+
+def _usable(info):
+    """The machine with the GPUs this process's llama.cpp can use (it runs the model: it loads them anyway)."""
+    from .runtime.backends.devices import usable_here
+
+    return usable_here(info) if info is not None else None

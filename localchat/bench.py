@@ -43,9 +43,9 @@ def _reference_single(path: Path, n_prefill: int, n_decode: int, seed: int) -> t
     """llama-cpp-python's `Llama` on the same file, threads, batch and attention."""
     from llama_cpp import Llama
 
-    from .runtime import backends
+    from .runtime.backends import kernels
 
-    backends.activate(False, path)  # the same CPU kernels as ours (the bindings load none themselves)
+    kernels.activate(False, path)  # the same CPU kernels as ours (the bindings load none themselves)
     reference = Llama(str(path), n_ctx=4096, n_batch=512, n_threads=THREADS, flash_attn=True, verbose=False,
                       n_gpu_layers=GPU_LAYERS)
     reference.eval(reference.tokenize(b"Warm up."))
@@ -139,17 +139,17 @@ def llama_bench(bin_dir: Path, model: Path, repeats: int) -> tuple[float, float]
     import subprocess
     import tempfile
 
-    from .runtime import backends
+    from .runtime.backends import kernels
 
     with tempfile.TemporaryDirectory(prefix="localchat-llama-bench-") as tmp:
         if any(bin_dir.glob("*ggml-cpu-*")):
-            keep = backends.choose(False, model).module
+            keep = kernels.choose(False, model).module
             shutil.copy2(bin_dir / "llama-bench", tmp)  # ggml looks for variants beside the real executable
             for item in bin_dir.iterdir():
                 if item.name != "llama-bench" and ("ggml-cpu-" not in item.name or item.name == keep):
                     (Path(tmp) / item.name).symlink_to(item.resolve())
             bin_dir = Path(tmp)
-        env = {**backends.child_environ(), "LD_LIBRARY_PATH": os.pathsep.join(
+        env = {**kernels.child_environ(), "LD_LIBRARY_PATH": os.pathsep.join(
             p for p in (str(bin_dir), os.environ.get("LD_LIBRARY_PATH", "")) if p)}  # an empty entry is the cwd
         out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(THREADS), "-p", "512",
                               "-n", "128", "-r", str(repeats), "-fa", "1", "-ngl", str(GPU_LAYERS), "-o", "json"],
@@ -212,13 +212,13 @@ def single_stream_table(emit, files: dict[str, Path], repeats: int, quick: bool,
     """The four runners side by side on each file; `bandwidth` (bytes/s) makes the decode
     roofline, the host's measured copy bandwidth unless given (a GPU's)."""
     from .hardware.bandwidth import measure_host_bandwidth
-    from .runtime import backends
+    from .runtime.backends import kernels
 
     ours_bench, native = our_llama_bench(), os.environ.get("LLAMA_CPP_BIN")
     bandwidth = bandwidth or measure_host_bandwidth(seconds=1.0) or 0.0
     emit(f"### Single stream: prefill of ~512 tokens and decode of {64 if quick else 128} (medians of {repeats})")
     emit("")
-    emit(f"Our CPU kernels: {backends.describe()}; {where} bandwidth {rate_text(bandwidth)}. "
+    emit(f"Our CPU kernels: {kernels.describe()}; {where} bandwidth {rate_text(bandwidth)}. "
          "llama-bench (ours) drives our wheel's own libraries; native is llama.cpp built with -march=native and llamafile."
          + ("" if ours_bench else " Run benchmarks/build-llama-bench.sh to add llama-bench."))
     emit("")

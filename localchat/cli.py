@@ -312,9 +312,10 @@ def _cmd_selftest(args: argparse.Namespace) -> int:
 
 
 def _probe(probe_main, argv: list[str]) -> int:
-    from .runtime.backends import describe
+    from .runtime.backends.gpus import usable
+    from .runtime.backends.kernels import describe
 
-    return probe_main(argv, extra_rows=lambda: [("CPU kernels", describe())])
+    return probe_main(argv, extra_rows=lambda: [("CPU kernels", describe())], usable=usable)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

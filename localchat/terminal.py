@@ -12,6 +12,7 @@ from .assemble import open_engine
 from .config import Settings
 from .errors import RequestError
 from .progress_line import ProgressLine, follow
+from .runtime.backends.residence import describe_all
 from .runtime.engine import Engine, Request
 from .runtime.events import Failed, Stats, TextDelta, collect
 from .runtime.sampling import SamplingParams
@@ -79,7 +80,8 @@ def _answer_once(engine: Engine, messages: list[dict[str, str]], sampling: Sampl
     events = follow(engine.submit(Request(messages=messages, sampling=sampling)), line)
     if as_json:
         result = collect(events)
-        answer: dict[str, Any] = {"text": result.text, "finish_reason": result.finish_reason}
+        answer: dict[str, Any] = {"text": result.text, "finish_reason": result.finish_reason,
+                                  "placement": engine.placement, "device": describe_all(engine.residences())}
         if result.stats is not None:
             answer |= result.stats.to_dict()
         if included is not None:

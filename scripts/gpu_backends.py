@@ -47,8 +47,8 @@ def run(command: list[str]) -> str:
 
 def seen_gpus() -> list[str]:
     """The GPUs the driver or the kernel shows, by maker (and name where nvidia-smi gives one)."""
-    names = [f"NVIDIA {n.strip()}" for n in run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()
-             if n.strip()]
+    names = [n.strip() if n.strip().startswith("NVIDIA") else f"NVIDIA {n.strip()}"
+             for n in run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines() if n.strip()]
     if names:
         return names
     found = []
@@ -63,8 +63,11 @@ def seen_gpus() -> list[str]:
 
 
 def nvcc() -> str | None:
-    return shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc", "/opt/cuda/bin/nvcc")
-                                          if os.access(p, os.X_OK)), None)
+    """The CUDA compiler: in CUDA_HOME where that is set, else on PATH or where the toolkit installs itself."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    places = [os.path.join(home, "bin", "nvcc")] if home else \
+        [shutil.which("nvcc") or "", "/usr/local/cuda/bin/nvcc", "/opt/cuda/bin/nvcc"]
+    return next((p for p in places if p and os.access(p, os.X_OK)), None)
 
 
 def nvcc_major(path: str) -> int:

@@ -2,7 +2,7 @@
 # Install llama-cpp-python with llama.cpp's CPU backend as runtime-selected ISA variants and the GPU
 # backends this machine can build (scripts/gpu_backends.py, LOCALCHAT_GPU=auto|none|cuda,vulkan,metal)
 # (GGML_BACKEND_DL, as llama.cpp's own releases ship): localchat loads the variants itself
-# (runtime/backends.py), proving the chosen one in a child process, and uses AVX-512/VNNI/AMX
+# (runtime/backends/kernels.py), proving the chosen one in a child process, and uses AVX-512/VNNI/AMX
 # kernels where the CPU has them. llamafile's sgemm is on for speed; scripts/llama-backends.cmake also
 # builds the variants without it into llama_cpp/lib/exact for --deterministic.
 # LOCALCHAT_CPU_VARIANTS=native (the default) builds the best fast variant this CPU runs and the best safe

@@ -9,7 +9,7 @@
 #  * llama-cpp-python installs a fixed list of libraries, so the CPU variant modules that
 #    GGML_CPU_ALL_VARIANTS builds (every variant: a bundle, CI) would stay behind in the build tree:
 #    install them into llama_cpp/lib, where localchat picks the best one this CPU can run
-#    (runtime/backends.py).
+#    (runtime/backends/kernels.py).
 #  * a native install builds no CPU backend in the wheel's own tree (GGML_CPU=OFF): a second tree
 #    configured with every variant builds only the fast ones named, into llama_cpp/lib.
 #  * the deterministic mode needs CPU kernels without llamafile's sgemm (it serves only batches of

@@ -9,7 +9,7 @@ the architecture. A CPU it cannot read (Windows, an unknown system) gets
 
 The table is ggml's own (ggml/src/CMakeLists.txt, GGML_CPU_ALL_VARIANTS) and so is the score
 (ggml-cpu/arch/*/cpu-feats.cpp): a variant scores 0 when the CPU lacks one of its features, else
-the sum of its features' weights; runtime/cpu_variants.py asks the built modules the same question.
+the sum of its features' weights; runtime/backends/cpu_variants.py asks the built modules the same question.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def choose(mode: str, machine: str, system: str, features: set[str] | None) -> t
     """(fast, exact) variant lists, or None when this architecture has no variants at all.
 
     "native": the best fast variant this CPU runs, and the best exact one without the risky features,
-    which is the fallback of both modes (runtime/backends.py). Where the best fast one is itself risky
+    which is the fallback of both modes (runtime/backends/kernels.py). Where the best fast one is itself risky
     (ggml's AMX kernels die on virtualised CPUs that report AMX) the best safe fast one is built too, so
     that the default mode keeps llamafile's sgemm; otherwise two compiles of the CPU backend in all."""
     known = table(machine, system)

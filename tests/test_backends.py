@@ -10,30 +10,30 @@ import sys
 from pathlib import Path
 
 from localchat import paths
-from localchat.runtime import backends
+from localchat.runtime.backends import kernels
 from localchat.runtime.worker import Worker, WorkerConfig
 
 
 def test_the_wheel_carries_fast_and_exact_variants():
-    fast, exact = backends.ranked(exact=False), backends.ranked(exact=True)
+    fast, exact = kernels.ranked(exact=False), kernels.ranked(exact=True)
     assert fast and exact, "scripts/install-runtime.sh builds both sets"
     # The default mode has somewhere to fall: its next fast variants, then the exact kernels.
-    assert backends.candidates(False) == fast + exact and len(backends.candidates(False)) >= 2
-    names = {backends.variant_name(m) for m in fast}
+    assert kernels.candidates(False) == fast + exact and len(kernels.candidates(False)) >= 2
+    names = {kernels.variant_name(m) for m in fast}
     if len(names) > 2:  # an install of every variant (a native one has two at most), down to the baseline
-        assert backends.variant_name(fast[-1]) == "x64"
-        assert {backends.variant_name(m) for m in exact} <= names
+        assert kernels.variant_name(fast[-1]) == "x64"
+        assert {kernels.variant_name(m) for m in exact} <= names
 
 
 def test_a_crashing_variant_falls_back_to_the_next_best(model_path: Path):
-    ordered = backends.candidates(False)
+    ordered = kernels.candidates(False)
     # Two crash: on an install of every variant the third fast one runs; on a native install (two fast
     # variants at most) the exact kernels run the default mode.
     crashing = frozenset(ordered[:min(2, len(ordered) - 1)])
-    chosen = backends.choose(False, model_path, simulate_crash=crashing)
+    chosen = kernels.choose(False, model_path, simulate_crash=crashing)
     assert chosen.path() not in crashing
     assert ordered.index(chosen.path()) >= len(crashing)
-    assert chosen.exact == (chosen.path() in backends.ranked(exact=True))
+    assert chosen.exact == (chosen.path() in kernels.ranked(exact=True))
     assert any("crashed (SIGILL)" in r for r in chosen.refused)
     assert "next best" in chosen.reason
     if chosen.exact:
@@ -49,7 +49,7 @@ def test_the_verdict_is_remembered_and_used(model_path: Path):
     verdicts = json.loads((paths.cache_dir() / "cpu-backend.json").read_text())
     mode = "exact" if used.exact else "fast"
     assert any(v.get(mode, {}).get("variant") == used.variant for v in verdicts.values())
-    assert backends.describe(used.exact).startswith(used.variant)
+    assert kernels.describe(used.exact).startswith(used.variant)
 
 
 def test_probe_names_the_cpu_kernels():
@@ -57,12 +57,12 @@ def test_probe_names_the_cpu_kernels():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     line = next(l for l in done.stdout.splitlines() if l.startswith("CPU kernels"))
-    assert any(backends.variant_name(m) in line for m in backends.ranked(exact=False))
+    assert any(kernels.variant_name(m) in line for m in kernels.ranked(exact=False))
 
 
 def test_a_float_weight_file_proves_nothing_of_the_quantized_kernels(model_path: Path, embedding_model_path: Path):
     # The F16 embedding model runs none of the AMX kernels that crash here: proven on it, the AMX
     # variant would pass and then kill the first quantized chat model.
-    proof, telling = backends._proof_model(embedding_model_path)
+    proof, telling = kernels._proof_model(embedding_model_path)
     assert proof != embedding_model_path and telling
     assert not proof.name.upper().endswith(("F16.GGUF", "F32.GGUF"))

@@ -10,7 +10,7 @@ import llama_cpp
 import pytest
 
 from localchat.models.derive import RENAMED_IDS, SHRINK_BY, random_weights_like
-from localchat.runtime import backends
+from localchat.runtime.backends import kernels
 
 SAMPLE = "Hello, world! Ünïcødé 你好 <|im_start|>user\nWhat is 12345 + 678?<|im_end|>"
 
@@ -18,7 +18,7 @@ SAMPLE = "Hello, world! Ünïcødé 你好 <|im_start|>user\nWhat is 12345 + 678
 @pytest.fixture(scope="module", autouse=True)
 def cpu_kernels(model_path: Path) -> None:
     """The bindings' `Llama` loads no CPU kernels itself; these tests must not rely on an earlier test's."""
-    backends.activate(False, model_path)
+    kernels.activate(False, model_path)
 
 
 @pytest.fixture(scope="module")

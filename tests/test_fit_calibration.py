@@ -22,9 +22,10 @@ def allocated(model_path: Path) -> dict[str, int]:
     """llama.cpp's own buffer sizes (bytes, as logged to 1/100 MiB) for the file at N_CTX, flash attention on."""
     import llama_cpp
 
-    from localchat.runtime import backends, llama_log
+    from localchat.runtime import llama_log
+    from localchat.runtime.backends import kernels
 
-    backends.activate(False, model_path)
+    kernels.activate(False, model_path)
     llama_log.install()
     records: list[str] = []
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from localchat.models.derive import requantize
-from localchat.runtime import backends
+from localchat.runtime.backends import kernels
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.worker import BatchRow, Worker, WorkerConfig
@@ -39,7 +39,7 @@ def test_deterministic_tokens_hold_across_thread_counts_and_placements(model_pat
     two = answer(model_path, threads=2, adapt=False)
     assert answer(model_path, threads=2, adapt=True) == two  # the tuner tries 1 thread mid-answer
     assert answer(model_path, threads=1, adapt=False, pd=True) == two  # two workers, one thread each
-    assert backends.active().exact
+    assert kernels.active().exact
 
 
 def chats(engine: Engine, concurrent: bool) -> list[list[int]]:
@@ -89,7 +89,7 @@ def test_deterministic_k_quant_rows_round_alike_in_any_batch(model_path: Path):
         together = [worker.logprob(i, tokens[pos + i + 1] if i < 8 else 0, 8) for i in range(9)]
         assert together == alone
         # The switch is this process's own: a child choosing its kernels sees the user's setting.
-        assert os.environ[backends.TILED_SWITCH] == "0"
-        assert backends.child_environ().get(backends.TILED_SWITCH) == backends.USER_TILED
+        assert os.environ[kernels.TILED_SWITCH] == "0"
+        assert kernels.child_environ().get(kernels.TILED_SWITCH) == kernels.USER_TILED
     finally:
         worker.close()

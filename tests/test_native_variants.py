@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from localchat.runtime import cpu_variants
+from localchat.runtime.backends import cpu_variants
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "native_variants.py"
 _spec = importlib.util.spec_from_file_location("native_variants", SCRIPT)

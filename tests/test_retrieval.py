@@ -13,7 +13,7 @@ from localchat.ingest.recall import load_question_set, recall_at, remembering
 from localchat.models.wheels import sha256_of
 from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL, load_embedding_catalog
 from localchat.runners.embedding import EmbeddingModels
-from localchat.runtime import backends
+from localchat.runtime.backends import kernels
 from localchat.runtime.embedder import Embedder
 
 SET = Path(__file__).parent / "data" / "retrieval"
@@ -21,7 +21,7 @@ SET = Path(__file__).parent / "data" / "retrieval"
 
 @pytest.fixture(scope="module")
 def embedder(model_path: Path, embedding_model_path: Path):
-    backends.activate(False, model_path)  # kernels proven on a quantized model, as the chat model does
+    kernels.activate(False, model_path)  # kernels proven on a quantized model, as the chat model does
     e = Embedder(embedding_model_path)
     yield e
     e.close()

@@ -20,6 +20,7 @@ from starlette.requests import Request as HTTPRequest
 from ..errors import ContextOverflowError, ModelNotFoundError, RequestError
 from ..models.resolve import servable_files
 from ..runners.pool import Runners
+from ..runtime.backends import residence
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Engine, Request
 from ..runtime.overflow import fit
@@ -84,10 +85,12 @@ class LocalService:
         """A loaded model's facts: the served one, or (`name`, `engine`) one loaded by name."""
         engine = engine or self.engine
         aliases = self.aliases if name is None else {name}
+        placed = engine.residences() if hasattr(engine, "residences") else {}
         return ModelInfo(name or self.model_name, self.created, aliases=aliases, path=_path_of(engine),
                          description=engine.worker.describe(), n_ctx=engine.n_ctx,
                          template=engine.template.source, defaults=self.defaults,
                          gpu_layers=getattr(getattr(engine.worker, "config", None), "n_gpu_layers", 0),
+                         device_bytes=residence.device_bytes(placed), placed=residence.describe_all(placed),
                          expires_at=expires_at)
 
     def models(self) -> list[ModelInfo]:

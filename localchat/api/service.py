@@ -224,7 +224,9 @@ class ModelInfo:
     n_ctx: int = 0  # the served context (chat) or the trained one (embedding)
     n_embd: int | None = None
     template: str = ""  # the chat template's source
-    gpu_layers: int = 0  # layers offloaded to a GPU (-1: all)
+    gpu_layers: int = 0  # layers offloaded to a GPU (-1: all), as configured
+    device_bytes: int = 0  # what its workers hold in GPU memory, as llama.cpp placed them
+    placed: str = ""  # where its layers went, in words ("31/31 layers on Vulkan0 (1.2 GB)")
     defaults: SamplingParams | None = None  # what a request leaves out
     loaded: bool = True  # False: a model on this machine that a request naming it loads (runners/pool.py)
     expires_at: float = math.inf  # time.time() it unloads at if no request comes (inf: never)

@@ -16,7 +16,7 @@ class GPUInfo:
 
     index: int
     name: str
-    vendor: str = "nvidia"                 # nvidia | apple
+    vendor: str = "nvidia"                 # nvidia | amd | intel | apple | software (a CPU posing as a GPU)
     memory_total: int = 0
     memory_free: int = 0
     bus_width_bits: int | None = None
@@ -28,7 +28,10 @@ class GPUInfo:
     pcie_width: int | None = None
     fp32_tflops: float | None = None
     fp16_tflops: float | None = None       # matrix throughput llama.cpp's prompt kernels can reach
-    unified: bool = False                  # shares the host's RAM (Apple silicon)
+    unified: bool = False                  # shares the host's RAM (Apple silicon, integrated GPUs)
+    device: str = ""                       # llama.cpp's name for it ("CUDA0", "Vulkan1"): usable by this install
+    pci_bus_id: str = ""                   # "0000:01:00.0" where the driver says
+    bandwidth_source: str = ""             # where `bandwidth` comes from, in words, when not the driver
 
     @property
     def bandwidth(self) -> float | None:
@@ -54,6 +57,11 @@ class HardwareInfo:
     peer_access: list[list[int]] = field(default_factory=list)  # GPU index pairs with P2P reads
     unified_memory: bool = False
     warnings: list[str] = field(default_factory=list)
+    # Set once the GPUs were checked against what llama.cpp can use here (runtime/backends/gpus.py): `gpus`
+    # then holds the usable ones only, indexed as `--devices` names them.
+    gpus_checked: bool = False
+    not_usable: list[str] = field(default_factory=list)  # GPUs seen but not usable: which, why, the fix
+    gpu_gap: str = ""                      # why no GPU is usable, with the fix ("" when one is)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""

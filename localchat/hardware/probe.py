@@ -174,6 +174,9 @@ def _nvidia_gpu(nvml: Any, index: int, handle: Any, warnings: list[str]) -> GPUI
     capability = _ask(nvml.nvmlDeviceGetCudaComputeCapability, handle)
     if capability:
         gpu.compute_capability = f"{capability[0]}.{capability[1]}"
+    pci = _ask(nvml.nvmlDeviceGetPciInfo, handle)
+    bus_id = getattr(pci, "busId", b"") or b""
+    gpu.pci_bus_id = (bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)).lower()
     gpu.pcie_gen = _ask(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
     gpu.pcie_width = _ask(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
     cores = _ask(nvml.nvmlDeviceGetNumGpuCores, handle)
@@ -261,17 +264,25 @@ def format_table(info: HardwareInfo, extra_rows: list[tuple[str, str]] = ()) -> 
             details.append(f"compute {gpu.compute_capability}")
         if gpu.pcie_gen:
             details.append(f"PCIe {gpu.pcie_gen} x{gpu.pcie_width or '?'}")
-        rows.append((f"GPU {gpu.index}", f"{gpu.name}: " + ", ".join(details)))
+        if gpu.bandwidth_source:
+            details.append(f"bandwidth from {gpu.bandwidth_source}")
+        usable = f" (usable as {gpu.device})" if gpu.device else ""
+        rows.append((f"GPU {gpu.index}", f"{gpu.name}{usable}: " + ", ".join(details)))
     if len(info.gpus) > 1:
         rows.append(("P2P", ", ".join(f"{a}<->{b}" for a, b in info.peer_access) or "none"))
+    rows += [("not usable", line) for line in info.not_usable]
+    if info.gpus_checked and not info.gpus:
+        rows.append(("GPU", f"none usable: {info.gpu_gap}"))
     rows += list(extra_rows)
     rows += [("warning", w) for w in info.warnings]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
-def main(argv: list[str] | None = None, extra_rows: Callable[[], list[tuple[str, str]]] | None = None) -> int:
-    """`localchat probe [--json] [--no-measure]`; `extra_rows` adds lines to the table."""
+def main(argv: list[str] | None = None, extra_rows: Callable[[], list[tuple[str, str]]] | None = None,
+         usable: Callable[[HardwareInfo], HardwareInfo] | None = None) -> int:
+    """`localchat probe [--json] [--no-measure]`; `extra_rows` adds lines to the table; `usable` turns the
+    drivers' GPUs into those this install can use (the runtime's check)."""
     parser = Parser(prog="localchat probe", description="Show what this machine has.")
     parser.add_argument("--json", action="store_true", help="print JSON (input for `localchat plan --hardware`)")
     parser.add_argument("--no-measure", action="store_true", help="skip the bandwidth measurements")
@@ -281,5 +292,7 @@ def main(argv: list[str] | None = None, extra_rows: Callable[[], list[tuple[str,
         print(_MARK + json.dumps(collect(measure=not args.no_measure).to_dict()), flush=True)
         return 0
     info = probe(measure=not args.no_measure)
+    if usable is not None:
+        info = usable(info)
     print(info.to_json() if args.json else format_table(info, extra_rows() if extra_rows else []))
     return 0

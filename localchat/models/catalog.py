@@ -99,6 +99,9 @@ class ModelFacts:
     default_quant: str = "Q4_K_M"
     files: dict[str, ModelFile] = field(default_factory=dict)
     exact_layer_bytes: dict[str, int] = field(default_factory=dict)  # quant -> bytes, from a header
+    # quant -> bytes of the output head as a GPU holds it, from a header: a tied head is a copy of the token
+    # embedding, which files often keep at another type than the layers (SmolLM2's Q4_1 file: Q8_0).
+    exact_output_bytes: dict[str, int] = field(default_factory=dict)
 
     def file_for(self, quant: str | None) -> ModelFile:
         """The file of a quant level (the default one when None), or a clear error."""
@@ -133,7 +136,7 @@ class ModelFacts:
 
     def output_bytes(self, quant: str) -> int:
         """Bytes of the output head, which lives with the last layer (tied heads are a copy)."""
-        return self.embedding_bytes(quant)
+        return self.exact_output_bytes.get(quant) or self.embedding_bytes(quant)
 
     def kv_bytes(self, n_ctx: int, type_kv: str = "f16", n_layers: int | None = None) -> int:
         """KV cache bytes of `n_layers` layers (all by default) at n_ctx tokens. A sliding-window layer holds
@@ -238,4 +241,7 @@ def facts_from_gguf(info: GGUFInfo, key: str, size: int, family: str = "local") 
         default_quant=quant, files={quant: ModelFile(quant, Path(info.source).name, size)})
     if layers:
         model.exact_layer_bytes[quant] = max(layers)
+    head = {t.name: t.n_bytes for t in info.tensors if t.name in ("output.weight", "token_embd.weight")}
+    if head:
+        model.exact_output_bytes[quant] = head.get("output.weight") or head["token_embd.weight"]
     return model

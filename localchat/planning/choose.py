@@ -68,7 +68,7 @@ def choose_arrangement(placement: str, base: WorkerConfig, model: Path, draft: P
             placement, devices = pick.placement, devices or pick.devices
             if not base.n_gpu_layers and pick.n_gpu_layers:
                 base = dataclasses.replace(base, n_gpu_layers=pick.n_gpu_layers, main_gpu=pick.main_gpu)
-    if placement == SINGLE.name and not devices:
-        return arrange(SINGLE.name, HardwareInfo(), base)
+    if placement == SINGLE.name and not devices:  # the GPUs are read only to check one is usable
+        return arrange(SINGLE.name, (read() or HardwareInfo()) if base.n_gpu_layers else HardwareInfo(), base)
     info = read() or HardwareInfo()
     return arrange(placement, info, base, ModelSize.of(model), devices, ModelSize.of(draft) if draft else None)

@@ -56,6 +56,7 @@ class Ask:
     named: bool                   # the GPUs were named (--devices), not all found
     size: ModelSize | None
     draft_size: ModelSize | None
+    gpu_gap: str = ""             # why no GPU is usable, when the GPUs were checked against llama.cpp's
 
     @property
     def need(self) -> int:
@@ -109,11 +110,21 @@ def _check_fits(ask: Ask, gpu: GPUInfo, need: int, what: str) -> None:
 _WHOLE_GPU = {"n_gpu_layers": ALL_LAYERS, "split_mode": "none"}
 
 
+def _named(gpu: GPUInfo) -> str:
+    """"GPU 1 (Vulkan1)" where llama.cpp's name is known, else "GPU 1"."""
+    return f"GPU {gpu.index} ({gpu.device})" if gpu.device else f"GPU {gpu.index}"
+
+
 def _arrange_single(ask: Ask) -> Arrangement:
     base = ask.base
+    if base.n_gpu_layers and ask.gpu_gap:
+        return Arrangement("single", dataclasses.replace(base, n_gpu_layers=0),
+                           description=f"one worker on the CPU: no GPU is usable ({ask.gpu_gap})")
     worker = dataclasses.replace(base, main_gpu=ask.gpus[0].index) if ask.gpus and ask.named else base
     layers = "all" if base.n_gpu_layers < 0 else str(base.n_gpu_layers)
-    where = f"{layers} layers on GPU {worker.main_gpu}" if base.n_gpu_layers else "on the CPU"
+    gpu = next((g for g in ask.gpus if g.index == worker.main_gpu), None)
+    name = _named(gpu) if gpu else f"GPU {worker.main_gpu}"
+    where = f"{layers} layers on {name}" if base.n_gpu_layers else "on the CPU"
     return Arrangement("single", worker, description=f"one worker, {where}")
 
 
@@ -130,7 +141,7 @@ def _arrange_pd_split(ask: Ask) -> Arrangement:
         _check_fits(ask, gpu, ask.need, f"{role} of the model and its KV cache")
     return Arrangement("pd-split", dataclasses.replace(base, main_gpu=decode_gpu.index, **_WHOLE_GPU),
                        prefill=dataclasses.replace(base, main_gpu=prefill_gpu.index, **_WHOLE_GPU),
-                       description=f"prefill on GPU {prefill_gpu.index}, decode on GPU {decode_gpu.index}")
+                       description=f"prefill on {_named(prefill_gpu)}, decode on {_named(decode_gpu)}")
 
 
 def _arrange_layer_split(ask: Ask) -> Arrangement:
@@ -142,8 +153,8 @@ def _arrange_layer_split(ask: Ask) -> Arrangement:
     total_free = sum(g.memory_free for g in ask.gpus)
     split = tuple(g.memory_free / total_free for g in ask.gpus)
     worker = dataclasses.replace(ask.base, n_gpu_layers=ALL_LAYERS, split_mode="layer", main_gpu=ask.gpus[0].index,
-                                 tensor_split=split)
-    shares = ", ".join(f"GPU {g.index} {s:.0%}" for g, s in zip(ask.gpus, split))
+                                 tensor_split=split, gpus=tuple(g.index for g in ask.gpus))
+    shares = ", ".join(f"{_named(g)} {s:.0%}" for g, s in zip(ask.gpus, split))
     return Arrangement("layer-split", worker, description=f"layers split by free memory: {shares}")
 
 
@@ -157,7 +168,7 @@ def _arrange_draft_gpu(ask: Ask) -> Arrangement:
     target, draft = ask.gpus[0], ask.gpus[1]
     return Arrangement("draft-gpu", dataclasses.replace(ask.base, main_gpu=target.index, **_WHOLE_GPU),
                        draft=dataclasses.replace(ask.base, main_gpu=draft.index, **_WHOLE_GPU),
-                       description=f"model on GPU {target.index}, draft on GPU {draft.index}")
+                       description=f"model on {_named(target)}, draft on {_named(draft)}")
 
 
 # --- the planner's layouts -----------------------------------------------------------------------------
@@ -289,8 +300,10 @@ def _gpus(hardware: HardwareInfo, devices: str) -> list[GPUInfo]:
     for part in devices.split(","):
         index = int(part)
         if index not in found:
-            have = ", ".join(str(i) for i in sorted(found)) or "none"
-            raise PlacementError(f"--devices names GPU {index}, but this machine's GPUs are: {have}.")
+            have = ", ".join(_named(found[i]) for i in sorted(found)) or "none"
+            why = f" ({hardware.gpu_gap})" if hardware.gpu_gap else ""
+            raise PlacementError(f"--devices names GPU {index}, but the GPUs this install can use are: {have}{why}. "
+                                 "`localchat probe` lists them.")
         chosen.append(found[index])
     return chosen
 
@@ -304,4 +317,5 @@ def arrange(placement: str, hardware: HardwareInfo, base: WorkerConfig, size: Mo
         raise PlacementError(f"unknown placement {placement!r}; use {', '.join(PLACEMENTS[:-1])} or {PLACEMENTS[-1]}.")
     if found.arrange is None:
         found = SINGLE
-    return found.arrange(Ask(placement, base, _gpus(hardware, devices), bool(devices), size, draft_size))
+    gap = hardware.gpu_gap if hardware.gpus_checked and not hardware.gpus else ""
+    return found.arrange(Ask(placement, base, _gpus(hardware, devices), bool(devices), size, draft_size, gap))

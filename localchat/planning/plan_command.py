@@ -54,11 +54,13 @@ class Measured:
 
 
 def main(argv: list[str] | None = None, measured: Callable[[HardwareInfo], Measured | None] | None = None,
-         settings: Callable[[argparse.ArgumentParser], Callable[[argparse.Namespace], float]] | None = None) -> int:
+         settings: Callable[[argparse.ArgumentParser], Callable[[argparse.Namespace], float]] | None = None,
+         usable: Callable[[HardwareInfo], HardwareInfo] | None = None) -> int:
     """`localchat plan [--json] [--hardware FILE.json] [--context N] [--model FAMILY]`; `measured` gives
     this machine's tuned corrections when it has some (the command passes the tuned profile's); `settings`
     adds the settings' flags (`--speed-target`) to the parser and reads the speed target from the parsed
-    flags and the settings (the command passes config's; without it the planner's default holds)."""
+    flags and the settings (the command passes config's; without it the planner's default holds); `usable`
+    keeps this machine's GPUs to those this install can use (the command passes the runtime's check)."""
     parser = Parser(prog="localchat plan", description="Plan the best model for a machine.",
                     epilog=DESCRIPTION_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -90,6 +92,9 @@ def main(argv: list[str] | None = None, measured: Callable[[HardwareInfo], Measu
         from ..hardware.probe import probe
 
         hardware = probe()
+        if usable is not None:
+            hardware = usable(hardware)
+            notes += [f"not planned for: {line}" for line in hardware.not_usable]
         tuned = measured(hardware) if measured else None
         if tuned is not None:
             # This machine was measured: its corrections and draft acceptance beat the defaults.

@@ -52,6 +52,7 @@ class RunnerInfo:
     eos_text: str
     placement: str
     drafter: str
+    residences: dict  # role -> where llama.cpp put that worker's layers (runtime/backends/residence.py)
 
     def describe(self) -> str:
         return self.description
@@ -61,7 +62,7 @@ class RunnerInfo:
         worker, template = engine.worker, engine.template
         return cls(Path(getattr(worker, "model_path", "")), worker.describe(), engine.n_ctx, worker.n_ctx_train,
                    worker.config, template.source, template.bos_token, template.eos_token, engine.placement,
-                   engine.drafter_name)
+                   engine.drafter_name, engine.residences())
 
 
 def serve(conn: Any, opener: Callable[..., Engine], stall_floor_s: float) -> None:

@@ -117,6 +117,10 @@ class SupervisedEngine:
 
     # -- the Engine's surface -------------------------------------------------------------
 
+    def residences(self) -> dict:
+        """As Engine.residences, from the runner now serving (a restart may place the layers anew)."""
+        return self._runner.info.residences
+
     def submit(self, request: Request) -> Stream | Resampled:
         """As Engine.submit: bad requests raise here; an answer with a check is checked here."""
         return checked(self._submit, request)

@@ -19,8 +19,10 @@ from typing import Callable, Sequence, TypeVar
 import llama_cpp
 
 from ..errors import EngineError, ModelLoadError, RequestError
-from . import backends, llama_log
+from . import llama_log
+from .backends import kernels, offload
 from .worker import check_gguf_file, default_threads, model_meta, tokenize
+from .worker_types import WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +54,14 @@ class Embedder:
 
     def _load(self, n_threads: int) -> None:
         llama_log.install()
-        backends.acquire(False, self.model_path)
+        kernels.acquire(False, self.model_path)
         mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = 0  # small models; a GPU is the chat model's
+        self._no_devices: list = []
+        offload.apply(mparams, WorkerConfig(), [], 0, self._no_devices)  # small models; a GPU is the chat model's
         llama_log.recent_problems.clear()
         model = llama_cpp.llama_model_load_from_file(str(self.model_path).encode(), mparams)
         if not model:
-            backends.release()
+            kernels.release()
             reason = "; ".join(llama_log.recent_problems) or "llama.cpp gave no reason"
             raise ModelLoadError(f"could not load {self.model_path} as an embedding model ({reason}); "
                                  "fetch it again (`localchat pull all-minilm-l6-v2`) or name another GGUF.")
@@ -202,4 +205,4 @@ class Embedder:
         if self.model is not None:
             llama_cpp.llama_model_free(self.model)
             self.model = None
-            backends.release()
+            kernels.release()

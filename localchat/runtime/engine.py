@@ -254,6 +254,16 @@ class Engine:
         """What drafts for speculation, in words: "off" without speculation."""
         return type(self.speculator.drafter).__name__ if self.speculator is not None else "off"
 
+    def residences(self) -> dict:
+        """Where each worker's layers went, by role, as llama.cpp placed them (None: a torch worker)."""
+        found = {"model": getattr(self.worker, "residence", None)}
+        if self.pd is not None:
+            found["prefill"] = getattr(self.pd.prefill.worker, "residence", None)
+        draft = getattr(self.speculator.drafter, "worker", None) if self.speculator is not None else None
+        if draft is not None:
+            found["draft"] = getattr(draft, "residence", None)
+        return found
+
     @property
     def steps(self) -> int:
         """Steps run so far (tests and benchmarks read it)."""

@@ -12,7 +12,8 @@ from typing import Callable
 import llama_cpp
 
 from ..errors import EngineError, ModelLoadError
-from . import backends, llama_log
+from . import llama_log
+from .backends import kernels, offload, residence
 from .gguf_types import GGML_TYPE_BF16, GGML_TYPE_NAMES, GGML_TYPE_Q8_0, GGUF_MAGIC
 from .kv_slots import Copy, Remove
 from .events import TokenLogprob
@@ -71,7 +72,7 @@ class Worker:
         self.model_path = Path(model_path)
         llama_log.install()
         check_gguf_file(self.model_path)
-        self.cpu_backend = backends.acquire(self.config.deterministic, self.model_path)
+        self.cpu_backend = kernels.acquire(self.config.deterministic, self.model_path)
         if self.config.deterministic and self.config.n_gpu_layers:
             log.warning("--deterministic holds for the CPU kernels; layers offloaded to a GPU round as its "
                         "kernels do, which may depend on the batch")
@@ -80,7 +81,9 @@ class Worker:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
         self.max_threads = self.config.n_threads or default_threads()
-        self.ctx, cparams = self._new_context()
+        with llama_log.captured() as context_lines:
+            self.ctx, cparams = self._new_context()
+        self.residence = self._placed(context_lines)
         self.threads = (self.max_threads, self.max_threads)  # (single-token steps, batches)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.fingerprint = self._fingerprint(cparams)
@@ -94,41 +97,60 @@ class Worker:
         self.eos_token = llama_cpp.llama_vocab_eos(self.vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
 
-    def _model_params(self) -> llama_cpp.llama_model_params:
-        """llama.cpp's model parameters for this worker's config (the progress callback aside)."""
+    def _model_params(self, n_gpu_layers: int) -> llama_cpp.llama_model_params:
+        """llama.cpp's model parameters for this worker's config and GPUs (the progress callback aside)."""
         mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = self.config.n_gpu_layers
-        mparams.main_gpu = self.config.main_gpu
-        mparams.split_mode = llama_cpp.LLAMA_SPLIT_MODE_LAYER if self.config.split_mode == "layer" \
-            else llama_cpp.LLAMA_SPLIT_MODE_NONE
-        if self.config.tensor_split:
-            slots = llama_cpp.llama_max_devices()
-            # llama.cpp keeps the pointer: the array lives as long as the worker.
-            self._tensor_split = (ctypes.c_float * slots)(*self.config.tensor_split[:slots])
-            mparams.tensor_split = self._tensor_split
+        offload.apply(mparams, self.config, self.gpus, n_gpu_layers, self._pinned)
         # Repacked weights (the CPU's fast layouts) use one kernel for a single row and another
         # for several: only the deterministic mode does without them.
         mparams.use_extra_bufts = not self.config.deterministic
         return mparams
 
     def _load_model(self, on_progress: Callable[[float], None] | None) -> llama_cpp.llama_model_p:
-        """The model, loaded from the file; one llama.cpp cannot load is a ModelLoadError (the CPU
-        backend released)."""
-        mparams = self._model_params()
-        if on_progress is not None:
-            # llama.cpp keeps the pointer while it loads: the callback object must outlive the call.
-            report = llama_cpp.llama_progress_callback(lambda share, _: on_progress(share) or True)
-            mparams.progress_callback = report
-        llama_log.recent_problems.clear()
-        model = llama_cpp.llama_model_load_from_file(str(self.model_path).encode(), mparams)
+        """The model, loaded from the file on the config's GPUs (fewer layers after an out-of-memory); one
+        llama.cpp cannot load is a ModelLoadError (the CPU backend released)."""
+        self._pinned: list = []  # arrays llama.cpp keeps pointers to, alive as long as the worker
+        self.gpus, why_none = offload.devices_for(self.config)
+        if why_none:
+            log.warning("%s layers were meant for a GPU; they run on the CPU: %s",
+                        "all" if self.config.n_gpu_layers < 0 else self.config.n_gpu_layers, why_none)
+        self.why_cpu = why_none
+        n_gpu_layers = self.config.n_gpu_layers
+        while True:
+            mparams = self._model_params(n_gpu_layers)
+            if on_progress is not None:
+                # llama.cpp keeps the pointer while it loads: the callback object must outlive the call.
+                report = llama_cpp.llama_progress_callback(lambda share, _: on_progress(share) or True)
+                mparams.progress_callback = report
+            llama_log.recent_problems.clear()
+            with llama_log.captured() as lines:
+                model = llama_cpp.llama_model_load_from_file(str(self.model_path).encode(), mparams)
+            self._load_lines = lines
+            fewer = None if model or not self.gpus else offload.fewer_layers(lines, n_gpu_layers)
+            if model or fewer is None:
+                break
+            log.warning("%s had no room for %s layers of %s; loading again with %d on the GPU",
+                        ", ".join(d.name for d in self.gpus), "all" if n_gpu_layers < 0 else n_gpu_layers,
+                        self.model_path.name, fewer)
+            n_gpu_layers = fewer
         if not model:
-            backends.release()
+            kernels.release()
             reason = "; ".join(llama_log.recent_problems) or "llama.cpp gave no reason"
             raise ModelLoadError(
                 f"could not load {self.model_path} ({reason}). The file may be truncated or corrupt: "
                 "download it again (`localchat pull`), or pick another model."
             )
         return model
+
+    def _placed(self, context_lines: list[str]) -> residence.Residence:
+        """Where the layers and buffers went, as llama.cpp did it; a plan for a GPU that landed on the CPU says so."""
+        found = residence.read(self._load_lines + context_lines)
+        self._load_lines = []
+        if self.config.n_gpu_layers and not found.on_gpu():
+            log.warning("%s was planned for a GPU and runs on the CPU (%s)", self.model_path.name,
+                        self.why_cpu or "llama.cpp placed no layer on a GPU")
+        log.info("placement of %s: %s", self.model_path.name, found.text())
+        return found
 
     def _context_params(self) -> llama_cpp.llama_context_params:
         """llama.cpp's context parameters for this worker's config."""
@@ -167,7 +189,7 @@ class Worker:
             ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not ctx:
             llama_cpp.llama_model_free(self.model)
-            backends.release()
+            kernels.release()
             reason = "; ".join(llama_log.recent_problems) or "out of memory?"
             raise ModelLoadError(f"could not create a context of {self.config.n_ctx} tokens ({reason}); "
                                  "try a smaller n_ctx.")
@@ -363,4 +385,4 @@ class Worker:
         if getattr(self, "model", None):
             llama_cpp.llama_model_free(self.model)
             self.model = None
-            backends.release()
+            kernels.release()

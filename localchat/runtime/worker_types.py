@@ -21,7 +21,8 @@ class WorkerConfig:
     n_gpu_layers: int = 0
     main_gpu: int = 0
     split_mode: str = "none"  # none: all offloaded layers on main_gpu | layer: spread by tensor_split
-    tensor_split: tuple[float, ...] = ()  # share of the layers per GPU, for split_mode "layer"
+    tensor_split: tuple[float, ...] = ()  # share of the layers per GPU of `gpus`, for split_mode "layer"
+    gpus: tuple[int, ...] = ()  # the GPUs (usable-device indices) a layer split spreads over; () all of them
     flash_attn: bool = True
     # The same greedy tokens however a prompt is batched, chunked, reused or threaded. The default
     # mode takes the fastest kernels, whose rounding depends on the batch: llamafile's sgemm and

@@ -23,4 +23,6 @@ def main(argv: list[str] | None = None,
          settings: Callable[[argparse.ArgumentParser], Callable[[argparse.Namespace], float]] | None = None) -> int:
     """`localchat plan ...` (see `localchat plan --help`); `settings`: the settings' flags and the speed target
     read from them (the command line passes config's, see plan_command.main)."""
-    return plan_command.main(argv, measured, settings)
+    from ..runtime.backends.gpus import usable
+
+    return plan_command.main(argv, measured, settings, usable)

@@ -214,7 +214,14 @@ def _print_kept(profile: Profile, path: Path, no_chart: str, out: TextIO) -> Non
     print(f"profile: {path}\nchart:   {profile.chart or no_chart}", file=out)
 
 
-def run_wizard(probe_fn: Callable[[], HardwareInfo] = probe, catalog: Path | None = None, download: bool = True,
+def usable_machine() -> HardwareInfo:
+    """This machine with the GPUs this install can use (the wizard measures on them)."""
+    from ..runtime.backends.gpus import usable
+
+    return usable(probe())
+
+
+def run_wizard(probe_fn: Callable[[], HardwareInfo] = usable_machine, catalog: Path | None = None, download: bool = True,
                out: TextIO = sys.stdout, *, wants: Wants | None = None, fill: int = DECODE_FILL,
                max_measured: int = 2, refresh: bool | None = None, draft_tokens: int = DRAFT_TOKENS,
                placement_doc_tokens: int = PLACEMENT_DOC_TOKENS, race_tokens: tuple[int, int] = RACE_TOKENS,

@@ -15,6 +15,7 @@ from ..errors import ContextOverflowError, LocalchatError
 from ..ingest import Document, Selection, VectorStore, build_prompt, document_tokens, select
 from ..ingest.fit import document_budget, passage_budget
 from ..runners.embedding import shared_models
+from ..runtime.backends import residence
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Request
 from ..runtime.overflow import Fitted, fit, without
@@ -339,5 +340,6 @@ class ChatCore:
         worker = rt.engine.worker
         model = Path(rt.model).name if rt.model.lower().endswith(".gguf") else rt.model
         weights = worker.describe()
+        placed = rt.engine.residences() if hasattr(rt.engine, "residences") else {}
         return render.status_markdown(model, worker.model_path, weights, rt.engine.n_ctx, rt.engine.placement,
-                                      rt.engine.drafter_name)
+                                      rt.engine.drafter_name, residence.describe_all(placed))

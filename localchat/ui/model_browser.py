@@ -33,12 +33,14 @@ _machine_lock = threading.Lock()
 
 
 def machine() -> HardwareInfo:
-    """This machine as the planner sees it, probed once per process (a second or so)."""
+    """This machine as the planner sees it, probed once per process (a second or so): the GPUs this
+    install can use, listed in a child process (the server never loads llama.cpp itself)."""
     from ..hardware.probe import probe
+    from ..runtime.backends.gpus import usable
 
     with _machine_lock:
         if not _machine:
-            _machine.append(probe())
+            _machine.append(usable(probe()))
         return _machine[0]
 
 

@@ -187,8 +187,8 @@ def prefill_line(done: int, total: int, started: float, first_done: int, now: fl
 
 
 def status_markdown(model: str, path: Path, description: str, n_ctx: int, placement: str,
-                    speculation: str) -> str:
-    """The status panel: model, file and quant, context, placement, memory."""
+                    speculation: str, devices: str = "") -> str:
+    """The status panel: model, file and quant, context, placement (planned, then as llama.cpp did it), memory."""
     import psutil
 
     server = psutil.Process(os.getpid())
@@ -203,6 +203,7 @@ def status_markdown(model: str, path: Path, description: str, n_ctx: int, placem
     except OSError:
         size = "?"
     rows = [("Model", model), ("Weights", description), ("File", f"{path.name} ({size})"),
-            ("Context", f"{n_ctx:,} tokens"), ("Placement", placement), ("Speculation", speculation),
+            ("Context", f"{n_ctx:,} tokens"), ("Placement", placement), ("Device", devices or "?"),
+            ("Speculation", speculation),
             ("Memory", f"{size_text(rss)} resident")]
     return "\n".join(f"- **{k}:** {plain(v)}" for k, v in rows)

@@ -32,7 +32,7 @@ class TuneJob:
         self.returncode: int | None = None
         self.cancelled = False
         self.started, self.ended = time.monotonic(), None
-        from ..runtime.backends import child_environ
+        from ..runtime.backends.kernels import child_environ
 
         env = {**child_environ(), "PYTHONUNBUFFERED": "1"}  # lines arrive as the wizard prints them
         self._process = subprocess.Popen(command or tune_command(download, placements), stdin=subprocess.DEVNULL,

@@ -5,8 +5,8 @@ import runpy
 import sys
 from pathlib import Path
 
-from localchat.runtime import backends
+from localchat.runtime.backends import kernels
 
-backends.activate(True, Path(sys.argv[sys.argv.index("--model") + 1]))
+kernels.activate(True, Path(sys.argv[sys.argv.index("--model") + 1]))
 sys.argv[0] = "llama_cpp.server"
 runpy.run_module("llama_cpp.server", run_name="__main__")

@@ -81,12 +81,10 @@ def listed(info: ModelInfo) -> dict[str, Any]:
 
 def running(info: ModelInfo) -> dict[str, Any]:
     """A model as /api/ps lists it: loaded, until when (the served model: while the server runs)."""
-    header, size, _ = _facts(info)
-    n_layer = header.n_layer if header is not None else 0
-    layers = n_layer if info.gpu_layers < 0 else info.gpu_layers
-    on_gpu = size if info.gpu_layers < 0 or not n_layer else size * min(layers, n_layer) // n_layer
+    # size_vram is what llama.cpp allocated on GPUs (weights, KV cache, compute), never the configured layer count.
     expires = NEVER if info.expires_at == math.inf else stamp(datetime.fromtimestamp(info.expires_at, timezone.utc))
-    return {**listed(info), "expires_at": expires, "size_vram": on_gpu, "context_length": info.n_ctx}
+    return {**listed(info), "expires_at": expires, "size_vram": info.device_bytes, "context_length": info.n_ctx,
+            "x_localchat": {"placement": info.placed}}
 
 
 def shown(info: ModelInfo) -> dict[str, Any]:

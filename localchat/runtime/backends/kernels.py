@@ -19,8 +19,9 @@ from pathlib import Path
 
 import llama_cpp
 
-from .. import paths
-from ..errors import EngineError, ModelLoadError
+from ... import paths
+from ...errors import EngineError, ModelLoadError
+from .devices import load_gpu_modules
 from .cpu_variants import (MODULE_SUFFIXES, CpuBackend, lib_dir, ggml_library, is_exact, machine_key, ranked,
                            remember, remembered, variant_name)
 
@@ -41,7 +42,7 @@ PROOF_MIN_BYTES = 32 << 20  # below this a model's verdict says nothing of other
 
 MODEL_FAILED = 86  # the child's exit code when the model itself would not load (not abort()'s 3 on Windows)
 PROVE_FLAG = "--localchat-prove-cpu"  # how a desktop bundle's own program is asked to prove (entry.py)
-PROVE_MODULE = "localchat.runtime.cpu_proof"  # the child's side of a proof
+PROVE_MODULE = "localchat.runtime.backends.cpu_proof"  # the child's side of a proof
 
 
 def prove(module: Path, model: Path, crash: bool = False) -> str | None:
@@ -169,13 +170,14 @@ def _load_module(module: Path) -> int:
 
 
 def _load_other_backends(exact: bool) -> None:
-    """GPU backends built as modules (CUDA, Vulkan, ...): ggml keeps those the machine can't use out.
-    The deterministic mode leaves BLAS out: it takes the prompt's matrix products off our kernels."""
+    """The GPU backends (devices.py proves each in a child first) and BLAS; the deterministic mode leaves
+    BLAS out: it takes the prompt's matrix products off our kernels."""
+    load_gpu_modules()
+    if exact:
+        return
     lib = ggml_library()
     for module in sorted(lib_dir().iterdir()):
-        name = module.name
-        if (module.suffix in MODULE_SUFFIXES and name.startswith(("libggml-", "ggml-")) and "ggml-cpu" not in name
-                and not name.startswith(("libggml-base", "ggml-base")) and not (exact and "blas" in name)):
+        if module.suffix in MODULE_SUFFIXES and "ggml-blas" in module.name:
             lib.ggml_backend_load(str(module).encode())
 
 

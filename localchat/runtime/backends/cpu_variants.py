@@ -2,7 +2,7 @@
 
 The wheel carries llama.cpp's CPU backend once per ISA level (scripts/install-runtime.sh): fast
 ones with llamafile's sgemm in llama_cpp/lib, exact ones without it in llama_cpp/lib/exact for
---deterministic. ggml scores each for this CPU; a proof's verdict (backends.py) is kept per machine
+--deterministic. ggml scores each for this CPU; a proof's verdict (kernels.py) is kept per machine
 in the cache dir, so a variant is proven once.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from .. import paths
+from ... import paths
 
 log = logging.getLogger(__name__)
 
@@ -119,37 +119,52 @@ def machine_key(modules: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _verdict_file() -> Path:
-    return paths.cache_dir() / "cpu-backend.json"
+CPU_VERDICTS = "cpu-backend.json"
 
 
-def remembered(key: str, exact: bool) -> CpuBackend | None:
+def read_verdict(file_name: str, key: str, part: str) -> dict | None:
+    """A verdict kept in the cache dir's `file_name` under key/part, or None (a file that fails to read
+    is no verdict: what it held is proven again)."""
     try:
-        data = json.loads(_verdict_file().read_text(encoding="utf-8"))
-        entry = data[key]["exact" if exact else "fast"]
-        return CpuBackend(**entry)
-    except (OSError, ValueError, KeyError, TypeError):
+        entry = json.loads((paths.cache_dir() / file_name).read_text(encoding="utf-8"))[key][part]
+        return entry if isinstance(entry, dict) else None
+    except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError):
         return None
 
 
-def remember(key: str, exact: bool, backend: CpuBackend) -> None:
-    """Keep the verdict for a mode (a failure to write it costs a proof at the next start, nothing more)."""
+def keep_verdict(file_name: str, key: str, part: str, verdict: dict) -> None:
+    """Keep a verdict (a failure to write it costs a proof at the next start, nothing more)."""
     import tempfile
 
-    file = _verdict_file()
+    file = paths.cache_dir() / file_name
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             data = {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         data = {}
-    data.setdefault(key, {})["exact" if exact else "fast"] = asdict(backend)
+    if not isinstance(data.get(key), dict):
+        data[key] = {}
+    data[key][part] = verdict
     try:
         # A name of its own: a window and a server starting at once must not share a half-written file.
-        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".cpu-backend-", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.stem}-", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=1)
         paths.private_file(Path(tmp))
         os.replace(tmp, file)
     except OSError as exc:
-        log.warning("could not keep the CPU kernels' verdict in %s (%s); they are proven again next time", file, exc)
+        log.warning("could not keep a verdict in %s (%s); it is proven again next time", file, exc)
+
+
+def remembered(key: str, exact: bool) -> CpuBackend | None:
+    entry = read_verdict(CPU_VERDICTS, key, "exact" if exact else "fast")
+    try:
+        return CpuBackend(**entry) if entry else None
+    except TypeError:
+        return None
+
+
+def remember(key: str, exact: bool, backend: CpuBackend) -> None:
+    """Keep the verdict for a mode."""
+    keep_verdict(CPU_VERDICTS, key, "exact" if exact else "fast", asdict(backend))

@@ -1,4 +1,4 @@
-"""The child's side of proving a CPU variant (backends.py): load that variant and the model, run a
+"""The child's side of proving a CPU variant (kernels.py): load that variant and the model, run a
 prompt batch and single decode steps. A broken kernel kills this process, not the one that asked."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import signal
 import sys
 from pathlib import Path
 
-from ..errors import LocalchatError
-from .backends import MODEL_FAILED, mark_proving
+from ...errors import LocalchatError
+from .kernels import MODEL_FAILED, mark_proving
 from .cpu_variants import is_exact
-from .worker import Worker
-from .worker_types import BatchRow, WorkerConfig
+from ..worker import Worker
+from ..worker_types import BatchRow, WorkerConfig
 
 
 def prove_in_child(argv: list[str]) -> int:
