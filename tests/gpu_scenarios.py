@@ -26,7 +26,7 @@ from localchat.runtime.worker_types import BatchRow, WorkerConfig
 N_CTX = 512
 QUESTION = [{"role": "system", "content": "Answer briefly."},
             {"role": "user", "content": "Name the capital city of France."}]
-# A prompt that repeats itself, so prompt lookup drafts and a prefix can be reused.
+# A second question, asked twice: the second time its prefix is reused (from the KV cache, or from disk).
 COPY = [{"role": "user", "content": "Repeat exactly: the red fox jumps over the lazy dog and the red fox runs."}]
 ANSWER = 6  # tokens per answer: llvmpipe decodes about one token a second
 # Drafts every step (paying or not: on llvmpipe they do not), so the device verifies drafted tokens; the step
@@ -93,10 +93,6 @@ def main(model: Path, draft: Path, workdir: Path) -> dict:
     draft_gpu = arrange("draft-gpu", hardware, base, size, devices="0,1", draft_size=ModelSize.of(draft))
     draft_gpu.step_costs = DRAFTING["step_costs"]
     run("draft_gpu", model, EngineConfig.placed(draft_gpu, draft_path=draft, spec=DRAFTING["spec"]), out)
-    run("lookup_plain", model, EngineConfig.placed(single), out, COPY)
-    single.step_costs = DRAFTING["step_costs"]
-    run("lookup", model, EngineConfig.placed(single, lookup=True, spec=DRAFTING["spec"]), out, COPY)
-    single.step_costs = None
     with Engine.load(model, EngineConfig.placed(single)) as engine:  # the same prompt twice: its prefix reused
         first, second = answer(engine, COPY), answer(engine, COPY)
         out["prefix_reuse"] = {"first": first, "second": second, "placed": placed(engine)}

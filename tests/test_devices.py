@@ -66,7 +66,7 @@ def test_draft_gpu_needs_a_draft_and_puts_it_on_the_second_gpu():
 
 
 def test_unknown_devices_are_named_in_the_refusal():
-    with pytest.raises(PlacementError, match="GPU 3, but this machine's GPUs are: 0, 1"):
+    with pytest.raises(PlacementError, match="GPU 3, but the GPUs this install can use are: GPU 0, GPU 1"):
         arrange("pd-split", box(24, 24), BASE, EIGHT_B_Q4, devices="0,3")
 
 

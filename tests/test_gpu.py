@@ -11,15 +11,27 @@ installs both)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from localchat.api.app import create_app
+from localchat.api.local import LocalService
+from localchat.assemble import open_engine
+from localchat.config import Settings
+from localchat.runners.supervisor import SupervisedEngine
 from localchat.runtime.backends.cpu_variants import lib_dir
+from localchat.runtime.backends.residence import describe_all
+from localchat.ui import render
+from ui_server import serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 # Mesa 22.3's lavapipe (Debian 12) crashes now and then (SIGSEGV in its queue thread) when ggml's fused
@@ -104,15 +116,13 @@ def test_placements_over_two_devices_answer_token_for_token_as_one_device(scenar
     assert pd["tokens"] == single
 
 
-def test_the_draft_model_runs_on_the_second_device(scenarios: dict):
+def test_speculation_with_the_draft_model_on_the_second_device_keeps_the_answer(scenarios: dict):
     draft = scenarios["draft_gpu"]
     assert draft["placed"]["draft"]["layers"] == {"Vulkan1": 31} and draft["placed"]["model"]["layers"] == {"Vulkan0": 31}
-    assert draft["spec"]["drafted"] > 0 and draft["tokens"] == scenarios["single"]["tokens"]
+    assert draft["speculation"]["drafted"] > 0 and draft["tokens"] == scenarios["single"]["tokens"]
 
 
-def test_speculation_and_prefix_reuse_on_a_device_keep_the_answer(scenarios: dict):
-    assert scenarios["lookup"]["spec"]["drafted"] > 0
-    assert scenarios["lookup"]["tokens"] == scenarios["lookup_plain"]["tokens"]
+def test_prefix_reuse_on_a_device_keeps_the_answer(scenarios: dict):
     reuse = scenarios["prefix_reuse"]
     assert reuse["second"]["cached_tokens"] > 0 and reuse["second"]["tokens"] == reuse["first"]["tokens"]
 
@@ -126,3 +136,33 @@ def test_a_kv_state_saved_from_a_device_loads_back_onto_it(scenarios: dict):
 def test_the_cpu_and_the_device_agree_on_the_most_likely_tokens(scenarios: dict):
     # Not token for token (other kernels, other rounding): the same next token almost everywhere.
     assert scenarios["top1_agreement"] >= 0.8
+
+
+def test_the_runner_reports_its_device_and_a_restart_lands_there_again(model_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    for name in ("GGML_VK_VISIBLE_DEVICES", "GGML_VK_DISABLE_FUSION"):
+        monkeypatch.setenv(name, GPU_ENV[name])  # the runner process inherits them
+    settings = Settings(model=str(model_path), n_ctx=512, n_threads=2, n_gpu_layers=-1, speculation=False,
+                        kv_disk_mb=0)
+    with SupervisedEngine(functools.partial(open_engine, settings)) as supervised:
+        assert supervised.residences()["model"].layers == {"Vulkan0": 31}
+        url, server, thread = serve_in_thread(create_app(LocalService(supervised, "smollm2-135m")))
+        try:
+            (running,) = httpx.get(url + "/api/ps", timeout=60).json()["models"]
+            assert running["size_vram"] > 100 << 20 and running["x_localchat"]["placement"].startswith("31/31 layers on Vulkan0")
+            restarts, pid = supervised.restarts, supervised.pid
+            os.kill(pid, signal.SIGKILL)  # as the OOM killer would
+            deadline = time.monotonic() + 600
+            while supervised.restarts == restarts:
+                assert time.monotonic() < deadline, "the runner did not come back"
+                time.sleep(0.1)
+            assert supervised.residences()["model"].layers == {"Vulkan0": 31}
+            body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 2}
+            assert httpx.post(url + "/v1/chat/completions", json=body, timeout=600).status_code == 200
+        finally:
+            server.should_exit = True
+            thread.join(10)
+        # The window's status panel says it from the same facts.
+        panel = render.status_markdown("smollm2-135m", model_path, "", 512, supervised.placement, "off",
+                                       describe_all(supervised.residences()))
+        assert "**Device:** 31/31 layers on Vulkan0" in panel

@@ -220,3 +220,11 @@ def test_planning_loads_no_llama_cpp():
         "planning/ modules that load llama.cpp (through the localchat modules they import): "
         + ", ".join(sorted(m for m, found in loading.items() if "llama_cpp" in found)))
     assert "llama_cpp" in _loads("localchat.runtime.worker")  # the check sees what a worker loads
+
+
+def test_device_code_lives_in_runtime_backends():
+    """Only runtime/backends/ loads ggml's backend modules or asks ggml about devices (docs/architecture.md,
+    "Devices"): one place knows which GPUs this process can use."""
+    outside = [m for m in MODULES if not m.startswith("localchat.runtime.backends")
+               and re.search(r"ggml_backend_(load|dev_|reg_)", _path(m)[0].read_text(encoding="utf-8"))]
+    assert not outside, f"device code outside runtime/backends/: {', '.join(sorted(outside))}"

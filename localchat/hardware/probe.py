@@ -174,7 +174,7 @@ def _nvidia_gpu(nvml: Any, index: int, handle: Any, warnings: list[str]) -> GPUI
     capability = _ask(nvml.nvmlDeviceGetCudaComputeCapability, handle)
     if capability:
         gpu.compute_capability = f"{capability[0]}.{capability[1]}"
-    pci = _ask(nvml.nvmlDeviceGetPciInfo, handle)
+    pci = _ask(lambda h: nvml.nvmlDeviceGetPciInfo(h), handle)  # older bindings lack it
     bus_id = getattr(pci, "busId", b"") or b""
     gpu.pci_bus_id = (bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)).lower()
     gpu.pcie_gen = _ask(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
