@@ -54,11 +54,12 @@ if ! ls "$cache"/llama_cpp_python-"$version"-*.whl >/dev/null 2>&1; then
   echo "building llama-cpp-python $version ($CMAKE_ARGS); this takes several minutes" >&2
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  "$python" -m pip wheel --no-deps --no-cache-dir -w "$tmp" "llama-cpp-python==$version" >&2
+  # LLAMA_CPP_PYTHON_SOURCE: a folder of its source (scripts/gpu-bench.sh on a machine with no network).
+  "$python" -m pip wheel --no-deps --no-cache-dir -w "$tmp" "${LLAMA_CPP_PYTHON_SOURCE:-llama-cpp-python==$version}" >&2
   mkdir -p "$cache"
   mv "$tmp"/llama_cpp_python-*.whl "$cache"/
   rm -rf "$tmp"
 fi
 [ "${1:-}" = "--build-only" ] && exit 0
 "$python" -m pip install --force-reinstall --no-deps "$cache"/llama_cpp_python-"$version"-*.whl >&2
-"$python" -m pip install "llama-cpp-python==$version" >&2  # its pure-Python dependencies
+[ -n "${LLAMA_CPP_PYTHON_SOURCE:-}" ] || "$python" -m pip install "llama-cpp-python==$version" >&2  # its pure-Python dependencies

@@ -72,15 +72,16 @@ def test_probe_lists_both_software_gpus_as_usable_with_their_memory():
 
 def test_without_a_visible_device_all_layers_asked_for_run_on_the_cpu_and_it_says_why():
     env = {**NO_GPU_ENV, "LOCALCHAT_N_GPU_LAYERS": "-1"}  # llvmpipe hidden: the install has no usable GPU
-    done = localchat("--verbose", "chat", "--json", "--max-tokens", "2", "Say hi", env=env)
+    done = localchat("--verbose", "chat", "--json", "--max-tokens", "2", "--n-ctx", "512", "--no-spec", "Say hi",
+                     env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "no GPU is usable" in done.stderr and "on GPU 0" not in done.stderr
     assert json.loads(done.stdout.splitlines()[-1])["device"].endswith("layers on the CPU")
 
 
 def test_a_layer_split_puts_layers_on_both_devices_and_llamas_log_agrees(scenarios: dict):
-    done = localchat("--verbose", "chat", "--json", "--temperature", "0", "--max-tokens", "4", "--placement",
-                     "layer-split", "--devices", "0,1", "Name the capital city of France.")
+    done = localchat("--verbose", "chat", "--json", "--temperature", "0", "--max-tokens", "4", "--n-ctx", "512",
+                     "--no-spec", "--placement", "layer-split", "--devices", "0,1", "Name the capital city of France.")
     assert done.returncode == 0, done.stderr[-2000:]
     answer = json.loads(done.stdout.splitlines()[-1])
     assert "on Vulkan0" in answer["device"] and "on Vulkan1" in answer["device"]
