@@ -16,7 +16,9 @@ target=llama-bench
 [ "$kind" = server ] && target=llama-server
 if [ ! -x "$root/build/bin/$target" ]; then
   mkdir -p "$root"
-  if [ ! -d "$root/src" ]; then
+  if [ ! -d "$root/src" ] && [ -n "${LLAMA_CPP_PYTHON_SOURCE:-}" ]; then  # carried source (scripts/gpu-bench.sh)
+    mkdir -p "$root/src" && cp -r "$LLAMA_CPP_PYTHON_SOURCE"/. "$root/src/"
+  elif [ ! -d "$root/src" ]; then
     "$python" -m pip download --no-deps --no-binary :all: -d "$root" "llama-cpp-python==$version" >&2
     mkdir -p "$root/src" && tar xzf "$root"/llama_cpp_python-*.tar.gz -C "$root/src" --strip-components=1
   fi

@@ -15,8 +15,8 @@ trap 'rm -rf "$tmp"' EXIT
 "$python" -m pip download -q --no-deps --no-binary :all: -d "$tmp" "llama-cpp-python==$version"
 tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
 src=$(ls -d "$tmp"/llama_cpp_python-*/)
-tar cJf "$out/llama-cpp-python-$version.tar.xz" -C "$src/.." --exclude='.git' --exclude='vendor/llama.cpp/tools/ui' \
-  --exclude='vendor/llama.cpp/tools/mtmd' --exclude='vendor/llama.cpp/vendor/miniaudio' --exclude='vendor/llama.cpp/models' --exclude='vendor/llama.cpp/docs' --exclude='vendor/llama.cpp/tests' \
+tar cJf "$out/llama-cpp-python-$version.tar.xz" -C "$src/.." --exclude='.git' --exclude='vendor/llama.cpp/tools/ui' --exclude='*.mp4' --exclude='*.webp' \
+  --exclude='vendor/llama.cpp/models' --exclude='vendor/llama.cpp/docs' --exclude='vendor/llama.cpp/tests' \
   --exclude='vendor/llama.cpp/benches' --exclude='vendor/llama.cpp/tools/server' --exclude='vendor/llama.cpp/media' \
   --exclude='vendor/llama.cpp/gguf-py' --exclude='vendor/llama.cpp/examples' "$(basename "$src")"
 # The build's own (pure Python), then localchat's runtime for each Python a GPU machine may run.

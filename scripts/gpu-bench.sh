@@ -38,7 +38,7 @@ tar xJf "$carry"/llama-cpp-python-*.tar.xz -C "$src"
 case "$backend" in cuda) gpu=cuda ;; vulkan) gpu=vulkan ;; *) gpu=none ;; esac
 # The cache key is the build's flags: a second run reuses the wheel.
 LOCALCHAT_GPU=$gpu LOCALCHAT_CPU_VARIANTS=native CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" PYTHON="$py" \
-  LLAMA_CPP_PYTHON_SOURCE="$(ls -d "$src"/llama_cpp_python-*/)" PIP_NO_BUILD_ISOLATION=1 \
+  LLAMA_CPP_PYTHON_SOURCE="$(ls -d "$src"/llama_cpp_python-*/)" \
   bash scripts/install-runtime.sh || { echo "gpu-bench: the build failed" >&2; exit 1; }
 "$py" -m pip install -q "${wheels[@]}" --no-deps -e . && \
   "$py" -m pip install -q "${wheels[@]}" huggingface-hub platformdirs psutil PyYAML Jinja2 nvidia-ml-py jsonschema \
@@ -59,7 +59,8 @@ PY
 step "devices side by side"
 "$py" benchmarks/devices.py "$model" --output "$out/devices.md" || echo "gpu-bench: devices.py failed" >&2
 step "ours against llama-bench of the same build"
-bench_dir=$(PYTHON="$py" bash benchmarks/build-llama-bench.sh ours) || bench_dir=""
+bench_dir=$(LLAMA_CPP_PYTHON_SOURCE="$(ls -d "$src"/llama_cpp_python-*/)" PYTHON="$py" \
+  bash benchmarks/build-llama-bench.sh ours) || bench_dir=""
 LOCALCHAT_BENCH_GPU_LAYERS=999 LLAMA_BENCH_OURS="$bench_dir" "$py" benchmarks/gpu.py "$model" --output "$out/engine.md" \
   || echo "gpu-bench: gpu.py failed" >&2
 if [ "$("$py" -c 'from localchat.hardware.probe import probe; from localchat.runtime.backends.gpus import usable; print(len(usable(probe(False)).gpus))')" -ge 2 ]; then

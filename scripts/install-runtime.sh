@@ -54,8 +54,13 @@ if ! ls "$cache"/llama_cpp_python-"$version"-*.whl >/dev/null 2>&1; then
   echo "building llama-cpp-python $version ($CMAKE_ARGS); this takes several minutes" >&2
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  # LLAMA_CPP_PYTHON_SOURCE: a folder of its source (scripts/gpu-bench.sh on a machine with no network).
-  "$python" -m pip wheel --no-deps --no-cache-dir -w "$tmp" "${LLAMA_CPP_PYTHON_SOURCE:-llama-cpp-python==$version}" >&2
+  # LLAMA_CPP_PYTHON_SOURCE: a folder of its source, built with the build tools already installed
+  # (scripts/gpu-bench.sh on a machine with no network).
+  if [ -n "${LLAMA_CPP_PYTHON_SOURCE:-}" ]; then
+    "$python" -m pip wheel --no-deps --no-cache-dir --no-build-isolation -w "$tmp" "$LLAMA_CPP_PYTHON_SOURCE" >&2
+  else
+    "$python" -m pip wheel --no-deps --no-cache-dir -w "$tmp" "llama-cpp-python==$version" >&2
+  fi
   mkdir -p "$cache"
   mv "$tmp"/llama_cpp_python-*.whl "$cache"/
   rm -rf "$tmp"
