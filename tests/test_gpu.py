@@ -86,6 +86,10 @@ def test_a_layer_split_puts_layers_on_both_devices_and_llamas_log_agrees(scenari
     answer = json.loads(done.stdout.splitlines()[-1])
     assert "on Vulkan0" in answer["device"] and "on Vulkan1" in answer["device"]
     assert "assigned to device Vulkan0" in done.stderr and "assigned to device Vulkan1" in done.stderr
+    on_cpu = localchat("chat", "--json", "--temperature", "0", "--max-tokens", "4", "--n-ctx", "512", "--no-spec",
+                       "Name the capital city of France.")
+    cpu = json.loads(on_cpu.stdout.splitlines()[-1])
+    assert cpu["device"] == "all 31 layers on the CPU" and cpu["text"] == answer["text"]
 
 
 def test_all_layers_land_on_the_device_and_nothing_is_claimed_that_did_not_happen(scenarios: dict):
