@@ -28,6 +28,7 @@ from ..runtime.template_sandbox import Budget
 from .bridge import StreamBridge, wait_for_disconnect
 from .constraints import constrain, grammar_of, raw_grammar, response_grammar
 from .embeddings import embed, embedding_info
+from .model_calls import off_loop
 from .service import Answer, Embedded, Generation, ModelInfo
 from .tool_parser import ToolCallParser
 
@@ -187,8 +188,7 @@ class LocalService:
         held = contextlib.ExitStack()
         # Loading takes seconds: off the event loop. A client that leaves meanwhile gives the lease back
         # when the load ends, so the runner is not held forever.
-        entering = asyncio.ensure_future(asyncio.to_thread(held.enter_context,
-                                                           self.runners.lease(name, path, keep_alive_s)))
+        entering = asyncio.ensure_future(off_loop(held.enter_context, self.runners.lease(name, path, keep_alive_s)))
         try:
             engine = await asyncio.shield(entering)
         except asyncio.CancelledError:
@@ -249,7 +249,7 @@ class LocalService:
         budget = Budget()
         self._budgets.add(budget)
         # Rendering and tokenizing a long prompt take a while; the event loop stays free meanwhile.
-        working = asyncio.ensure_future(asyncio.to_thread(budget.run, work))
+        working = asyncio.ensure_future(off_loop(budget.run, work))
         leaving = asyncio.ensure_future(wait_for_disconnect(request))
         try:
             await asyncio.wait({working, leaving}, return_when=asyncio.FIRST_COMPLETED)
