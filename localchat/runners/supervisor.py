@@ -225,6 +225,10 @@ class SupervisedEngine:
                     # file (the OOM killer, a person): it must not mark it bad.
                     raise LoadCrashError(f"the model runner {how} while loading the model: llama.cpp could not read "
                                          "this file. Choose another file or download it again.", how) from None
+                if killed_from_outside(process.exitcode):
+                    raise EngineError(f"the model runner was ended from outside ({how[len('crashed ('):-1]}: the "
+                                      "system ran short of memory, or another program ended it) while loading the "
+                                      "model; try again, with fewer programs running if memory is short.") from None
                 raise EngineError(f"the model runner {how} before the model was loaded; the log says why.") from None
             within = self._silence
             if message[0] == "progress":
