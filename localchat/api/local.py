@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 from starlette.requests import Request as HTTPRequest
 
 from ..errors import ContextOverflowError, ModelNotFoundError, RequestError
-from ..models.resolve import servable_files
+from ..models.servable_index import ServableIndex
 from ..runners.pool import Runners
 from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Engine, Request
@@ -69,6 +69,10 @@ class LocalService:
         self.created = int(time.time())
         self._budgets: set[Budget] = set()  # requests being rendered and tokenized right now
         self._names: tuple[Any, set[str]] = (None, set())
+        # Models by name: looked up in an index walked off the event loop, never per request.
+        self._servable = ServableIndex()
+        if runners is not None:
+            self._servable.refresh()
 
     def _path(self) -> Path | None:
         return _path_of(self.engine)
@@ -161,7 +165,7 @@ class LocalService:
 
     def _others(self) -> dict[str, Path]:
         """The chat model files here a request may name besides the served model."""
-        return {name: path for name, path in servable_files().items() if name not in self.aliases}
+        return {name: path for name, path in self._servable.names().items() if name not in self.aliases}
 
     def _elsewhere(self, name: str | None) -> bool:
         """Whether `name` asks for a model other than the served one, which this server loads by name."""
