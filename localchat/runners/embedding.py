@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from ..errors import EngineError, LocalchatError, ModelLoadError
 from ..models.embedding import DEFAULT_EMBEDDING_MODEL, local_embedding_model
-from .liveness import SILENCE_S, START_S, Outbox, Silent, receive
+from .liveness import SILENCE_S, START_S, Outbox, Receiver, Silent
 from .runner_process import LoadCrashError, ended, killed_from_outside
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class SupervisedEmbedder:
         """The runner's next reply; EOFError (the runner ended, by the server if it fell silent) otherwise."""
         while True:
             try:
-                message = receive(self._conn, self._silence)
+                message = self._receiver.receive()
             except Silent as silent:
                 log.error("the embedding model's runner stopped answering (%s); ending it", silent)
                 self._process.kill()
@@ -157,9 +157,10 @@ class SupervisedEmbedder:
         process.start()
         theirs.close()
         self._process, self._conn = process, ours
+        self._receiver = Receiver(ours, self._silence, process.kill)
         try:
             within = START_S
-            while (message := receive(ours, within))[0] == "alive":
+            while (message := self._receiver.receive(within))[0] == "alive":
                 within = self._silence
             kind, value = message
         except Silent as silent:
@@ -185,6 +186,7 @@ class SupervisedEmbedder:
     def _stop(self) -> str:
         """Wait for the runner to end (killed if it does not) and say how it ended."""
         process, self._process = self._process, None
+        self._receiver.close()
         process.join(10)
         if process.is_alive():
             process.kill()

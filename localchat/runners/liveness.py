@@ -7,14 +7,15 @@ a thread of its own, which runs while llama.cpp computes (ctypes lets go of the 
 is never silence; the watchdog still judges steps. Any message counts as a sign of life.
 
 Both runners (the chat model's and the embedding model's) write through an `Outbox` and are read
-through `receive`: one shape of supervision for both.
+through a `Receiver`: one shape of supervision for both.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+import time
+from typing import Any, Callable
 
 HEARTBEAT_S = 1.0  # how often a runner says it is alive
 SILENCE_S = 20.0  # a runner silent this long is frozen: the server ends it and starts another
@@ -30,12 +31,40 @@ class Silent(Exception):
         self.seconds = seconds
 
 
-def receive(conn: Any, within: float) -> Any:
-    """The next message from a runner, heartbeats (("alive",)) included; Silent when none came within
-    `within` seconds, EOFError or OSError when the runner ended."""
-    if not conn.poll(within):
-        raise Silent(within)
-    return conn.recv()
+class Receiver:
+    """The server's end of a runner's pipe, read within bounds: a runner silent for `within` seconds
+    raises Silent, and one that stops in the middle of a message (frozen while it wrote a long reply) is
+    ended by `on_stuck` from a watcher thread, so the read sees the pipe close instead of waiting forever."""
+
+    def __init__(self, conn: Any, within: float, on_stuck: Callable[[], None]) -> None:
+        self.conn, self.within = conn, within
+        self._on_stuck = on_stuck
+        self._reading_since: float | None = None  # set while a message is read after poll saw its start
+        self._closed = threading.Event()
+        threading.Thread(target=self._watch, name="localchat-runner-receiver", daemon=True).start()
+
+    def receive(self, within: float | None = None) -> Any:
+        """The next message, heartbeats (("alive",)) included; Silent when none began within `within`
+        seconds (default: the receiver's own bound), EOFError or OSError when the runner ended."""
+        within = self.within if within is None else within
+        if not self.conn.poll(within):
+            raise Silent(within)
+        self._reading_since = time.monotonic()
+        try:
+            return self.conn.recv()
+        finally:
+            self._reading_since = None
+
+    def close(self) -> None:
+        """Stop the watcher (the pipe is the caller's to close)."""
+        self._closed.set()
+
+    def _watch(self) -> None:
+        while not self._closed.wait(min(1.0, self.within / 4)):
+            since = self._reading_since
+            if since is not None and time.monotonic() - since > self.within:
+                self._on_stuck()
+                return
 
 
 class Outbox:

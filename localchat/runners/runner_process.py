@@ -70,6 +70,7 @@ class RunnerProcess:
     submitting: set[str] = field(default_factory=set)  # requests whose submit it is reading now
     stalled: str = ""  # the watchdog's words, when it ended the runner
     frozen: str = ""  # how long it was silent, when the server ended it
+    receiver: Any = None  # its liveness.Receiver: the pipe read within bounds
     outbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # pickled messages to write
 
     def start_writing(self) -> None:

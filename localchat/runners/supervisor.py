@@ -35,7 +35,7 @@ from ..runtime.engine import Request
 from ..runtime.events import Done, Failed, Stream, TextDelta
 from ..runtime.resample import Resampled, checked
 from . import child
-from .liveness import SILENCE_S, START_S, Silent, receive
+from .liveness import SILENCE_S, START_S, Receiver, Silent
 from .runner_process import Call, InFlight, LoadCrashError, RunnerProcess, ended, killed_from_outside
 
 __all__ = ["LoadCrashError", "SupervisedEngine", "ended"]
@@ -151,17 +151,21 @@ class SupervisedEngine:
     def _send_call(self, kind: str, rid: str | None, args: tuple) -> tuple[RunnerProcess, Call]:
         call, pending = next(self._ids), Call()
         message = (kind, call, rid, *args) if rid is not None else (kind, call, *args)
-        # A request that comes while a runner restarts goes to the new one.
-        if not self._up.wait(RESTART_WAIT_S):
-            raise EngineError(f"the model runner has been restarting for {RESTART_WAIT_S:.0f} s; try again later, "
-                              "or restart localchat if it does not come back.")
-        with self._lock:
-            if self._closing:
-                raise EngineError("the model runner is shut down; start a new one.")
-            runner = self._runner
-            self._calls[call] = pending
-            if rid is not None:
-                runner.submitting.add(rid)
+        while True:
+            # A request that comes while a runner restarts goes to the new one.
+            if not self._up.wait(RESTART_WAIT_S):
+                raise EngineError(f"the model runner has been restarting for {RESTART_WAIT_S:.0f} s; try again "
+                                  "later, or restart localchat if it does not come back.")
+            with self._lock:
+                if self._closing:
+                    raise EngineError("the model runner is shut down; start a new one.")
+                if not self._up.is_set():
+                    continue  # it died since: a call left on it would never hear back
+                runner = self._runner
+                self._calls[call] = pending
+                if rid is not None:
+                    runner.submitting.add(rid)
+                break
         try:
             runner.post(message)
         except Exception as exc:  # a request that does not pickle: a bug of ours, that request's error
@@ -205,11 +209,13 @@ class SupervisedEngine:
                                   name="localchat-runner", daemon=True)
         process.start()
         theirs.close()
+        receiver = Receiver(ours, self._silence, process.kill)
         within = max(START_S, self._silence)  # the first word comes after the program's imports
         while True:
             try:
-                message = receive(ours, within)
+                message = receiver.receive(within)
             except Silent as silent:
+                receiver.close()
                 process.kill()
                 process.join()
                 ours.close()
@@ -217,6 +223,7 @@ class SupervisedEngine:
                                   "was ended. Try again; if it happens again, the log says where it stopped.") \
                     from None
             except (EOFError, OSError):
+                receiver.close()
                 process.join()
                 ours.close()
                 how = ended(process.exitcode)
@@ -235,11 +242,12 @@ class SupervisedEngine:
                 if progress is not None:
                     progress(message[1])
             elif message[0] == "load_failed":
+                receiver.close()
                 process.join()
                 ours.close()
                 raise message[1]
             elif message[0] == "ready":
-                runner = RunnerProcess(process, ours, message[1])
+                runner = RunnerProcess(process, ours, message[1], receiver=receiver)
                 runner.start_writing()
                 threading.Thread(target=self._read, args=(runner,), name="localchat-runner-read", daemon=True).start()
                 return runner
@@ -253,6 +261,7 @@ class SupervisedEngine:
             runner.process.kill()
         finally:
             runner.stop_writing()
+            runner.receiver.close()
             runner.process.join()
             runner.conn.close()
             try:
@@ -265,7 +274,7 @@ class SupervisedEngine:
     def _read_until_end(self, runner: RunnerProcess) -> None:
         while True:
             try:
-                message = receive(runner.conn, self._silence)
+                message = runner.receiver.receive()
             except Silent as silent:
                 # Frozen (SIGSTOP, a debugger, swapped out, a driver deadlock): its watchdog is inside it.
                 runner.frozen = f"it stopped answering: {silent}"
