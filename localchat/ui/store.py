@@ -6,6 +6,7 @@ Every change is one transaction in WAL mode, so a crash leaves either the whole 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..paths import data_dir, private_file
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -101,7 +104,7 @@ class Store:
                 "SELECT id, title, system_prompt, settings, updated FROM conversations c WHERE title LIKE ?1 "
                 "ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND "
                 "m.content LIKE ?1 ESCAPE '\\') ORDER BY updated DESC", (pattern,)).fetchall()
-        return [Conversation(r[0], r[1], r[2], json.loads(r[3]), updated=r[4]) for r in rows]
+        return [Conversation(r[0], r[1], r[2], _object(r[3]), updated=r[4]) for r in rows]
 
     def get(self, conv_id: str) -> Conversation | None:
         with self._lock:
@@ -112,8 +115,8 @@ class Store:
             messages = self._db.execute(
                 "SELECT role, content, stats FROM messages WHERE conversation_id = ? ORDER BY position",
                 (conv_id,)).fetchall()
-        return Conversation(row[0], row[1], row[2], json.loads(row[3]),
-                            [Message(m[0], m[1], json.loads(m[2])) for m in messages], updated=row[4])
+        return Conversation(row[0], row[1], row[2], _object(row[3]),
+                            [Message(m[0], m[1], _object(m[2])) for m in messages], updated=row[4])
 
     def append(self, conv_id: str, role: str, content: str, stats: dict[str, Any] | None = None) -> None:
         """Add a message at the end of a conversation."""
@@ -157,3 +160,16 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _object(text: str) -> dict[str, Any]:
+    """A stored JSON object read back; one that is not (a file another program changed) is read as empty,
+    so its chat still opens."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        log.warning("a stored chat's settings or a message's details could not be read; they are left out")
+        return {}
+    return value
