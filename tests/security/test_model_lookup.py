@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from localchat.api.local import LocalService
 from localchat.errors import ConfigError, ModelNotFoundError
 from localchat.models import catalog as catalog_module
+from localchat.models.embedding import load_embedding_catalog
 from localchat.models.resolve import servable_files
 from localchat.paths import models_dir
 from localchat.runners.pool import Runners
@@ -55,12 +57,13 @@ def test_an_unknown_model_name_costs_no_folder_walk(engine, crowded_home: Path):
 
 
 def test_the_catalog_is_parsed_once_per_change(tmp_path: Path):
-    source = catalog_module.catalog_path()
+    """Code review: models.yaml was parsed again on every Ollama chat, model listing and embeddings call,
+    on the event loop."""
     copy = tmp_path / "models.yaml"
-    copy.write_bytes(source.read_bytes())
-    parse = best_of(3, lambda: catalog_module._parse_catalog(copy))
+    copy.write_bytes(catalog_module.catalog_path().read_bytes())
+    parse = best_of(3, lambda: yaml.safe_load(copy.read_text(encoding="utf-8")))
     catalog_module.load_catalog(copy)
-    cached = best_of(3, lambda: catalog_module.load_catalog(copy))
+    cached = best_of(3, lambda: (catalog_module.load_catalog(copy), load_embedding_catalog(copy)))
     assert cached < parse / 5
     copy.write_text("models: [not, a, mapping]\n", encoding="utf-8")  # a change is read again
     with pytest.raises(ConfigError):
