@@ -7,9 +7,10 @@ whole, not honest. A claimed size is checked before any buffer is allocated (a h
 that are not the prompt's own 0..n-1 (all zeros, say) would make `llama_decode` fail for every
 request in the batch, each time that prompt came.
 
-llama.cpp's layout of one sequence's state (`llama_kv_cache::state_write`, the same for the first
-cache of an interleaved-SWA model): u32 n_stream; per stream u32 cell_count, then per cell i32 pos,
-u32 n_seq_id (1 for one sequence), [a 12-byte extension for M-RoPE and PLE models], i32 seq_id;
+llama.cpp's layout of one sequence's state: u32 0xaf143cd8 and i32 seq_id (`state_seq_get_data`;
+older versions wrote neither), then the cache's own (`llama_kv_cache::state_write`, the same for the
+first cache of an interleaved-SWA model): u32 n_stream; per stream u32 cell_count, then per cell i32
+pos, u32 n_seq_id (1 for one sequence), [a 12-byte extension for M-RoPE and PLE models], i32 seq_id;
 then the layers' rows.
 """
 
@@ -20,6 +21,7 @@ from array import array
 from dataclasses import dataclass
 
 _U32 = struct.Struct("<I")
+IO_MAGIC = 0xAF143CD8  # llama-context.cpp's io_magic, before the sequence id
 _CELL = 12  # pos, n_seq_id, seq_id
 _CELL_EXT = 24  # pos, n_seq_id, the 12-byte extension, seq_id
 
@@ -44,16 +46,17 @@ class StateLimits:
         if not self.plain_kv:
             return  # a recurrent state keeps one cell per sequence: its layout is not read here
         view = memoryview(data).cast("B")
-        if len(view) < 8:
+        start = 8 if len(view) >= 4 and _U32.unpack_from(view, 0)[0] == IO_MAGIC else 0
+        if len(view) < start + 8:
             raise ValueError("its state is too short to hold any cell")
-        (n_stream,) = _U32.unpack_from(view, 0)
-        (cell_count,) = _U32.unpack_from(view, 4)
+        (n_stream,) = _U32.unpack_from(view, start)
+        (cell_count,) = _U32.unpack_from(view, start + 4)
         if n_stream != 1:
             raise ValueError(f"its state has {n_stream} streams; a unified cache has 1")
         if cell_count != num_tokens:
             raise ValueError(f"its state holds {cell_count} cells for {num_tokens} tokens")
         for stride in (_CELL, _CELL_EXT):
-            if _positions_hold(view, 8, cell_count, stride):
+            if _positions_hold(view, start + 8, cell_count, stride):
                 return
         raise ValueError("its cells' positions are not the prompt's 0.."
                          f"{num_tokens - 1} of one sequence")

@@ -25,10 +25,11 @@ LIMITS = StateLimits(n_ctx=2048, bytes_per_cell=64)
 
 
 def layout(positions: list[int], row: int = 8) -> bytes:
-    """A sequence state in llama.cpp's layout: one stream, its cells, one layer's K and V rows."""
+    """A sequence state in llama.cpp's layout: its magic and sequence id, one stream, its cells, one
+    layer's K and V rows."""
     cells = b"".join(struct.pack("<iIi", pos, 1, 0) for pos in positions)
     rows = b"".join(struct.pack("<iQ", 1, row) + bytes(row * len(positions)) for _ in range(2))
-    return struct.pack("<II", 1, len(positions)) + cells + struct.pack("<II", 0, 1) + rows
+    return struct.pack("<IiII", 0xAF143CD8, 0, 1, len(positions)) + cells + struct.pack("<II", 0, 1) + rows
 
 
 def as_state(raw: bytes) -> ctypes.Array:
@@ -207,3 +208,22 @@ def test_one_disk_budget_holds_across_models_and_an_old_models_folder_goes(tmp_p
         assert not old.folder.exists()  # and its emptied folder with them
     finally:
         new.close()
+
+
+def test_a_real_state_of_the_small_model_passes_its_checks(model_path: Path):
+    """The checks read llama.cpp's own layout: a state exported from a real context passes them, within
+    the bound its worker gives."""
+    from localchat.runtime.kv_state import limits_of
+    from localchat.runtime.worker import BatchRow, Worker, WorkerConfig
+
+    worker = Worker(model_path, WorkerConfig(n_ctx=256, n_threads=1, n_seq_max=2))
+    try:
+        worker.decode([BatchRow(seq_id=1, tokens=list(range(1, 40)), pos=0, want_logits=True)])
+        state = worker.export_seq(1)
+        limits = limits_of(worker)
+        assert len(state) <= limits.max_bytes(39)
+        limits.check(memoryview(state), 39)
+        with pytest.raises(ValueError, match="cells"):
+            limits.check(memoryview(state), 38)
+    finally:
+        worker.close()
