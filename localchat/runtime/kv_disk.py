@@ -275,7 +275,7 @@ class KVDiskCache:
             raise ValueError("its header is not a JSON object")
         for key, kind in _FIELDS.items():
             if type(header.get(key)) is not kind:  # `type is`: a bool is no count
-                raise ValueError(f"its header's {key!r} is missing or not a {kind.__name__}")
+                raise ValueError(f"its header's {key!r} is missing or not of type {kind.__name__}")
         if header["identity"] != self.identity:
             raise ValueError("it was saved by another model or KV type")
         num = header["num_tokens"]
@@ -309,6 +309,8 @@ class KVDiskCache:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "its header is nested too deep"
+    if isinstance(exc, UnicodeDecodeError):
+        return "its header is not JSON text"
     if isinstance(exc, (ValueError, OSError)):
         return str(exc)
     return f"it could not be read ({type(exc).__name__}: {exc})"
