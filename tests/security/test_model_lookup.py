@@ -68,3 +68,42 @@ def test_the_catalog_is_parsed_once_per_change(tmp_path: Path):
     copy.write_text("models: [not, a, mapping]\n", encoding="utf-8")  # a change is read again
     with pytest.raises(ConfigError):
         catalog_module.load_catalog(copy)
+
+
+def a_small_gguf(path: Path, n: int) -> None:
+    """A real GGUF file, header and one small tensor, as a listing reads it."""
+    import gguf
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_context_length(256 + n)
+    writer.add_embedding_length(8)
+    writer.add_head_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_a_listing_of_many_models_reads_each_header_once(engine, tmp_path: Path, monkeypatch):
+    """The issue's sixth finding: past 16 models, /v1/models and /api/tags read every GGUF header again on
+    each listing, on the event loop."""
+    from localchat.api.protocols import ollama_models
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
+    for i in range(40):
+        a_small_gguf(models_dir() / f"listed-{i}.gguf", i)
+    runners = Runners(open_file=lambda path: None, needs=lambda path: 0, keep_alive_s=60)
+    try:
+        service = LocalService(engine, MODEL, runners=runners)
+        models = service.models()
+        assert len(models) > 40
+        ollama_models._header.cache_clear()
+        for _ in range(2):
+            [ollama_models.listed(m) for m in models]
+        assert ollama_models._header.cache_info().misses <= len(models)  # the second listing read none
+    finally:
+        runners.close()
