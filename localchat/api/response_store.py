@@ -15,14 +15,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from ..paths import data_dir, private_file
+from ..paths import data_dir, private_file, set_aside
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -133,11 +132,7 @@ class ResponseStore:
         """Move the unreadable file (and its journal) aside, say so once, and start a new one."""
         if getattr(self, "_db", None) is not None:
             self._db.close()
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-        for suffix in ("", "-wal", "-shm"):
-            part = Path(f"{self.path}{suffix}")
-            if part.exists():
-                os.replace(part, Path(f"{aside}{suffix}"))
+        aside = set_aside(self.path)
         log.warning("the stored responses in %s could not be read (%s); the file was moved aside to %s and a new "
                     "one started: responses stored before are gone from the API", self.path, exc, aside.name)
         private_file(self.path)

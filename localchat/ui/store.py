@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..paths import data_dir, private_file
+from ..paths import data_dir, private_file, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,28 @@ class Store:
         # SQLite gives its -wal and -shm files the database file's mode: private too.
         self.path = private_file(path or data_dir() / "conversations.sqlite3")
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(SCHEMA)
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            # Read back, so untrusted: a file SQLite cannot read is kept aside for a person, and the
+            # window opens with a new one rather than not at all.
+            aside = set_aside(self.path)
+            log.warning("the conversations in %s could not be read (%s); the file was moved aside to %s and a "
+                        "new one started", self.path, exc, aside.name)
+            private_file(self.path)
+            self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(SCHEMA)
+            db.execute("SELECT COUNT(*) FROM conversations").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def _write(self, statements: list[tuple[str, tuple]]) -> None:
         with self._lock:

@@ -57,3 +57,19 @@ def test_a_conversation_whose_stored_rows_are_not_json_still_opens(tmp_path: Pat
     db.close()
     conv = store.get(conv_id)
     assert conv.messages[0].content == "Hello?" and conv.messages[0].stats == {} and conv.settings == {}
+
+
+def test_a_corrupted_conversations_file_is_moved_aside_and_the_window_opens(tmp_path: Path, caplog):
+    import logging
+
+    from localchat.ui.store import Store
+
+    path = tmp_path / "conversations.sqlite3"
+    path.write_bytes(b"SQLite format 3\0" + os.urandom(8192))
+    caplog.set_level(logging.WARNING, logger="localchat.ui.store")
+    store = Store(path)
+    conv_id = store.create("new", "", {})
+    assert store.get(conv_id).title == "new"
+    (aside,) = tmp_path.glob("conversations.sqlite3.corrupt-*")
+    assert aside.stat().st_size > 8000  # kept for a person, not deleted
+    assert sum("moved aside" in r.getMessage() for r in caplog.records) == 1
