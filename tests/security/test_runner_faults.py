@@ -246,3 +246,27 @@ def test_state_files_of_every_bad_kind_at_start_cost_nothing(model_path: Path, t
         again = engine.submit(ask).result()
     assert again.text == fresh.text and again.stats.cached_tokens > 1000  # the good state was restored
     assert sorted(folder.iterdir()) == [good]
+
+
+def test_a_frozen_embedding_runner_is_ended_and_the_call_goes_on(embedding_model_path: Path):
+    """The embedding model's runner is watched the same way: a call to a frozen one waited forever, with
+    the embedder's lock held, so every later document read and /v1/embeddings call waited too."""
+    from localchat.runners.embedding import SupervisedEmbedder
+
+    embedder = SupervisedEmbedder(embedding_model_path, silence_s=SILENCE_S)
+    try:
+        first = embedder.embed(["The keeper lit the lamp at dusk."])[0]
+        pid = embedder.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            frozen_at = time.monotonic()
+            again = embedder.embed(["The keeper lit the lamp at dusk."])[0]
+            took = time.monotonic() - frozen_at
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        print(f"frozen embedding runner: the call came back from a new runner after {took:.1f} s")
+        assert embedder.pid != pid and embedder.restarts == 1
+        assert max(abs(a - b) for a, b in zip(first, again)) < 1e-5
+    finally:
+        embedder.close()
