@@ -22,7 +22,6 @@ import atexit
 import dataclasses
 import itertools
 import logging
-import multiprocessing
 import multiprocessing.util  # noqa: F401 - its exit hook first, so the one below runs before it
 import signal
 import threading
@@ -34,9 +33,8 @@ from ..runtime.chat_template import ChatTemplate
 from ..runtime.engine import Request
 from ..runtime.events import Done, Failed, Stream, TextDelta
 from ..runtime.resample import Resampled, checked
-from . import child
-from .liveness import SILENCE_S, START_S, Receiver, Silent
-from .runner_process import Call, InFlight, LoadCrashError, RunnerProcess, ended, killed_from_outside
+from .liveness import SILENCE_S
+from .runner_process import Call, InFlight, LoadCrashError, RunnerProcess, ended, killed_from_outside, start_runner
 
 __all__ = ["LoadCrashError", "SupervisedEngine", "ended"]
 
@@ -202,55 +200,11 @@ class SupervisedEngine:
     # -- the runner process ---------------------------------------------------------------
 
     def _start(self, progress: Callable[[float], None] | None) -> RunnerProcess:
-        """Start a runner and wait until its model is loaded; raise what stopped it otherwise."""
-        context = multiprocessing.get_context("spawn")  # never fork: the server runs threads
-        ours, theirs = context.Pipe()
-        process = context.Process(target=child.serve, args=(theirs, self._opener, self._floor),
-                                  name="localchat-runner", daemon=True)
-        process.start()
-        theirs.close()
-        receiver = Receiver(ours, self._silence, process.kill)
-        within = max(START_S, self._silence)  # the first word comes after the program's imports
-        while True:
-            try:
-                message = receiver.receive(within)
-            except Silent as silent:
-                receiver.close()
-                process.kill()
-                process.join()
-                ours.close()
-                raise EngineError(f"the model runner stopped answering while loading the model ({silent}); it "
-                                  "was ended. Try again; if it happens again, the log says where it stopped.") \
-                    from None
-            except (EOFError, OSError):
-                receiver.close()
-                process.join()
-                ours.close()
-                how = ended(process.exitcode)
-                if process.exitcode is not None and process.exitcode < 0 and not killed_from_outside(process.exitcode):
-                    # llama.cpp aborted or crashed on the file. A kill from outside says nothing of the
-                    # file (the OOM killer, a person): it must not mark it bad.
-                    raise LoadCrashError(f"the model runner {how} while loading the model: llama.cpp could not read "
-                                         "this file. Choose another file or download it again.", how) from None
-                if killed_from_outside(process.exitcode):
-                    raise EngineError(f"the model runner was ended from outside ({how[len('crashed ('):-1]}: the "
-                                      "system ran short of memory, or another program ended it) while loading the "
-                                      "model; try again, with fewer programs running if memory is short.") from None
-                raise EngineError(f"the model runner {how} before the model was loaded; the log says why.") from None
-            within = self._silence
-            if message[0] == "progress":
-                if progress is not None:
-                    progress(message[1])
-            elif message[0] == "load_failed":
-                receiver.close()
-                process.join()
-                ours.close()
-                raise message[1]
-            elif message[0] == "ready":
-                runner = RunnerProcess(process, ours, message[1], receiver=receiver)
-                runner.start_writing()
-                threading.Thread(target=self._read, args=(runner,), name="localchat-runner-read", daemon=True).start()
-                return runner
+        """Start a runner and wait until its model is loaded (then read it on a thread of its own); raise
+        what stopped it otherwise."""
+        runner = start_runner(self._opener, self._floor, self._silence, progress)
+        threading.Thread(target=self._read, args=(runner,), name="localchat-runner-read", daemon=True).start()
+        return runner
 
     def _read(self, runner: RunnerProcess) -> None:
         """Pass the runner's replies and events on, until it ends; then, whatever happened, `_died`."""
