@@ -227,3 +227,20 @@ def test_a_real_state_of_the_small_model_passes_its_checks(model_path: Path):
             limits.check(memoryview(state), 38)
     finally:
         worker.close()
+
+
+def test_a_state_another_runners_budget_dropped_meanwhile_is_no_fault(tmp_path: Path, caplog):
+    """With one budget across models, another runner's writer may delete a listed file at any time (code
+    review: `os.utime` sat outside read()'s `try`, so a delete between the read and it raised): such a file
+    leaves the index quietly, with no "discarded" line, and the prompt is read instead."""
+    cache = KVDiskCache(tmp_path, IDENTITY, 1 << 30, min_tokens=4, limits=LIMITS)
+    try:
+        cache.save(list(range(8)), as_state(layout(list(range(8)))))
+        cache.flush()
+        hit = cache.lookup(list(range(8)) + [1])
+        hit.entry.path.unlink()  # as another runner's budget would
+        caplog.set_level(logging.WARNING, logger="localchat.runtime.kv_disk")
+        assert cache.read(hit.entry) is None
+        assert cache.lookup(list(range(8)) + [1]) is None and "discarded" not in caplog.text
+    finally:
+        cache.close()
