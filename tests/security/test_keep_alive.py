@@ -29,7 +29,8 @@ def test_ollamas_own_keep_alive_values_still_mean_what_they_mean(value, seconds)
 
 
 @pytest.mark.parametrize("value", [1e300, "99999999999h", "nan"])
-def test_the_routes_answer_400_and_api_ps_stays_up(api: str, value):
+def test_the_routes_answer_400_and_api_ps_stays_up(supervised_api: str, value):
+    api = supervised_api
     response = httpx.post(f"{api}/api/generate", timeout=120, json={
         "model": MODEL, "prompt": "Hi", "stream": False, "keep_alive": value, "options": {"num_predict": 2}})
     assert response.status_code == 400 and "keep_alive" in response.text

@@ -35,7 +35,8 @@ def test_a_row_that_does_not_parse_is_dropped(tmp_path: Path):
     assert store.get(RESPONSE["id"]) is None and len(store) == 0
 
 
-def test_the_routes_answer_with_a_corrupted_file(api: str, tmp_path: Path, monkeypatch):
+def test_the_routes_answer_with_a_corrupted_file(supervised_api: str, tmp_path: Path, monkeypatch):
+    api = supervised_api
     monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
     (data_dir() / "responses.sqlite3").write_bytes(os.urandom(4096))
     assert httpx.get(f"{api}/v1/responses/resp_{'0' * 24}", timeout=60).status_code == 404
