@@ -244,3 +244,39 @@ def test_a_state_another_runners_budget_dropped_meanwhile_is_no_fault(tmp_path: 
         assert cache.lookup(list(range(8)) + [1]) is None and "discarded" not in caplog.text
     finally:
         cache.close()
+
+
+def test_a_real_state_with_its_positions_zeroed_is_refused_and_the_prompt_read_again(model_path: Path,
+                                                                                        tmp_path: Path):
+    """The seventh finding on the real runtime: a saved state whose cells all claim position 0, its digest
+    made to match, is deleted at its first restore, and the answer is the one read from scratch."""
+    from localchat.runtime.engine import Engine, EngineConfig, Request
+    from localchat.runtime.sampling import SamplingParams
+    from localchat.runtime.worker import WorkerConfig
+
+    document = "\n".join(f"Entry {i}: the depot in sector {i % 9} keeps {i * 17 % 97} barrels." for i in range(80))
+    ask = Request(messages=[{"role": "user", "content": document + "\nWhich sector keeps barrels 40?"}],
+                  sampling=SamplingParams(temperature=0, max_tokens=8))
+    config = EngineConfig(worker=WorkerConfig(n_ctx=2048, n_threads=1, n_seq_max=2, deterministic=True),
+                          kv_disk_dir=tmp_path)
+    with Engine.load(model_path, config) as engine:
+        fresh = engine.submit(ask).result()
+        engine.kv_disk.flush()
+        (path,) = engine.kv_disk.folder.glob("*.kv")
+    raw = path.read_bytes()
+    (length,) = struct.unpack_from("<I", raw, len(MAGIC))
+    start = len(MAGIC) + 4
+    header = json.loads(raw[start:start + length])
+    state_at = start + length + 4 * header["num_tokens"]
+    state = bytearray(raw[state_at:])
+    (cells,) = struct.unpack_from("<I", state, 12)
+    for i in range(cells):
+        struct.pack_into("<i", state, 16 + 12 * i, 0)
+    header["state_sha256"] = hashlib.sha256(state).hexdigest()
+    text = json.dumps(header).encode()
+    path.write_bytes(MAGIC + struct.pack("<I", len(text)) + text + raw[start + length:state_at] + bytes(state))
+    with Engine.load(model_path, config) as engine:
+        again = engine.submit(ask).result()
+        engine.kv_disk.flush()
+    assert again.text == fresh.text and again.stats.cached_tokens == 0
+    assert path.read_bytes()[state_at:] != bytes(state)  # refused, and saved anew from this read
