@@ -24,6 +24,19 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def set_aside(path: Path) -> Path:
+    """Move a file localchat could not read (and a SQLite file's -wal and -shm beside it) to
+    `<name>.corrupt-<time>` in the same folder, for a person to look at; returns the new path."""
+    import time
+
+    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    for suffix in ("", "-wal", "-shm"):
+        part = Path(f"{path}{suffix}")
+        if part.exists():
+            os.replace(part, Path(f"{aside}{suffix}"))
+    return aside
+
+
 def private_file(path: Path) -> Path:
     """Create `path` (empty) if missing and make it readable by its owner only; returns it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)

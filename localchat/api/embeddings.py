@@ -10,7 +10,6 @@ MAX_INPUT_CHARS before it is tokenized.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from ..models.catalog import load_catalog
 from ..models.download import cached_file
 from ..models.embedding import DEFAULT_EMBEDDING_MODEL, load_embedding_catalog
 from ..runners.embedding import shared_models
+from .model_calls import off_loop
 from .service import Embedded, ModelInfo
 
 MAX_INPUTS = 256
@@ -98,9 +98,9 @@ async def embed(items: list[str] | list[list[int]], model: str | None, served: s
     model's context is cut there (Ollama's default) instead of refused."""
     name, path = model_file(model, served, served_path)
     # Loading (once) and the model's own thread run off the event loop.
-    embedder = await asyncio.to_thread(shared_models().open, path)
+    embedder = await off_loop(shared_models().open, path)
     if dimensions is not None and dimensions != embedder.n_embd:
         raise RequestError(f"dimensions={dimensions} is not offered: {name} makes {embedder.n_embd}-dimensional "
                            f"vectors; send dimensions={embedder.n_embd} or leave it out.", "dimensions")
-    vectors, n_tokens = await asyncio.to_thread(embedder.embed_inputs, items, truncate)
+    vectors, n_tokens = await off_loop(embedder.embed_inputs, items, truncate)
     return Embedded(name, vectors, n_tokens)

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 from starlette.requests import Request as HTTPRequest
 
 from ..errors import ContextOverflowError, ModelNotFoundError, RequestError
-from ..models.resolve import servable_files
+from ..models.servable_index import ServableIndex
 from ..runners.pool import Runners
 from ..runtime.backends import residence
 from ..runtime.chat_template import check_prompt_size
@@ -29,6 +29,7 @@ from ..runtime.template_sandbox import Budget
 from .bridge import StreamBridge, wait_for_disconnect
 from .constraints import constrain, grammar_of, raw_grammar, response_grammar
 from .embeddings import embed, embedding_info
+from .model_calls import off_loop
 from .service import Answer, Embedded, Generation, ModelInfo
 from .tool_parser import ToolCallParser
 
@@ -69,6 +70,10 @@ class LocalService:
         self.created = int(time.time())
         self._budgets: set[Budget] = set()  # requests being rendered and tokenized right now
         self._names: tuple[Any, set[str]] = (None, set())
+        # Models by name: looked up in an index walked off the event loop, never per request.
+        self._servable = ServableIndex()
+        if runners is not None:
+            self._servable.refresh()
 
     def _path(self) -> Path | None:
         return _path_of(self.engine)
@@ -163,7 +168,7 @@ class LocalService:
 
     def _others(self) -> dict[str, Path]:
         """The chat model files here a request may name besides the served model."""
-        return {name: path for name, path in servable_files().items() if name not in self.aliases}
+        return {name: path for name, path in self._servable.names().items() if name not in self.aliases}
 
     def _elsewhere(self, name: str | None) -> bool:
         """Whether `name` asks for a model other than the served one, which this server loads by name."""
@@ -190,8 +195,7 @@ class LocalService:
         held = contextlib.ExitStack()
         # Loading takes seconds: off the event loop. A client that leaves meanwhile gives the lease back
         # when the load ends, so the runner is not held forever.
-        entering = asyncio.ensure_future(asyncio.to_thread(held.enter_context,
-                                                           self.runners.lease(name, path, keep_alive_s)))
+        entering = asyncio.ensure_future(off_loop(held.enter_context, self.runners.lease(name, path, keep_alive_s)))
         try:
             engine = await asyncio.shield(entering)
         except asyncio.CancelledError:
@@ -252,7 +256,7 @@ class LocalService:
         budget = Budget()
         self._budgets.add(budget)
         # Rendering and tokenizing a long prompt take a while; the event loop stays free meanwhile.
-        working = asyncio.ensure_future(asyncio.to_thread(budget.run, work))
+        working = asyncio.ensure_future(off_loop(budget.run, work))
         leaving = asyncio.ensure_future(wait_for_disconnect(request))
         try:
             await asyncio.wait({working, leaving}, return_when=asyncio.FIRST_COMPLETED)

@@ -3,19 +3,28 @@
 
 Bounded twice, so no client can fill the disk: the newest MAX_STORED responses, and no more than
 MAX_STORED_BYTES of them together; the oldest go first. They hold what was said: the file is private.
+
+The file is read back, so it is untrusted input: one SQLite cannot read (a disk fault, a crash mid-write,
+another program's bytes) is moved aside beside it, a new one started, and that said once in the log;
+a row whose JSON does not parse is dropped. A corrupted file no longer makes every Responses route a
+bare 500 for good: the responses stored in it are gone (the file set aside keeps them, for a person).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
-from ..paths import data_dir, private_file
+from ..paths import data_dir, private_file, set_aside
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_STORED = 2000
 MAX_STORED_BYTES = 256 * 1024 * 1024
@@ -38,15 +47,14 @@ class ResponseStore:
         self.path = private_file(path)
         self.max_stored, self.max_bytes = max_stored, max_bytes
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(SCHEMA)
+        self._db = self._open_or_start_anew()
 
     def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
         """Keep `response` (by its id) and the conversation it ended; then drop the oldest beyond the bounds."""
         row = (response["id"], time.time(), json.dumps(response, ensure_ascii=False),
                json.dumps(conversation, ensure_ascii=False))
-        with self._lock:
+
+        def put() -> None:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)", row)
@@ -59,24 +67,76 @@ class ResponseStore:
                     "WHERE total > ?)", (self.max_bytes,))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
+        self._run(put)
 
     def get(self, response_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        """The stored response object and its conversation, or None."""
-        with self._lock:
-            row = self._db.execute("SELECT response, conversation FROM responses WHERE id = ?",
-                                   (response_id,)).fetchone()
-        return (json.loads(row[0]), json.loads(row[1])) if row else None
+        """The stored response object and its conversation, or None (a row that does not parse is dropped)."""
+        row = self._run(lambda: self._db.execute("SELECT response, conversation FROM responses WHERE id = ?",
+                                                 (response_id,)).fetchone())
+        if not row:
+            return None
+        try:
+            response, conversation = json.loads(row[0]), json.loads(row[1])
+            if isinstance(response, dict) and isinstance(conversation, list):
+                return response, conversation
+        except (TypeError, ValueError, RecursionError):
+            pass
+        log.warning("the stored response %s could not be read; it was dropped", response_id)
+        self.delete(response_id)
+        return None
 
     def delete(self, response_id: str) -> bool:
         """Forget a response; False if there was none by that id."""
-        with self._lock:
-            return self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0
+        return self._run(lambda: self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0)
 
     def __len__(self) -> int:
+        return self._run(lambda: self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    # -- the file ---------------------------------------------------------------------------------
+
+    def _run(self, work: Callable[[], T]) -> T:
+        """work() under the lock; a file SQLite finds corrupt on the way is set aside, and work() runs once
+        more on a new one."""
         with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+            try:
+                return work()
+            except sqlite3.DatabaseError as exc:
+                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                    raise  # busy, not broken
+                self._set_aside(exc)
+                return work()
+
+    def _open_or_start_anew(self) -> sqlite3.Connection:
+        try:
+            return self._open()
+        except sqlite3.DatabaseError as exc:
+            self._db = None
+            self._set_aside(exc)
+            return self._db
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(SCHEMA)
+            db.execute("SELECT COUNT(*) FROM responses").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _set_aside(self, exc: Exception) -> None:
+        """Move the unreadable file (and its journal) aside, say so once, and start a new one."""
+        if getattr(self, "_db", None) is not None:
+            self._db.close()
+        aside = set_aside(self.path)
+        log.warning("the stored responses in %s could not be read (%s); the file was moved aside to %s and a new "
+                    "one started: responses stored before are gone from the API", self.path, exc, aside.name)
+        private_file(self.path)
+        self._db = self._open()
 
 
 @functools.lru_cache(maxsize=4)

@@ -30,7 +30,7 @@ def _key(path: Path) -> tuple[str, str]:
 def _read() -> dict[str, dict[str, str]]:
     try:
         data = json.loads(_record().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # any bytes at all: no marks, and the app goes on
         return {}
     if not isinstance(data, dict):
         return {}

@@ -211,11 +211,32 @@ def _model(key: str, raw: dict[str, Any]) -> ModelFacts:
         files=files)
 
 
+# Parsed YAML by path, with the (size, mtime) it was parsed at: models.yaml was parsed again on every
+# Ollama chat, model listing and embeddings call, on the event loop (~80 ms each on two cores); a stat is
+# all a call costs now. Readers take the parsed data as it is and never change it.
+_parsed: dict[Path, tuple[tuple[int, int], Any]] = {}
+
+
+def cached_yaml(path: Path) -> Any:
+    """`path` parsed as YAML, once per change of the file (OSError and yaml.YAMLError as they come)."""
+    info = path.stat()
+    stamp = (info.st_size, info.st_mtime_ns)
+    known = _parsed.get(path)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    _parsed[path] = (stamp, data)
+    return data
+
+
 def load_catalog(path: Path | None = None) -> dict[str, ModelFacts]:
     """Parse models.yaml (or a catalog file in its schema) into models keyed by catalog name."""
-    path = Path(path) if path is not None else catalog_path()
+    return _parse_catalog(Path(path) if path is not None else catalog_path())
+
+
+def _parse_catalog(path: Path) -> dict[str, ModelFacts]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = cached_yaml(path)
         catalog = {key: _model(key, raw) for key, raw in data["models"].items()}
     except (OSError, KeyError, TypeError, ValueError, StopIteration, AttributeError, yaml.YAMLError) as exc:
         fix = "reinstall localchat" if path == catalog_path() else "check it against models.yaml's schema"

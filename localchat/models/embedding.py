@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
-from .catalog import ModelFile, _model_file, catalog_path
+from .catalog import ModelFile, _model_file, cached_yaml, catalog_path
 from .download import cached_file
 
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
@@ -34,7 +34,7 @@ def load_embedding_catalog(path: Path | None = None) -> dict[str, EmbeddingFacts
     """The catalog's embedding models by name."""
     path = Path(path) if path is not None else catalog_path()
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = cached_yaml(path)
         return {key: _facts(key, raw) for key, raw in (data.get("embedding_models") or {}).items()}
     except (OSError, KeyError, TypeError, ValueError, AttributeError, yaml.YAMLError) as exc:
         raise ConfigError(f"the embedding models of the catalog {path} are unreadable ({exc!r}); "

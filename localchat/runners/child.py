@@ -9,7 +9,8 @@ The protocol, one pickled tuple per message (both sides are this program):
 - in: ("submit", call, rid, request), ("cancel", rid), ("call", call, method, args), ("drain",), ("close",)
 - out: ("progress", share) while loading, then ("ready", RunnerInfo) or ("load_failed", error);
   ("reply", call, value, error) per call or submit; ("event", rid, event) per stream event;
-  ("stalled", seconds, limit) just before the watchdog ends the process.
+  ("stalled", seconds, limit) just before the watchdog ends the process; ("alive",) every second from
+  the start (liveness.py: the server ends a runner that falls silent).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, Callable
 from ..errors import EngineError, LocalchatError
 from ..runtime.engine import Engine
 from ..runtime.worker_types import WorkerConfig
+from .liveness import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -68,25 +70,18 @@ class RunnerInfo:
 def serve(conn: Any, opener: Callable[..., Engine], stall_floor_s: float) -> None:
     """The runner process's main: load through `opener(progress=...)`, then answer until told to stop
     or the server goes away."""
-    lock = threading.Lock()
-
-    def send(message: tuple) -> None:
-        # Written at once, from whichever thread has it (the engine's, for stream events): a thread
-        # between them would wake once more per token, on cores llama.cpp's threads are using.
-        # The server reads the pipe all the time, so a write does not wait.
-        with lock:
-            try:
-                conn.send(message)
-            except (OSError, ValueError):  # the server is gone
-                os._exit(0)
-
+    # Written at once, from whichever thread has it (the engine's, for stream events): a thread
+    # between them would wake once more per token, on cores llama.cpp's threads are using.
+    outbox = Outbox(conn)
+    outbox.beat()  # from the start: a load may take minutes, and a frozen one must be seen
+    send = outbox.send
     try:
         engine = opener(progress=lambda share: send(("progress", share)))
     except LocalchatError as exc:
         send(("load_failed", exc))
         os._exit(0)
     send(("ready", RunnerInfo.of(engine)))
-    threading.Thread(target=_watch, args=(engine, send, stall_floor_s), name="localchat-runner-watchdog",
+    threading.Thread(target=_watch, args=(engine, outbox, stall_floor_s), name="localchat-runner-watchdog",
                      daemon=True).start()
     _answer(conn, engine, send)
 
@@ -129,7 +124,7 @@ def _reply(engine: Engine, send: Callable[[tuple], None], message: tuple) -> tup
         return None, EngineError(f"internal error in the model runner: {exc!r}")
 
 
-def _watch(engine: Engine, send: Callable[[tuple], None], floor_s: float) -> None:
+def _watch(engine: Engine, outbox: Outbox, floor_s: float) -> None:
     """End the process when one step runs far past the steps before it: nothing can interrupt
     llama.cpp inside a step, and every other request waits behind it."""
     while True:
@@ -141,5 +136,6 @@ def _watch(engine: Engine, send: Callable[[tuple], None], floor_s: float) -> Non
         seconds = time.perf_counter() - started
         if seconds > limit and engine.step_started == started:
             log.error("a step ran %.1f s (limit %.1f s): ending the runner", seconds, limit)
-            send(("stalled", seconds, limit))
+            # Its last word is worth a second, no more: a writer stuck on the pipe must not keep it alive.
+            outbox.send_within(("stalled", seconds, limit), 1.0)
             os._exit(STALL_EXIT)

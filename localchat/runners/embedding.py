@@ -8,7 +8,10 @@ whose runner died is tried once more on a new one (an embedding is the same on a
 that one dies too.
 
 The protocol, one pickled tuple per message: in (method, args) or ("close",); out ("ready", facts) or
-("load_failed", error) once, then ("reply", value, error) per call.
+("load_failed", error) once, then ("reply", value, error) per call, and ("alive",) every second from
+the start. Supervised as the chat model's runner is (liveness.py): a runner silent past the bound is
+frozen, ended, and counts as one that died; one ended from outside (SIGKILL, SIGTERM) while loading
+does not mark its file bad.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import Any, Sequence
 
 from ..errors import EngineError, LocalchatError, ModelLoadError
 from ..models.embedding import DEFAULT_EMBEDDING_MODEL, local_embedding_model
-from .supervisor import LoadCrashError, ended
+from .liveness import SILENCE_S, START_S, Outbox, Receiver, Silent
+from .runner_process import LoadCrashError, ended, killed_from_outside
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +37,16 @@ MAX_LOADED = 2  # embedding models kept loaded at once: the catalog's and one ot
 
 def _serve(conn: Any, path: Path, n_threads: int) -> None:
     """The runner's main: load the model, then answer calls until told to close or the server goes away."""
+    outbox = Outbox(conn)
+    outbox.beat()  # from the start: importing and loading take a while, and a frozen runner must be seen
     from ..runtime.embedder import Embedder
 
     try:
         embedder = Embedder(path, n_threads)
     except LocalchatError as exc:
-        conn.send(("load_failed", exc))
+        outbox.send(("load_failed", exc))
         os._exit(0)
-    conn.send(("ready", {name: getattr(embedder, name) for name in FACTS}))
+    outbox.send(("ready", {name: getattr(embedder, name) for name in FACTS}))
     while True:
         try:
             message = conn.recv()
@@ -53,20 +59,20 @@ def _serve(conn: Any, path: Path, n_threads: int) -> None:
         try:
             if method not in CALLS:
                 raise EngineError(f"the embedding runner has no call {method!r}.")
-            conn.send(("reply", getattr(embedder, method)(*args), None))
+            outbox.send(("reply", getattr(embedder, method)(*args), None))
         except LocalchatError as exc:
-            conn.send(("reply", None, exc))
+            outbox.send(("reply", None, exc))
         except Exception as exc:  # a bug: that call fails, the runner keeps serving
             log.exception("the embedding runner failed a call")
-            conn.send(("reply", None, EngineError(f"internal error in the embedding runner: {exc!r}")))
+            outbox.send(("reply", None, EngineError(f"internal error in the embedding runner: {exc!r}")))
 
 
 class SupervisedEmbedder:
     """runtime.embedder.Embedder's surface over a runner process; thread-safe (calls take turns)."""
 
-    def __init__(self, model_path: str | Path, n_threads: int = 0) -> None:
+    def __init__(self, model_path: str | Path, n_threads: int = 0, silence_s: float = SILENCE_S) -> None:
         self.model_path = Path(model_path)
-        self._threads = n_threads
+        self._threads, self._silence = n_threads, silence_s
         self._lock = threading.Lock()
         self._closed = False
         self._process: Any = None
@@ -114,8 +120,10 @@ class SupervisedEmbedder:
                     self.restarts += 1
                     self._start()
                 try:
+                    # The lock is held across the pipe by design (one call at a time), and bounded: a
+                    # runner that falls silent is ended, which ends this wait.
                     self._conn.send((method, args))
-                    _, value, error = self._conn.recv()
+                    _, value, error = self._reply()
                     break
                 except (EOFError, OSError):
                     # Embedding is the same on any runner: a runner that died (killed while idle, say)
@@ -129,6 +137,18 @@ class SupervisedEmbedder:
             raise error
         return value
 
+    def _reply(self) -> tuple:
+        """The runner's next reply; EOFError (the runner ended, by the server if it fell silent) otherwise."""
+        while True:
+            try:
+                message = self._receiver.receive()
+            except Silent as silent:
+                log.error("the embedding model's runner stopped answering (%s); ending it", silent)
+                self._process.kill()
+                raise EOFError from None
+            if message[0] == "reply":
+                return message
+
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")  # never fork: the server runs threads
         ours, theirs = context.Pipe()
@@ -137,11 +157,21 @@ class SupervisedEmbedder:
         process.start()
         theirs.close()
         self._process, self._conn = process, ours
+        self._receiver = Receiver(ours, self._silence, process.kill)
         try:
-            kind, value = ours.recv()
+            within = START_S
+            while (message := self._receiver.receive(within))[0] == "alive":
+                within = self._silence
+            kind, value = message
+        except Silent as silent:
+            process.kill()
+            self._stop()
+            raise ModelLoadError(f"the embedding model's runner stopped answering while loading "
+                                 f"{self.model_path.name} ({silent}); it was ended. Try again.") from None
         except (EOFError, OSError):
             how = self._stop()
-            if how.startswith("crashed"):  # a signal: llama.cpp aborted on the file
+            # A signal: llama.cpp aborted on the file; a kill from outside says nothing of the file.
+            if how.startswith("crashed") and not killed_from_outside(process.exitcode):
                 raise LoadCrashError(f"the embedding model's runner {how} while loading {self.model_path.name}: "
                                      "llama.cpp could not read this file. Fetch it again or name another GGUF.",
                                      how) from None
@@ -156,6 +186,7 @@ class SupervisedEmbedder:
     def _stop(self) -> str:
         """Wait for the runner to end (killed if it does not) and say how it ended."""
         process, self._process = self._process, None
+        self._receiver.close()
         process.join(10)
         if process.is_alive():
             process.kill()

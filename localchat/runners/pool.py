@@ -93,12 +93,21 @@ class Runners:
         return out
 
     def unload(self, name: str) -> bool:
-        """Unload `name` once its answers end; False if it is not loaded."""
+        """Unload `name` once its answers end; False if it is not loaded. One a request holds (chosen, not yet
+        submitted to) is unloaded by the reaper when that lease ends: closing it now would fail that request."""
         with self._lock:
-            held = self._held.pop(name, None)
+            held = self._held.get(name)
+            if held is None:
+                return False
+            if held.leases:
+                held.keep_alive = 0.0
+                held = None
+            else:
+                del self._held[name]
         if held is None:
-            return False
-        held.engine.close_when_done()
+            self._wake.set()
+        else:
+            held.engine.close_when_done()
         return True
 
     def close(self) -> None:
@@ -173,11 +182,11 @@ class Runners:
                        if self._idle(h) and now - self._idle_since(h) >= h.keep_alive]
                 expired = [self._held.pop(n) for n in due]
                 waits = [h.keep_alive - (now - self._idle_since(h)) for h in self._held.values() if self._idle(h)]
+                # A runner still answering is looked at again soon: its answer's end starts its idle time.
+                busy = any(not self._idle(h) for h in self._held.values())
             for name, held in zip(due, expired):
                 log.info("unloading %s: idle for %.0f s", name, held.keep_alive)
                 held.engine.close()
-            # A runner still answering is looked at again soon: its answer's end starts its idle time.
-            busy = any(not self._idle(h) for h in self._held.values())
             wait = min([w for w in waits if w < FOREVER] + ([1.0] if busy else []) + [3600.0])
             self._wake.wait(max(0.05, wait))
             self._wake.clear()

@@ -8,6 +8,12 @@ so its caller sees one answer, a pause, and no error. The ones to blame fail wit
 request whose submit was being read when the runner died (its grammar is parsed there), or, when a
 step stalled, the requests with a grammar (all of them, if none has one). A crash in the middle of
 a step names no culprit, so then every request in flight fails rather than crashing the next runner.
+A runner ended from outside (SIGKILL or SIGTERM: the OOM killer, a person) or frozen (silent past the
+liveness bound, liveness.py: it is then killed) names no request: every answer goes on in the new one.
+
+Every wait is bounded: a runner that says nothing (not even its heartbeat) for `silence_s` is ended,
+which wakes every call waiting on it. Nothing here holds a lock while it writes to the pipe: each
+runner has a writer thread, and callers (the event loop's cancel among them) only queue messages.
 """
 
 from __future__ import annotations
@@ -16,26 +22,27 @@ import atexit
 import dataclasses
 import itertools
 import logging
-import multiprocessing
 import multiprocessing.util  # noqa: F401 - its exit hook first, so the one below runs before it
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import EngineError, LocalchatError, ModelLoadError
+from ..errors import EngineError, LocalchatError
 from ..runtime.chat_template import ChatTemplate
 from ..runtime.engine import Request
 from ..runtime.events import Done, Failed, Stream, TextDelta
 from ..runtime.resample import Resampled, checked
-from . import child
-from .child import RunnerInfo
+from .liveness import SILENCE_S
+from .runner_process import Call, InFlight, LoadCrashError, RunnerProcess, ended, killed_from_outside, start_runner
+
+__all__ = ["LoadCrashError", "SupervisedEngine", "ended"]
 
 log = logging.getLogger(__name__)
 
 STALL_FLOOR_S = 20.0  # the watchdog's least patience with one step (child.py scales it up from measured steps)
 MAX_RESTARTS = 5  # in a row without an answer finishing between them: then the runner stays down
+RESTART_WAIT_S = 600.0  # the most a call waits for a restarting runner (a big model's load) before it fails
 
 
 # Set as the interpreter exits, before multiprocessing ends the runners (atexit runs the hooks
@@ -44,62 +51,17 @@ _EXITING = threading.Event()
 atexit.register(_EXITING.set)
 
 
-class LoadCrashError(ModelLoadError):
-    """The model file killed its runner while loading (llama.cpp aborted or crashed on it)."""
-
-    def __init__(self, message: str, how: str = "") -> None:
-        super().__init__(message)
-        self.how = how  # 'crashed (SIGABRT)'
-
-
-def ended(exitcode: int | None) -> str:
-    """How a process ended, in words: 'crashed (SIGSEGV)', 'was stopped by its watchdog', 'exited (1)'."""
-    if exitcode is not None and exitcode < 0:
-        try:
-            return f"crashed ({signal.Signals(-exitcode).name})"
-        except ValueError:
-            return f"crashed (signal {-exitcode})"
-    if exitcode == child.STALL_EXIT:
-        return "was stopped by its watchdog"
-    return f"exited ({exitcode})"
-
-
-@dataclass(slots=True)
-class _InFlight:
-    request: Request  # as the runner was given it
-    stream: Stream  # the caller's
-    text: list[str] = field(default_factory=list)  # what has streamed so far
-
-
-@dataclass(slots=True)
-class _Call:
-    done: threading.Event = field(default_factory=threading.Event)
-    value: Any = None
-    error: LocalchatError | None = None
-
-
-@dataclass(slots=True)
-class _Process:
-    """One runner: its process, its end of the pipe, and what it was doing when it died."""
-
-    process: Any
-    conn: Any
-    info: RunnerInfo  # what it said of its model when ready
-    submitting: set[str] = field(default_factory=set)  # requests whose submit it is reading now
-    stalled: str = ""  # the watchdog's words, when it ended the runner
-
-
 class SupervisedEngine:
     """An Engine in a runner process, restarted with the same model when it dies."""
 
     def __init__(self, opener: Callable[..., Any], progress: Callable[[float], None] | None = None,
-                 stall_floor_s: float = STALL_FLOOR_S) -> None:
+                 stall_floor_s: float = STALL_FLOOR_S, silence_s: float = SILENCE_S) -> None:
         """`opener(progress=...)` loads the engine; it runs in the runner, so it must pickle (a
-        functools.partial of a module-level function)."""
-        self._opener, self._floor = opener, stall_floor_s
-        self._lock = threading.Lock()  # the tables below, and writes to the pipe
-        self._flight: dict[str, _InFlight] = {}
-        self._calls: dict[int, _Call] = {}
+        functools.partial of a module-level function). A runner silent for `silence_s` is ended."""
+        self._opener, self._floor, self._silence = opener, stall_floor_s, silence_s
+        self._lock = threading.Lock()  # the tables below and idle_since; never held across pipe I/O
+        self._flight: dict[str, InFlight] = {}
+        self._calls: dict[int, Call] = {}
         self._ids = itertools.count(1)
         self._closing = False
         self._up = threading.Event()  # a runner is ready to take requests (clear while one restarts)
@@ -132,7 +94,7 @@ class SupervisedEngine:
         return self._call("count_tokens", text)
 
     def cancel(self, request_id: str) -> None:
-        self._send(("cancel", request_id))
+        self._send(("cancel", request_id))  # queued: the event loop never waits on the pipe
 
     def close(self) -> None:
         """End the runner now; requests in flight end with an error."""
@@ -161,8 +123,9 @@ class SupervisedEngine:
     def _submit(self, request: Request) -> Stream:
         rid = f"run-{next(self._ids)}"
         stream = Stream(rid, self.cancel)
-        self.idle_since = None
-        self._flight[rid] = _InFlight(_sendable(request), stream)
+        with self._lock:
+            self.idle_since = None
+            self._flight[rid] = InFlight(_sendable(request), stream)
         try:
             self._call_on("submit", rid, self._flight[rid].request)
         except LocalchatError:
@@ -174,98 +137,114 @@ class SupervisedEngine:
         return self._call_on("call", None, method, *args)
 
     def _call_on(self, kind: str, rid: str | None, *args: Any) -> Any:
-        """Send a submit or a call and wait for its reply (the runner answers them in order)."""
-        call, pending = next(self._ids), _Call()
-        self._up.wait()  # a request that comes while a runner restarts goes to the new one
-        with self._lock:
-            if self._closing:
-                raise EngineError("the model runner is shut down; start a new one.")
-            runner = self._runner
-            self._calls[call] = pending
-            if rid is not None:
-                runner.submitting.add(rid)
-            message = (kind, call, rid, *args) if rid is not None else (kind, call, *args)
-            try:
-                runner.conn.send(message)
-            except (OSError, ValueError):
-                pass  # the runner is dying: the reader fails this call when it sees the end
-            except Exception as exc:  # a request that does not pickle: a bug of ours, that request's error
-                self._calls.pop(call, None)
+        """Send a submit or a call and wait for its reply (the runner answers them in order). Sent once
+        more when the runner was ended from outside while it read it: that names no request."""
+        for attempt in (1, 2):
+            runner, pending = self._send_call(kind, rid, args)
+            pending.done.wait()  # bounded: a silent runner is ended, and its end wakes every call
+            with self._lock:
                 runner.submitting.discard(rid)
-                raise EngineError(f"internal error: the request could not be sent to the model runner ({exc!r})") \
-                    from exc
-        pending.done.wait()
-        if rid is not None:
-            runner.submitting.discard(rid)
+            if not (pending.again and attempt == 1):
+                break
         if pending.error is not None:
             raise pending.error
         return pending.value
 
+    def _send_call(self, kind: str, rid: str | None, args: tuple) -> tuple[RunnerProcess, Call]:
+        call, pending = next(self._ids), Call()
+        message = (kind, call, rid, *args) if rid is not None else (kind, call, *args)
+        while True:
+            # A request that comes while a runner restarts goes to the new one.
+            if not self._up.wait(RESTART_WAIT_S):
+                raise EngineError(f"the model runner has been restarting for {RESTART_WAIT_S:.0f} s; try again "
+                                  "later, or restart localchat if it does not come back.")
+            with self._lock:
+                if self._closing:
+                    raise EngineError("the model runner is shut down; start a new one.")
+                if not self._up.is_set():
+                    continue  # it died since: a call left on it would never hear back
+                runner = self._runner
+                self._calls[call] = pending
+                if rid is not None:
+                    runner.submitting.add(rid)
+                break
+        try:
+            runner.post(message)
+        except Exception as exc:  # a request that does not pickle: a bug of ours, that request's error
+            with self._lock:
+                self._calls.pop(call, None)
+                runner.submitting.discard(rid)
+            raise EngineError(f"internal error: the request could not be sent to the model runner ({exc!r})") \
+                from exc
+        return runner, pending
+
     def _send(self, message: tuple) -> None:
         with self._lock:
-            try:
-                self._runner.conn.send(message)
-            except (OSError, ValueError):
-                pass  # a dead runner: its requests end with its death
+            runner = self._runner
+        runner.post(message)  # a dead runner's writer drops it: its requests end with its death
 
     def _end(self, message: tuple) -> None:
         with self._lock:
             if self._closing:
                 return
             self._closing = True
-            try:
-                self._runner.conn.send(message)
-            except (OSError, ValueError):
-                pass
+            runner = self._runner
+        runner.post(message)
         if message[0] == "close":
-            self._runner.process.join(10)
-            if self._runner.process.is_alive():
-                self._runner.process.kill()
+            runner.process.join(10)
+            if runner.process.is_alive():
+                runner.process.kill()
+
+    def _ended(self, rid: str) -> None:
+        with self._lock:
+            self._flight.pop(rid, None)
+            if not self._flight:
+                self.idle_since = time.monotonic()
 
     # -- the runner process ---------------------------------------------------------------
 
-    def _start(self, progress: Callable[[float], None] | None) -> _Process:
-        """Start a runner and wait until its model is loaded; raise what stopped it otherwise."""
-        context = multiprocessing.get_context("spawn")  # never fork: the server runs threads
-        ours, theirs = context.Pipe()
-        process = context.Process(target=child.serve, args=(theirs, self._opener, self._floor),
-                                  name="localchat-runner", daemon=True)
-        process.start()
-        theirs.close()
-        while True:
-            try:
-                message = ours.recv()
-            except (EOFError, OSError):
-                process.join()
-                ours.close()
-                how = ended(process.exitcode)
-                if process.exitcode is not None and process.exitcode < 0:  # a signal: llama.cpp aborted on the file
-                    raise LoadCrashError(f"the model runner {how} while loading the model: llama.cpp could not read "
-                                         "this file. Choose another file or download it again.", how) from None
-                raise EngineError(f"the model runner {how} before the model was loaded; the log says why.") from None
-            if message[0] == "progress":
-                if progress is not None:
-                    progress(message[1])
-            elif message[0] == "load_failed":
-                process.join()
-                ours.close()
-                raise message[1]
-            elif message[0] == "ready":
-                runner = _Process(process, ours, message[1])
-                threading.Thread(target=self._read, args=(runner,), name="localchat-runner-read", daemon=True).start()
-                return runner
+    def _start(self, progress: Callable[[float], None] | None) -> RunnerProcess:
+        """Start a runner and wait until its model is loaded (then read it on a thread of its own); raise
+        what stopped it otherwise."""
+        runner = start_runner(self._opener, self._floor, self._silence, progress)
+        threading.Thread(target=self._read, args=(runner,), name="localchat-runner-read", daemon=True).start()
+        return runner
 
-    def _read(self, runner: _Process) -> None:
-        """Pass the runner's replies and events on, until it ends."""
+    def _read(self, runner: RunnerProcess) -> None:
+        """Pass the runner's replies and events on, until it ends; then, whatever happened, `_died`."""
+        try:
+            self._read_until_end(runner)
+        except Exception:  # a bug of ours: the runner is ended rather than left with nobody reading it
+            log.exception("reading a model runner failed; ending it")
+            runner.process.kill()
+        finally:
+            runner.stop_writing()
+            runner.receiver.close()
+            runner.process.join()
+            runner.conn.close()
+            try:
+                self._died(runner)
+            except Exception:
+                log.exception("the model runner's end could not be handled; it is left stopped")
+                self._stop_for_good(EngineError("internal error: the model runner ended and could not be "
+                                                "restarted. Restart localchat."))
+
+    def _read_until_end(self, runner: RunnerProcess) -> None:
         while True:
             try:
-                message = runner.conn.recv()
+                message = runner.receiver.receive()
+            except Silent as silent:
+                # Frozen (SIGSTOP, a debugger, swapped out, a driver deadlock): its watchdog is inside it.
+                runner.frozen = f"it stopped answering: {silent}"
+                log.error("the model runner %s; ending it", runner.frozen)
+                runner.process.kill()
+                return
             except (EOFError, OSError):
-                break
+                return
             except Exception:  # a message that does not unpickle here: a bug of ours; the runner starts anew
                 log.exception("a model runner's message could not be read")
                 runner.process.kill()
-                break
+                return
             kind = message[0]
             if kind == "event":
                 self._event(message[1], message[2])
@@ -278,12 +257,10 @@ class SupervisedEngine:
                     pending.done.set()
             elif kind == "stalled":
                 runner.stalled = f"one step ran {message[1]:.1f} s, past the {message[2]:.1f} s a step may take"
-        runner.process.join()
-        runner.conn.close()
-        self._died(runner)
 
     def _event(self, rid: str, event: Any) -> None:
-        flight = self._flight.get(rid)
+        with self._lock:
+            flight = self._flight.get(rid)
         if flight is None:
             return
         if isinstance(event, TextDelta):
@@ -293,26 +270,28 @@ class SupervisedEngine:
             self._failures = 0
         flight.stream.put(event)
 
-    def _ended(self, rid: str) -> None:
-        self._flight.pop(rid, None)
-        if not self._flight:
-            self.idle_since = time.monotonic()
-
-    def _died(self, runner: _Process) -> None:
+    def _died(self, runner: RunnerProcess) -> None:
         """The runner ended: a planned end closes the streams; any other is a crash, and a restart."""
         how = ended(runner.process.exitcode)
+        outside = bool(runner.frozen) or killed_from_outside(runner.process.exitcode)
         with self._lock:
             calls, self._calls = self._calls, {}
             flights = dict(self._flight)
             closing = self._closing or _EXITING.is_set()
-            blamed = self._blamed(runner, flights)  # before the waiting submits wake and leave `submitting`
+            # Before the waiting submits wake and leave `submitting`; an end from outside blames none.
+            blamed = set() if outside else self._blamed(runner, flights)
             reading = set(runner.submitting)
             self._up.clear()
+        if runner.frozen:
+            how = f"was ended ({runner.frozen})"
+        elif outside:
+            how = f"was ended from outside ({signal.Signals(-runner.process.exitcode).name}: the system ran " \
+                  "short of memory, or another program ended it)"
         crash = EngineError(f"the model runner {how}" + (f" ({runner.stalled})" if runner.stalled else "")
                             + (" while reading this request; it was restarted. Check the request's grammar, "
                                "schema or tools, or send it again." if not closing else "."))
         for pending in calls.values():
-            pending.error = crash
+            pending.error, pending.again = crash, outside and not closing
             pending.done.set()
         if closing:
             for rid, flight in flights.items():
@@ -324,10 +303,10 @@ class SupervisedEngine:
         log.error("the model runner %s%s; restarting it", how, f" ({runner.stalled})" if runner.stalled else "")
         for rid in blamed:
             self._ended(rid)
-            flights[rid].stream.put(Failed(self._blame(how, runner, flights[rid])))
+            flights[rid].stream.put(Failed(self._blame(how, runner, flights[rid], rid in reading, len(flights))))
         self._restart(how, {rid: f for rid, f in flights.items() if rid not in blamed and rid not in reading})
 
-    def _blamed(self, runner: _Process, flights: dict[str, _InFlight]) -> set[str]:
+    def _blamed(self, runner: RunnerProcess, flights: dict[str, InFlight]) -> set[str]:
         """The requests the runner's end is laid to (see the module's note)."""
         if runner.stalled:
             grammared = {rid for rid, f in flights.items() if f.request.sampling.grammar is not None}
@@ -335,16 +314,20 @@ class SupervisedEngine:
         reading = {rid for rid in flights if rid in runner.submitting}
         return reading or set(flights)
 
-    def _blame(self, how: str, runner: _Process, flight: _InFlight) -> EngineError:
+    def _blame(self, how: str, runner: RunnerProcess, flight: InFlight, read: bool, num_flights: int) -> EngineError:
         cause = "its grammar" if flight.request.sampling.grammar is not None else "this request"
         if runner.stalled:
             return EngineError(f"the model runner {how}: {runner.stalled} while answering with {cause}, so it was "
                                "ended and restarted. Simplify the grammar or schema (an ambiguous one makes "
                                "llama.cpp's matcher grow with every token) and send it again.")
+        if not read and num_flights > 1:
+            # In the middle of a step: every answer in it ends, and none of them is named.
+            return EngineError(f"the model runner {how} in the middle of a step, which names no one request, so "
+                               f"the {num_flights} answers in flight ended; it was restarted. Send it again.")
         return EngineError(f"the model runner {how} while answering with {cause}; it was restarted. "
                            "Send it again; if it fails the same way, change the grammar, schema or tools.")
 
-    def _restart(self, how: str, survivors: dict[str, _InFlight]) -> None:
+    def _restart(self, how: str, survivors: dict[str, InFlight]) -> None:
         """A new runner with the same model; the requests not to blame go on in it."""
         self._failures += 1
         try:
@@ -352,22 +335,37 @@ class SupervisedEngine:
                 raise EngineError(f"the model runner ended {MAX_RESTARTS} times in a row; it is left stopped. "
                                   "Restart localchat.")
             runner = self._start(None)
-        except LocalchatError as exc:
-            with self._lock:
-                self._closing = True
-            self._up.set()  # what waits sees the end
-            for rid, flight in survivors.items():
-                self._ended(rid)
-                flight.stream.put(Failed(EngineError(f"the model runner {how} and could not be restarted: {exc}")))
+        except Exception as exc:  # ours or not: what waits must hear it, never wait on a reader that died
+            if not isinstance(exc, LocalchatError):
+                log.exception("the model runner could not be restarted")
+            self._stop_for_good(EngineError(f"the model runner {how} and could not be restarted: {exc}"), survivors)
             return
         with self._lock:
-            self._runner = runner
-            self.restarts += 1
+            closing = self._closing or _EXITING.is_set()
+            if not closing:
+                self._runner = runner
+                self.restarts += 1
+        if closing:  # closed while the new one loaded: it must not outlive its engine holding a model
+            runner.post(("close",))
+            self._stop_for_good(EngineError("the model runner was shut down before this request finished."),
+                                survivors)
+            return
         self._up.set()
         for rid, flight in survivors.items():
             self._resume(rid, flight)
 
-    def _resume(self, rid: str, flight: _InFlight) -> None:
+    def _stop_for_good(self, error: EngineError, survivors: dict[str, InFlight] | None = None) -> None:
+        """Leave the runner stopped: later calls hear it is shut down, these requests hear `error`."""
+        with self._lock:
+            self._closing = True
+            survivors = dict(self._flight) if survivors is None else survivors
+        self._drained.set()
+        self._up.set()  # what waits sees the end
+        for rid, flight in survivors.items():
+            self._ended(rid)
+            flight.stream.put(Failed(error))
+
+    def _resume(self, rid: str, flight: InFlight) -> None:
         """Send a request again, beginning with what it had streamed; its caller's stream goes on."""
         request = flight.request
         said = "".join(flight.text)

@@ -20,6 +20,7 @@ from .disagg import PDSplit
 from .draft_model import DraftModel
 from .events import Failed, PrefillProgress, Stream
 from .kv_disk import Hit, KVDiskCache
+from .kv_state import limits_of
 from .prompt_lookup import PromptLookup
 from .resample import Resampled, checked
 from .sampling import SamplingParams
@@ -88,6 +89,21 @@ RECENT_STEPS = 64  # the steps `typical_step` is the median of
 _ids = itertools.count(1)
 
 
+def _open_kv_disk(worker: Any, config: EngineConfig) -> KVDiskCache | None:
+    """The saved prompt states of this worker's model, or None: none kept, a worker whose state cannot be
+    saved (llama.cpp's can: they have a `state_identity`), or a folder that cannot be used (said once;
+    the model loads all the same)."""
+    identity = getattr(worker, "state_identity", None)
+    if config.kv_disk_dir is None or not identity:
+        return None
+    try:
+        return KVDiskCache(config.kv_disk_dir, identity, config.kv_disk_bytes, limits=limits_of(worker))
+    except OSError as exc:
+        log.warning("long prompts' KV state is not kept on disk: %s (%s); fix or remove that folder",
+                    config.kv_disk_dir, exc)
+        return None
+
+
 def _open_target(model_path: str | Path, config: EngineConfig) -> Worker:
     """The target model's worker: a GPTQ checkpoint folder runs on the torch worker (the optional gptq
     extra), a GGUF file on llama.cpp."""
@@ -152,10 +168,7 @@ class Engine:
             if config.prefill is not None:
                 prefill = Worker(model_path, config.prefill)
                 loaded.append(prefill)
-            identity = getattr(worker, "state_identity", None)  # llama.cpp workers: their KV state can be saved
-            kv_disk = KVDiskCache(config.kv_disk_dir, identity, config.kv_disk_bytes) \
-                if config.kv_disk_dir is not None and identity else None
-            return cls(worker, config, drafter=drafter, prefill_worker=prefill, kv_disk=kv_disk)
+            return cls(worker, config, drafter=drafter, prefill_worker=prefill, kv_disk=_open_kv_disk(worker, config))
         except LocalchatError:
             for each in loaded:
                 each.close()

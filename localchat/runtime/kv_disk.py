@@ -4,8 +4,15 @@ tool list) is restored instead of read again, across chats, server restarts and 
 One folder per state identity (the model's weights and the KV cell types: a state is only valid in a
 context that agrees on both). A file holds the prefix's exact tokens and llama.cpp's serialised
 state of that prefix, with the digests that prove both whole. Files are written by a thread of
-their own, atomically (a temporary file renamed into place), and the folder is kept under a size
-bound by dropping the least recently used. A file that fails its checks is deleted, never loaded.
+their own, atomically (a temporary file renamed into place), only their owner may read them (0600
+in 0700 folders), and all folders together are kept under one size bound by dropping the least
+recently used files, whichever model saved them (an empty folder of a model no longer used goes too).
+
+A file read back is untrusted input (its digests sit beside what they prove): its header's shape
+and every field's type are checked, its size is bounded by what the context can hold before any
+buffer is allocated, and its cells' positions by the prompt it claims (kv_state.py). A file that
+fails a check, whatever its bytes, is deleted with one log line, never loaded, and the reader thread
+goes on: a restore that fails any way delivers "not restored" and the prompt is read instead.
 """
 
 from __future__ import annotations
@@ -16,13 +23,16 @@ import json
 import logging
 import os
 import queue
+import stat
 import struct
 import threading
 import time
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+from .kv_state import StateLimits
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +40,10 @@ MAGIC = b"localchat-kv 1\n"
 _LENGTH = struct.Struct("<I")  # the header's length
 _MAX_HEADER = 1 << 16
 _MAX_TOKENS = 1 << 24
+_FILE_MODE = 0o600  # a state holds what the documents said
+_DIR_MODE = 0o700
+# The header's fields and their types: anything else in a file is a file that fails its checks.
+_FIELDS = {"identity": str, "num_tokens": int, "tokens_sha256": str, "state_bytes": int, "state_sha256": str}
 
 
 @dataclass(slots=True)
@@ -67,14 +81,19 @@ def common_prefix(a: array, b: array) -> int:
 
 
 class KVDiskCache:
-    """Saved prompt states of one state identity, in `folder`, at most `max_bytes` in all."""
+    """Saved prompt states of one state identity, in a folder of `root`; all of `root`'s folders
+    together at most `max_bytes`. `limits` bound what a file may claim (None: only the file's size)."""
 
-    def __init__(self, root: Path, identity: str, max_bytes: int, min_tokens: int = 1024) -> None:
+    def __init__(self, root: Path, identity: str, max_bytes: int, min_tokens: int = 1024,
+                 limits: StateLimits | None = None) -> None:
         self.identity = identity
-        self.folder = Path(root) / hashlib.sha256(identity.encode()).hexdigest()[:16]
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.root = Path(root)
+        self.folder = self.root / hashlib.sha256(identity.encode()).hexdigest()[:16]
+        _private_folder(self.root)
+        _private_folder(self.folder)
         self.max_bytes = max_bytes
         self.min_tokens = min_tokens
+        self.limits = limits
         self._lock = threading.Lock()  # the index is read on the engine thread, changed by the writer
         self._entries: dict[str, Entry] = {}
         for path in self.folder.glob("*.kv"):
@@ -82,7 +101,7 @@ class KVDiskCache:
             if entry is not None:
                 self._entries[path.stem] = entry
         for stale in self.folder.glob("*.tmp"):  # a write cut off by a crash
-            stale.unlink(missing_ok=True)
+            _remove(stale)
         self._writes: queue.Queue[tuple[array, ctypes.Array] | None] = queue.Queue()
         self._writer = threading.Thread(target=self._write_loop, name="localchat-kv-disk", daemon=True)
         self._writer.start()
@@ -109,21 +128,30 @@ class KVDiskCache:
     def read(self, entry: Entry) -> ctypes.Array | None:
         """The entry's state, checked whole; None (and the file deleted) when it fails a check."""
         try:
-            with entry.path.open("rb") as handle:
+            with _open_regular(entry.path) as handle:
                 header, tokens = self._read_head(handle)
                 if tokens != entry.tokens:
                     raise ValueError("its tokens changed since it was listed")
-                if header["state_bytes"] != os.fstat(handle.fileno()).st_size - handle.tell():
+                size = header["state_bytes"]
+                if self.limits is not None and size > self.limits.max_bytes(len(tokens)):
+                    raise ValueError(f"its state claims {size} bytes, more than {len(tokens)} tokens take here")
+                if size != os.fstat(handle.fileno()).st_size - handle.tell():
                     raise ValueError("its state is truncated or has trailing bytes")
-                data = (ctypes.c_uint8 * header["state_bytes"])()
+                data = (ctypes.c_uint8 * size)()
                 if handle.readinto(data) != len(data):
                     raise ValueError("its state is truncated")
             if hashlib.sha256(data).hexdigest() != header["state_sha256"]:
                 raise ValueError("its state does not match its digest")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            self._discard(entry, str(exc))
+            if self.limits is not None:
+                self.limits.check(memoryview(data), len(tokens))
+            os.utime(entry.path)  # recently used: the size bound drops others first
+        except FileNotFoundError:  # the size bound (this model's or another's) dropped it meanwhile
+            with self._lock:
+                self._entries.pop(entry.path.stem, None)
             return None
-        os.utime(entry.path)  # recently used: the size bound drops others first
+        except Exception as exc:  # any bytes at all: the file goes, the prompt is read instead
+            self._discard(entry, _reason(exc))
+            return None
         return data
 
     def read_later(self, entry: Entry, deliver: Callable[[ctypes.Array | None], None]) -> None:
@@ -131,9 +159,18 @@ class KVDiskCache:
         self._reads.put((entry, deliver))
 
     def _read_loop(self) -> None:
+        # The one reader thread must outlive any file: a prompt waiting on it would wait forever.
         while (item := self._reads.get()) is not None:
             entry, deliver = item
-            deliver(self.read(entry))
+            try:
+                data = self.read(entry)
+            except Exception:  # read() already catches the file's faults: this is a bug of ours
+                log.exception("reading the saved KV state %s failed", entry.path.name)
+                data = None
+            try:
+                deliver(data)
+            except Exception:
+                log.exception("delivering the saved KV state %s failed", entry.path.name)
 
     # -- saving (engine thread queues, writer thread writes) --------------------------------
 
@@ -165,6 +202,8 @@ class KVDiskCache:
                 self._write(*item)
             except OSError as exc:  # a full or read-only disk: the prefix is read again next time
                 log.warning("could not save a prompt's KV state to %s: %s", self.folder, exc)
+            except Exception:  # a bug of ours: that state is not saved, the writer goes on
+                log.exception("could not save a prompt's KV state to %s", self.folder)
             finally:
                 self._writes.task_done()
 
@@ -180,8 +219,12 @@ class KVDiskCache:
         header = json.dumps({"identity": self.identity, "num_tokens": len(tokens),
                              "tokens_sha256": hashlib.sha256(raw).hexdigest(), "state_bytes": len(data),
                              "state_sha256": hashlib.sha256(data).hexdigest(), "saved": time.time()}).encode()
+        _private_folder(self.folder)  # trimmed away when it was empty, or made by an older version
         tmp = path.with_suffix(".tmp")
-        with tmp.open("wb") as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), _FILE_MODE)
+        with os.fdopen(fd, "wb") as handle:
+            if os.name == "posix":
+                os.fchmod(handle.fileno(), _FILE_MODE)  # a leftover .tmp keeps its own mode otherwise
             handle.write(MAGIC + _LENGTH.pack(len(header)) + header + raw)
             handle.write(memoryview(data))
             handle.flush()
@@ -192,30 +235,52 @@ class KVDiskCache:
         self._bound()
 
     def _bound(self) -> None:
-        """Drop the least recently used files until the folder is within its size bound."""
-        with self._lock:
-            entries = sorted(self._entries.items(), key=lambda kv: _used(kv[1].path))
-            total = sum(e.size for _, e in entries)
-            while entries and total > self.max_bytes:
-                name, entry = entries.pop(0)
-                total -= entry.size
-                del self._entries[name]
-                entry.path.unlink(missing_ok=True)
+        """Drop the least recently used files of every model's folder until all of them are within the
+        size bound; a folder left empty goes too (a model no longer used)."""
+        files = []
+        for folder in _folders(self.root):
+            for path in folder.glob("*.kv"):
+                try:
+                    info = path.lstat()
+                except OSError:
+                    continue  # deleted meanwhile (by another runner's writer, say)
+                files.append((info.st_mtime, info.st_size, path))
+        files.sort()
+        total = sum(size for _, size, _ in files)
+        for _, size, path in files:
+            if total <= self.max_bytes:
+                break
+            total -= size
+            if path.parent == self.folder:
+                with self._lock:
+                    self._entries.pop(path.stem, None)
+            _remove(path)
+        for folder in _folders(self.root):
+            if folder != self.folder:
+                try:
+                    folder.rmdir()  # only when empty: another runner may be writing into it
+                except OSError:
+                    pass
 
     # -- the files' format --------------------------------------------------------------------
 
-    def _read_head(self, handle) -> tuple[dict, array]:
+    def _read_head(self, handle) -> tuple[dict[str, Any], array]:
         if handle.read(len(MAGIC)) != MAGIC:
             raise ValueError("it is not a localchat KV file")
-        (length,) = _LENGTH.unpack(handle.read(_LENGTH.size) or b"\0\0\0\0")
+        (length,) = _LENGTH.unpack(handle.read(_LENGTH.size).ljust(_LENGTH.size, b"\0"))
         if not 0 < length <= _MAX_HEADER:
             raise ValueError("its header length is out of range")
         header = json.loads(handle.read(length))
-        if header.get("identity") != self.identity:
+        if not isinstance(header, dict):
+            raise ValueError("its header is not a JSON object")
+        for key, kind in _FIELDS.items():
+            if type(header.get(key)) is not kind:  # `type is`: a bool is no count
+                raise ValueError(f"its header's {key!r} is missing or not of type {kind.__name__}")
+        if header["identity"] != self.identity:
             raise ValueError("it was saved by another model or KV type")
         num = header["num_tokens"]
-        if not isinstance(num, int) or not 0 < num <= _MAX_TOKENS or not isinstance(header["state_bytes"], int) \
-                or header["state_bytes"] <= 0:
+        most = min(_MAX_TOKENS, self.limits.n_ctx if self.limits is not None else _MAX_TOKENS)
+        if not 0 < num <= most or header["state_bytes"] <= 0:
             raise ValueError("its header is out of range")
         raw = handle.read(num * 4)
         if len(raw) != num * 4 or hashlib.sha256(raw).hexdigest() != header["tokens_sha256"]:
@@ -226,22 +291,65 @@ class KVDiskCache:
 
     def _read_entry(self, path: Path) -> Entry | None:
         try:
-            with path.open("rb") as handle:
+            with _open_regular(path) as handle:
                 _, tokens = self._read_head(handle)
-            return Entry(path, tokens, path.stat().st_size)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            self._discard(Entry(path, array("i"), 0), str(exc))
+                size = os.fstat(handle.fileno()).st_size
+            return Entry(path, tokens, size)
+        except Exception as exc:  # any bytes at all: the file goes, the model loads
+            self._discard(Entry(path, array("i"), 0), _reason(exc))
             return None
 
     def _discard(self, entry: Entry, why: str) -> None:
         log.warning("discarded the saved KV state %s: %s", entry.path.name, why)
         with self._lock:
             self._entries.pop(entry.path.stem, None)
-        entry.path.unlink(missing_ok=True)
+        _remove(entry.path)
 
 
-def _used(path: Path) -> float:
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "its header is nested too deep"
+    if isinstance(exc, UnicodeDecodeError):
+        return "its header is not JSON text"
+    if isinstance(exc, (ValueError, OSError)):
+        return str(exc)
+    return f"it could not be read ({type(exc).__name__}: {exc})"
+
+
+def _open_regular(path: Path):
+    """`path` opened for reading if it is a regular file: never a link followed, a FIFO waited on
+    (O_NONBLOCK) or a device read."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
     try:
-        return path.stat().st_mtime
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("it is not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _remove(path: Path) -> None:
+    """Delete a state file; one that cannot be (a folder by that name, a read-only disk) is said and left."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("could not delete %s (%s); delete it by hand", path, exc)
+
+
+def _private_folder(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
+    if os.name == "posix":
+        try:
+            if path.stat().st_uid == os.getuid():
+                os.chmod(path, _DIR_MODE)  # mkdir's mode is cut by the umask; an old folder keeps its own
+        except OSError:
+            pass
+
+
+def _folders(root: Path) -> list[Path]:
+    try:
+        return [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
     except OSError:
-        return 0.0
+        return []

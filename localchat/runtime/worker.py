@@ -19,6 +19,7 @@ from .kv_slots import Copy, Remove
 from .events import TokenLogprob
 from .logprobs import token_logprob
 from .sampling import Sampler, SamplingParams, logits_at
+from .weights_digest import weights_digest
 from .worker_types import BatchRow, WorkerConfig, default_threads
 
 log = logging.getLogger(__name__)
@@ -248,12 +249,11 @@ class Worker:
 
     def _fingerprint(self, cparams) -> str:
         """What must agree for one context's KV state to be valid in another: the same weights
-        (size, parameter count, description, first MiB of the file), n_ctx and the KV cell types.
-        Sets `state_identity`, the same without n_ctx: what a state saved to disk must match."""
-        digest = hashlib.sha256()
-        with self.model_path.open("rb") as handle:
-            digest.update(handle.read(1 << 20))
-        weights = f"{self.model_path.stat().st_size}:{llama_cpp.llama_model_n_params(self.model)}:{self.describe()}"
+        (weights_digest.py: the header and samples across all the tensor data; the parameter count,
+        the description), n_ctx and the KV cell types. Sets `state_identity`, the same without n_ctx:
+        what a state saved to disk must match. The PD split's handover checks the fingerprint."""
+        digest = hashlib.sha256(weights_digest(self.model_path).encode())
+        weights = f"{llama_cpp.llama_model_n_params(self.model)}:{self.describe()}"
         digest.update(weights.encode())
         kv = "/".join(GGML_TYPE_NAMES.get(t, f"type {t}") for t in (cparams.type_k, cparams.type_v))
         self.state_identity = f"model {digest.hexdigest()[:16]}, KV {kv}"

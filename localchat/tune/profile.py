@@ -203,7 +203,7 @@ def load_profile(path: Path | None = None) -> Profile | None:
         return Profile.from_dict(data)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, RecursionError) as exc:
         raise ConfigError(f"the tuned profile {path} is unreadable ({exc}); "
                           "delete it or run `localchat tune`.") from None
 

@@ -138,25 +138,32 @@ class ChatCore:
         return without(messages, gone) if gone else messages
 
     def display(self, conv: Conversation | None) -> list[dict[str, str]]:
-        """The conversation as the chat window shows it."""
+        """The conversation as the chat window shows it. A turn whose stored numbers cannot be shown (a chat
+        imported or stored by another version) is shown as its text alone: no chat breaks the page."""
         if conv is None:
             return []
         shown = []
         for index, m in enumerate(conv.messages):
-            if m.role == "user":
-                shown.append({"role": "user", "content": render.inert(m.content) + self.turn_note(index, m)})
-            else:
-                versions = len(m.stats.get("versions", []))
-                shown_version = f"‹ {m.stats.get('version', 0) + 1}/{versions} ›" if versions > 1 else ""
-                note = " · ".join(x for x in (shown_version, render.reply_note(m.stats)) if x)
-                try:
-                    content = render.reply_markdown(m.content, m.stats, m.stats.get("included", ""), note,
-                                                    m.stats.get("passages"))
-                except (KeyError, TypeError, ValueError):  # an imported chat's numbers may be partial or odd
-                    log.warning("a reply's stored numbers could not be shown; showing its text alone")
-                    content = render.inert(m.content)
-                shown.append({"role": "assistant", "content": content})
+            try:
+                content = self._shown(index, m)
+            except Exception:  # noqa: BLE001 - any stats at all: the page must open
+                log.warning("turn %d of a chat could not be displayed; showing its text alone", index + 1)
+                content = f"*(cannot display this turn's details)*\n\n{render.inert(m.content)}"
+            shown.append({"role": "user" if m.role == "user" else "assistant", "content": content})
         return shown
+
+    def _shown(self, index: int, m: Message) -> str:
+        if m.role == "user":
+            return render.inert(m.content) + self.turn_note(index, m)
+        versions = len(m.stats.get("versions", []))
+        shown_version = f"‹ {m.stats.get('version', 0) + 1}/{versions} ›" if versions > 1 else ""
+        note = " · ".join(x for x in (shown_version, render.reply_note(m.stats)) if x)
+        try:
+            return render.reply_markdown(m.content, m.stats, m.stats.get("included", ""), note,
+                                         m.stats.get("passages")) + error_note(m.stats)
+        except (KeyError, TypeError, ValueError):  # an imported chat's numbers may be partial or odd
+            log.warning("a reply's stored numbers could not be shown; showing its text alone")
+            return render.inert(m.content)
 
     @staticmethod
     def turn_note(index: int, message: Message) -> str:
@@ -309,12 +316,12 @@ class ChatCore:
             if left_out:
                 saved["left_out"] = left_out
             text = "".join(parts)
-            if error:
-                text += f"\n\n[error: {error}]"
+            if error:  # shown under the reply, never sent to the model as what it said
+                saved["error"] = error
             if versions:
                 saved |= {"versions": [*versions, {"content": text, "stats": dict(saved)}], "version": len(versions)}
             self.store.append(conv_id, "assistant", text, saved)
-        yield render.reply_markdown(text, saved, included, render.reply_note(saved), passages)
+        yield render.reply_markdown(text, saved, included, render.reply_note(saved), passages) + error_note(saved)
 
     @contextlib.contextmanager
     def turn(self, conv_id: str) -> Iterator[None]:
@@ -343,3 +350,9 @@ class ChatCore:
         placed = rt.engine.residences() if hasattr(rt.engine, "residences") else {}
         return render.status_markdown(model, worker.model_path, weights, rt.engine.n_ctx, rt.engine.placement,
                                       rt.engine.drafter_name, residence.describe_all(placed))
+
+
+def error_note(stats: dict[str, Any]) -> str:
+    """The error an answer ended with, under its text (kept in its stats, not in what the model reads)."""
+    error = stats.get("error")
+    return f"\n\n*error: {render.plain(error)}*" if isinstance(error, str) and error else ""

@@ -87,7 +87,7 @@ def running_instance() -> Instance | None:
         raw = json.loads(instance_file().read_text(encoding="utf-8"))
         found = Instance(url=str(raw["url"]), pid=int(raw["pid"]), started=float(raw["started"]),
                          port=int(raw.get("port", 0)))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # any bytes at all: no record
         return None
     # The record is a file anyone with access to the data dir could write: trust it only when it
     # names a live localchat process of this user, a loopback address on the recorded port, and that
@@ -177,7 +177,7 @@ def recorded(url: str) -> Iterator[Path]:
     try:
         yield path
     finally:
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, AttributeError, RecursionError):
             # Only our own record: a later window may have replaced it meanwhile.
             if json.loads(path.read_text(encoding="utf-8")).get("pid") == os.getpid():
                 path.unlink()

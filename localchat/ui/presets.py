@@ -42,10 +42,11 @@ class Presets:
     def _read(self) -> tuple[dict[str, Preset], str | None]:
         try:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return {}, None  # none saved yet, or a file a person broke: start empty rather than fail
         found: dict[str, Preset] = {}
-        for name, entry in (raw.get("presets") or {}).items() if isinstance(raw, dict) else ():
+        entries = raw.get("presets") if isinstance(raw, dict) else None
+        for name, entry in entries.items() if isinstance(entries, dict) else ():
             if isinstance(name, str) and isinstance(entry, dict) and 0 < len(name) <= MAX_NAME:
                 system = entry.get("system_prompt")
                 n_ctx = entry.get("n_ctx")

@@ -6,6 +6,7 @@ Every change is one transaction in WAL mode, so a crash leaves either the whole 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -14,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..paths import data_dir, private_file
+from ..paths import data_dir, private_file, set_aside
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -66,10 +69,28 @@ class Store:
         # SQLite gives its -wal and -shm files the database file's mode: private too.
         self.path = private_file(path or data_dir() / "conversations.sqlite3")
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(SCHEMA)
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            # Read back, so untrusted: a file SQLite cannot read is kept aside for a person, and the
+            # window opens with a new one rather than not at all.
+            aside = set_aside(self.path)
+            log.warning("the conversations in %s could not be read (%s); the file was moved aside to %s and a "
+                        "new one started", self.path, exc, aside.name)
+            private_file(self.path)
+            self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(SCHEMA)
+            db.execute("SELECT COUNT(*) FROM conversations").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def _write(self, statements: list[tuple[str, tuple]]) -> None:
         with self._lock:
@@ -101,7 +122,7 @@ class Store:
                 "SELECT id, title, system_prompt, settings, updated FROM conversations c WHERE title LIKE ?1 "
                 "ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND "
                 "m.content LIKE ?1 ESCAPE '\\') ORDER BY updated DESC", (pattern,)).fetchall()
-        return [Conversation(r[0], r[1], r[2], json.loads(r[3]), updated=r[4]) for r in rows]
+        return [Conversation(r[0], r[1], r[2], _object(r[3]), updated=r[4]) for r in rows]
 
     def get(self, conv_id: str) -> Conversation | None:
         with self._lock:
@@ -112,8 +133,8 @@ class Store:
             messages = self._db.execute(
                 "SELECT role, content, stats FROM messages WHERE conversation_id = ? ORDER BY position",
                 (conv_id,)).fetchall()
-        return Conversation(row[0], row[1], row[2], json.loads(row[3]),
-                            [Message(m[0], m[1], json.loads(m[2])) for m in messages], updated=row[4])
+        return Conversation(row[0], row[1], row[2], _object(row[3]),
+                            [Message(m[0], m[1], _object(m[2])) for m in messages], updated=row[4])
 
     def append(self, conv_id: str, role: str, content: str, stats: dict[str, Any] | None = None) -> None:
         """Add a message at the end of a conversation."""
@@ -157,3 +178,16 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _object(text: str) -> dict[str, Any]:
+    """A stored JSON object read back; one that is not (a file another program changed) is read as empty,
+    so its chat still opens."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        log.warning("a stored chat's settings or a message's details could not be read; they are left out")
+        return {}
+    return value

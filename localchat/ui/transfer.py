@@ -1,9 +1,11 @@
 """Chats out and in: a chat as Markdown (to read) or JSON (to keep, with its branches, answer versions
 and settings), every chat at once, and a JSON export read back as new chats.
 
-An imported file is untrusted: it is checked shape by shape, bounded in size, and what in it names
-a local file (the stored paths of attached documents) is dropped, so an import cannot make a later
-question read a file of this machine. The documents' text the turns were answered with stays in them.
+An imported file is untrusted: data, never instructions. It is checked shape by shape and bounded in
+size; each message keeps only what the window shows of it, every field type-checked (imported.py),
+so no chat can break the window; what the engine reads (a turn's prompt) is rebuilt from what is shown,
+and what names a local file (the stored paths of attached documents) is dropped, so an import can
+neither speak for the user nor make a later question read a file of this machine.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RequestError
+from .imported import reply_stats, user_stats
 from .session import checked_settings
 from .store import Conversation, Store
 from .uploads import MAX_UPLOAD_BYTES
@@ -23,7 +26,6 @@ FORMAT = "localchat-chats"
 VERSION = 1
 MAX_CHATS = 10_000
 MAX_NESTING = 64  # of JSON objects and lists in a message's stats: branches within branches
-_PATH_KEYS = frozenset({"documents", "searched"})  # stored upload paths: meaningless elsewhere, unsafe here
 
 
 def to_markdown(conv: Conversation) -> str:
@@ -86,26 +88,28 @@ def _checked_chat(chat: Any, n: int) -> tuple[str, str, dict[str, Any], list[tup
         raise RequestError(f"{where} has no list of messages.")
     kept = []
     for i, m in enumerate(messages, 1):
-        if (not isinstance(m, dict) or m.get("role") not in ("user", "assistant")
-                or not isinstance(m.get("content"), str) or not isinstance(m.get("stats", {}), dict)):
+        message = _message(m, 0)
+        if message is None:
             raise RequestError(f"{where}: message {i} needs a role (user or assistant), text content and "
                                "an object of stats.")
-        kept.append((m["role"], m["content"], _without_paths(m.get("stats", {}), 0)))
+        kept.append(message)
     shown = checked_settings(settings)
     if settings.get("renamed") is True:  # a title the user chose stays when the first message is edited
         shown["renamed"] = True
     return title.strip() or "Imported chat", system, shown, kept
 
 
-def _without_paths(value: Any, depth: int) -> Any:
-    """`value` with every stored path dropped, branches and versions included."""
+def _message(m: Any, depth: int) -> tuple[str, str, dict[str, Any]] | None:
+    """(role, content, the stats the window reads) of a message, or None if it is not one."""
     if depth > MAX_NESTING:
         raise RequestError(f"the export nests branches deeper than {MAX_NESTING} levels.")
-    if isinstance(value, dict):
-        return {k: _without_paths(v, depth + 1) for k, v in value.items() if k not in _PATH_KEYS}
-    if isinstance(value, list):
-        return [_without_paths(v, depth + 1) for v in value]
-    return value
+    if (not isinstance(m, dict) or m.get("role") not in ("user", "assistant")
+            or not isinstance(m.get("content"), str) or not isinstance(m.get("stats", {}), dict)):
+        return None
+    stats = m.get("stats", {})
+    if m["role"] == "assistant":
+        return "assistant", m["content"], reply_stats(stats)
+    return "user", m["content"], user_stats(m["content"], stats, lambda inner: _message(inner, depth + 1))
 
 
 def export_file(folder: Path, name: str, text: str) -> Path:

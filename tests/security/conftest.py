@@ -42,6 +42,25 @@ def api(engine: Engine, embedding_model_path: Path) -> Iterator[str]:
     thread.join(10)
 
 
+@pytest.fixture(scope="module")
+def supervised_api(model_path: Path) -> Iterator[str]:
+    """The URL of the app as production serves it: the engine in a supervised runner process. The route
+    tests of keep_alive, the Responses store's file and the runner's faults run on it; the rest of the
+    suite uses the in-process engine (`api`), whose internals (steps, idle) they read."""
+    import functools
+
+    from localchat.assemble import open_engine
+    from localchat.config import Settings
+    from localchat.runners.supervisor import SupervisedEngine
+
+    settings = Settings(model=str(model_path), n_ctx=2048, n_threads=1, speculation=False, kv_disk_mb=0)
+    with SupervisedEngine(functools.partial(open_engine, settings)) as supervised:
+        url, server, thread = serve_in_thread(create_app(LocalService(supervised, MODEL)))
+        yield url
+        server.should_exit = True
+        thread.join(10)
+
+
 def wait_until(check, seconds: float = 60.0, what: str = "the condition") -> None:
     """Poll `check` until it is true; fail after a generous deadline."""
     deadline = time.monotonic() + seconds

@@ -127,17 +127,18 @@ def test_an_answer_in_flight_when_the_runner_stalls_goes_on(supervised: Supervis
     assert len(os.path.commonprefix(["".join(texts), alone])) >= 0.8 * len(alone), ("".join(texts), alone)
 
 
-def test_a_killed_runner_ends_its_requests_clearly_and_comes_back(supervised: SupervisedEngine):
+def test_a_killed_runner_comes_back_and_its_answer_goes_on(supervised: SupervisedEngine):
+    """A kill from outside (the OOM killer's, a person's) names no request: the answer goes on in the
+    new runner (tests/security/test_runner_faults.py kills one with two answers streaming)."""
     stream = supervised.submit(Request(messages=[{"role": "user", "content": "Tell a long story."}],
-                                       sampling=SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)))
+                                       sampling=SamplingParams(temperature=0, max_tokens=120, ignore_eos=True)))
     events = iter(stream)
     next(e for e in events if getattr(e, "text", ""))
     restarts, pid = supervised.restarts, supervised.pid
     os.kill(pid, signal.SIGKILL)  # as the OOM killer would
     failed = [e for e in events if e.kind == "error"]
-    assert failed and "crashed (SIGKILL)" in failed[0].message, failed
-    wait_until(lambda: supervised.restarts > restarts, 120, "the runner's restart")
-    assert supervised.pid != pid
+    assert not failed, failed
+    assert supervised.restarts == restarts + 1 and supervised.pid != pid
     again = supervised.submit(Request(prompt="The capital of France is", sampling=SamplingParams(
         temperature=0, max_tokens=4))).result()
     assert again.finish_reason == "length" and again.text

@@ -115,28 +115,39 @@ class ShowBody(Body):
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_SECONDS = re.compile(r"\d+(?:\.\d*)?|\.\d+")  # plain decimals: float() would take "nan" and "inf" too
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_KEEP_ALIVE_S = (2**63 - 1) / 1e9  # Ollama's bound: Go's longest time.Duration, about 292 years
 
 
 def keep_alive_s(value: float | str | None) -> float | None:
     """Ollama's keep_alive in seconds: a number of seconds or a duration ("5m", "1h30m"); negative keeps
-    the model loaded (inf); None: the server's setting."""
+    the model loaded (inf); None: the server's setting. Finite and at most Ollama's own bound, else a
+    RequestError (a NaN never unloaded, 1e300 broke /api/ps)."""
     if value is None:
         return None
     if isinstance(value, str):
         text = value.strip()
         sign = -1.0 if text.startswith("-") else 1.0
         text = text.lstrip("+-")
-        try:
+        if _SECONDS.fullmatch(text):
             seconds = float(text)
-        except ValueError:
+        else:
             pieces = _DURATION.findall(text)
             if not text or "".join(n + u for n, u in pieces) != text:
                 raise RequestError(f"keep_alive {value!r} is not a duration; send seconds or one like \"5m\", "
                                    "\"1h30m\" (negative keeps the model loaded).", "keep_alive") from None
             seconds = sum(float(n) * _UNIT_S[u] for n, u in pieces)
         value = sign * seconds
-    return math.inf if value < 0 else float(value)
+    if isinstance(value, bool) or not math.isfinite(value):
+        raise RequestError(f"keep_alive {value!r} is not a number of seconds; send one like 300 or \"5m\" "
+                           "(negative keeps the model loaded).", "keep_alive")
+    if value < 0:
+        return math.inf
+    if value > MAX_KEEP_ALIVE_S:
+        raise RequestError(f"keep_alive {value!r} is longer than the {MAX_KEEP_ALIVE_S:.3g} s Ollama allows; send "
+                           "a negative value to keep the model loaded.", "keep_alive")
+    return float(value)
 
 
 def _sampling(body: _Generating, notes: list[str], n_ctx: int) -> AskedSampling:

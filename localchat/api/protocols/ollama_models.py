@@ -36,7 +36,10 @@ def stamp(moment: datetime) -> str:
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-@functools.lru_cache(maxsize=16)
+# Headers by file and version, for every model a listing shows: with room for 16 only, a machine with
+# more models read every header again on each /api/tags, on the event loop. A header is small once read
+# (its token arrays are summarised), so a thousand fit.
+@functools.lru_cache(maxsize=1024)
 def _header(path: Path, mtime_ns: int) -> GGUFInfo | None:
     try:
         return read_gguf(path)
