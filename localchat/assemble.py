@@ -105,7 +105,7 @@ def on_demand(settings_for: Callable[[str], Settings]):
     import dataclasses
 
     from .planning.fit import ModelSize
-    from .runners.pool import Runners
+    from .runners.pool import Runners, free_memory
 
     def settings_of(path: Path) -> Settings:
         return dataclasses.replace(settings_for(str(path)), draft="")
@@ -117,6 +117,17 @@ def on_demand(settings_for: Callable[[str], Settings]):
             return path.stat().st_size
 
     base = settings_for(None)
+    if base.n_gpu_layers:  # the models go to the GPUs: their room is the GPUs' free memory, read live
+        from .hardware import HardwareInfo
+        from .planning.fit import budget
+        from .runtime.backends.gpus import usable
+
+        def gpu_free() -> int:  # one GPU holds a model, except where its layers are split over them
+            free = [g.memory_free for g in usable(HardwareInfo()).gpus] or [free_memory()]
+            return sum(free) if base.placement == "layer-split" else max(free)
+
+        return Runners(lambda path: open_supervised(settings_of(path)), needs, base.keep_alive * 60.0,
+                       free=gpu_free, room=lambda free: budget(free, "gpu"))
     return Runners(lambda path: open_supervised(settings_of(path)), needs, base.keep_alive * 60.0)
 
 
