@@ -20,7 +20,7 @@ fi
 if all_variants=$("$py" scripts/native_variants.py all); then
   missing=$("$py" - $all_variants <<'PY'
 import sys
-from localchat.runtime.cpu_variants import variant_modules, variant_name
+from localchat.runtime.backends.cpu_variants import variant_modules, variant_name
 for exact, wanted in ((False, sys.argv[1]), (True, sys.argv[2])):
     have = {variant_name(m) for m in variant_modules(exact)}
     print(" ".join(("exact " if exact else "") + v for v in wanted.split(",") if v not in have), end=" ")
