@@ -152,7 +152,8 @@ class Answer:
         self.bridge.cancel()
 
     async def events(self) -> AsyncIterator[Event]:
-        """Started, Deltas, then End; a failure raises its LocalchatError (a broken tool call included)."""
+        """Started, Deltas, then End; a failure of the engine raises its LocalchatError (the model's own text
+        never does)."""
         started, stats = False, None
         try:
             async for event in self.bridge.events():
@@ -168,10 +169,14 @@ class Answer:
                 elif isinstance(event, Failed):
                     raise event.error
                 elif isinstance(event, Done):
-                    delta = self._finish()
+                    cut = event.finish_reason == "length"
+                    delta = self._finish(cut)
                     if delta.pieces:
                         yield delta
-                    reason = "tool_calls" if self.calls else event.finish_reason
+                    if self.parser is not None and self.parser.broken is not None:
+                        self.notes.append(f"{self.parser.broken}; its text is in the content.")
+                    # A reply cut by max_tokens says so (OpenAI's "length"), with the calls that closed before it.
+                    reason = "tool_calls" if self.calls and not cut else event.finish_reason
                     yield End(reason, event.stop_sequence, stats)
                     return
             raise EngineError("the engine ended this request without an answer; try again.")
@@ -185,9 +190,9 @@ class Answer:
         self.logprobs += logprobs
         return Delta(pieces, text, logprobs, self.calls[known:])
 
-    def _finish(self) -> Delta:
+    def _finish(self, cut: bool) -> Delta:
         known = len(self.calls)
-        pieces = self.parser.finish() if self.parser is not None else []
+        pieces = self.parser.finish(cut) if self.parser is not None else []
         self.content += [p for p in pieces if isinstance(p, str)]
         return Delta(pieces, "", [], self.calls[known:])
 
