@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime.schema_grammar import Converter, gbnf_of
+from .tool_families import SectionFormat, detect_section_format
 
 
 MAX_PARALLEL = 8  # calls in one answer: a small model may otherwise repeat a call until max_tokens
@@ -51,6 +52,12 @@ FORMATS = (
 )
 GENERIC = ToolFormat("generic", (), "<tool_call>", "", "<tool_call>\n", "\n</tool_call>", "\n", "",
                      "arguments", ("<tool_call>", "</tool_call>"), native=False)
+
+
+def detect_format(template_source: str) -> "ToolFormat | SectionFormat":
+    """The family whose markers the template carries: a family that writes each call between markers of its
+    own (tool_families.py) before the JSON-object families here, whose markers some of them share."""
+    return detect_section_format(template_source) or detect(template_source)
 
 
 def detect(template_source: str) -> ToolFormat:
