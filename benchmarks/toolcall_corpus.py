@@ -39,7 +39,7 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "tests" / "data" / "templates"
 # Each corpus family and the real template of one of its reference models (or the nearest one vendored).
 FAMILY_TEMPLATES = {
     "qwen3-hermes": "Qwen-Qwen3-0.6B.jinja",
-    "qwen3-xml": "Qwen3-Coder.jinja",
+    "qwen3-xml": "Qwen3.5-4B.jinja",
     "glm": "GLM-4.6.jinja",
     "kimi": "Kimi-K2-Thinking.jinja",
     "deepseek": "deepseek-ai-DeepSeek-V3.1.jinja",
@@ -47,6 +47,19 @@ FAMILY_TEMPLATES = {
     "mistral": "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
     "llama": "meta-llama-Llama-3.3-70B-Instruct.jinja",
     "gemma4": "google-gemma-4-31B-it.jinja",
+}
+# A reference model whose own template is vendored (or is nearer than its family's).
+MODEL_TEMPLATES = {
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": "Qwen3-Coder.jinja",
+    "Qwen/Qwen3-Coder-Next": "Qwen3-Coder.jinja",
+    "deepseek-ai/DeepSeek-V3.2": "deepseek-ai-DeepSeek-V3.2.jinja",
+    "deepseek-ai/DeepSeek-V4-Flash": "deepseek-ai-DeepSeek-V4.jinja",
+    "deepseek-ai/DeepSeek-V4.1-Flash": "deepseek-ai-DeepSeek-V4-Flash-0731.jinja",
+    "moonshotai/Kimi-K2-Instruct-0905": "Kimi-K2-Instruct.jinja",
+    "zai-org/GLM-4.7": "GLM-4.7-Flash.jinja",
+    "mistralai/Mistral-7B-Instruct-v0.3": "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+    "mistralai/Mistral-Small-3.2-24B-Instruct-2506": "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+    "mistralai/Devstral-Small-2507": "unsloth-mistral-Devstral-Small-2507.jinja",
 }
 STRATEGIES = ("one", "special", "token", *(f"rand:{seed}:8" for seed in range(1, 6)))
 
@@ -91,13 +104,15 @@ def chunks(text: str, markers: list[str], strategy: str) -> list[str]:
 
 def replay(fixture: Fixture, family: Family, deltas: list[str], whole: bool) -> ParseResult:
     """The parse localchat gives `deltas`: as the whole reply (`whole`) or as a client reads the stream."""
-    source = (TEMPLATES / FAMILY_TEMPLATES[fixture.family]).read_text(encoding="utf-8")
+    name = MODEL_TEMPLATES.get(fixture.models[0], FAMILY_TEMPLATES[fixture.family])
+    source = (TEMPLATES / name).read_text(encoding="utf-8")
     tools = [t for t in fixture.tools if isinstance(t, dict) and "function" in t]
     names = {t["function"]["name"] for t in tools}
     schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
     prompt = fixture.generation_prompt
     if prompt is None:
-        prompt = family.reference_models[0].default_generation_prompt or ""
+        reference = family.reference_for(fixture.models[0]) or family.reference_models[0]
+        prompt = reference.default_generation_prompt or ""
     reader = reader_for(thinking_style(source), prompt, detect_format(source), names, schemas)
     pieces: list[Any] = []
     for delta in deltas:

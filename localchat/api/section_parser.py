@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 
 from .markers import Marker, MarkerStream
-from .tool_families import CallUnreadable, Schemas, SectionFormat
+from .tool_families import SectionFormat
+from .tool_xml import CallUnreadable, Schemas
 from .tool_parser import ArgsDelta, CallStart, Piece, ToolCall, new_call_id
 
 
@@ -35,51 +36,45 @@ class SectionParser:
         return self._merged()
 
     def finish(self, cut: bool = False) -> list[Piece]:
-        """The end of the answer (`cut`: by max_tokens, when a call still open is left out)."""
+        """The end of the answer (`cut`: by max_tokens, when only the whole calls of the open one count)."""
         self._out = []
         for item in self._stream.finish():
             self._item(item)
-        if self._call is not None:
-            if cut:
-                self._call = None
-            else:  # a family without a closing marker ends its last call with the answer
-                self._close()
+        if self._call is not None:  # a family without a closing marker ends its last call with the answer
+            self._close(cut)
         return self._merged()
 
     def _item(self, item: str) -> None:
-        fmt = self.fmt
+        fmt, marker = self.fmt, isinstance(item, Marker)
         if self._call is None:
-            if isinstance(item, Marker) and item == fmt.call_open:
+            if marker and item in fmt.opens:
                 self._call = [item]
-            elif not isinstance(item, Marker) or item not in (fmt.section_open, fmt.section_close, fmt.call_close):
+            elif not marker or item not in fmt.markers:
                 self._out.append(str(item))
             return
-        if isinstance(item, Marker) and item == fmt.call_close:
-            self._call.append(item)
+        if marker and item in fmt.closes and fmt.whole("".join(self._call)):
             self._close()
-        elif isinstance(item, Marker) and item == fmt.call_open and fmt.call_close is None:
+        elif marker and item in fmt.opens and not fmt.closes:
             self._close()
             self._call = [item]
-        elif isinstance(item, Marker) and item == fmt.section_close and fmt.call_close is None:
+        elif marker and item in fmt.section and not fmt.closes:
             self._close()
         else:
             self._call.append(item)
 
-    def _close(self) -> None:
+    def _close(self, cut: bool = False) -> None:
         written = "".join(self._call or [])
         self._call = None
-        body = written[len(self.fmt.call_open):]
-        if self.fmt.call_close and body.endswith(self.fmt.call_close):
-            body = body[:-len(self.fmt.call_close)]
         try:
-            found = self.fmt.read(body, self.schemas)
+            found = self.fmt.read(written, self.schemas, cut)
             for name, _ in found:
                 if name not in self.names:
                     known = ", ".join(sorted(self.names)) or "none"
                     raise CallUnreadable(f"it names the tool {name!r}, which the request does not offer ({known})")
         except CallUnreadable as exc:
-            self.broken = f"the model's tool call could not be read ({exc})"
-            self._out.append(written)
+            if not cut:  # a call cut short is no call, and no content either
+                self.broken = f"the model's tool call could not be read ({exc})"
+                self._out.append(written)
             return
         for name, args in found:
             call = ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))

@@ -13,38 +13,38 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-Schemas = dict[str, dict[str, Any]]  # tool name -> its parameters schema
-
-
-class CallUnreadable(ValueError):
-    """The text between a call's markers is not a call of its family."""
-
+from .tool_xml import DSML, CallUnreadable, Schemas, glm_call, qwen_xml_call, read_dsml
 
 @dataclass(frozen=True, slots=True)
 class SectionFormat:
-    """A family that writes each call between `call_open` and `call_close` (no close: the call runs to the
-    next open or the end), optionally inside a section (`section_open` ... `section_close`)."""
+    """A family that writes each call from one of `opens` to one of `closes` (none: the call runs to the next
+    opener or the end), maybe inside a section whose own markers (`section`) are neither content nor call."""
 
     name: str
     detect: tuple[str, ...]  # all of these in the template source pick this family
-    section_open: str  # the trigger: where the calls start
-    call_open: str
-    call_close: str | None
-    section_close: str | None
-    read: Callable[[str, Schemas], list[tuple[str, dict[str, Any]]]]  # one call's text -> its call(s)
-    # The text the grammar writes around a call's JSON arguments (None: arguments are not JSON).
+    trigger: str  # where the calls start: the grammar's lazy trigger
+    opens: tuple[str, ...]
+    closes: tuple[str, ...]
+    section: tuple[str, ...]
+    # A call's text (from its opener, without its closer) -> its call(s); `cut`: max_tokens ended it.
+    read: Callable[[str, Schemas, bool], list[tuple[str, dict[str, Any]]]]
+    # Whether a call's text is whole when a closer comes (a closer written inside an argument is text).
+    whole: Callable[[str], bool] = lambda text: True
+    # The text the grammar writes before and after a call's JSON arguments (None: they are not JSON).
     head: Callable[[str, int], str] | None = None
     tail: str = ""
     extra_markers: tuple[str, ...] = ()  # markers inside a call that must never reach content
 
     @property
-    def trigger(self) -> str:
-        return self.section_open
-
-    @property
     def markers(self) -> tuple[str, ...]:
-        found = (self.section_open, self.call_open, self.call_close, self.section_close, *self.extra_markers)
-        return tuple(m for m in found if m)
+        return tuple(dict.fromkeys((*self.opens, *self.closes, *self.section, *self.extra_markers)))
+
+
+def _strip_open(text: str, opens: tuple[str, ...]) -> str:
+    for mark in opens:
+        if text.startswith(mark):
+            return text[len(mark):]
+    return text
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -90,75 +90,6 @@ def _kimi(text: str, schemas: Schemas) -> tuple[str, dict[str, Any]]:
     name = name[len("functions."):] if name.startswith("functions.") else name
     base, colon, index = name.rpartition(":")
     return (base if colon and index.isdigit() else name), _json_object(args)
-
-
-def _typed(value: str, name: str, tool: str, schemas: Schemas) -> Any:
-    """An XML parameter's text as the schema's type: a string stays as written, anything else is JSON when
-    it reads as JSON (1, true, {...}), else the text."""
-    kind = ((schemas.get(tool) or {}).get("properties") or {}).get(name, {}).get("type")
-    if kind == "string" or (isinstance(kind, list) and "string" in kind and value.strip() not in ("null",)):
-        return value
-    try:
-        return json.loads(value)
-    except (json.JSONDecodeError, RecursionError):
-        return value
-
-
-def _between(text: str, start: str, end: str, pos: int) -> tuple[str, int] | None:
-    at = text.find(start, pos)
-    if at < 0:
-        return None
-    stop = text.find(end, at + len(start))
-    if stop < 0:
-        raise CallUnreadable(f"a {start!r} is not closed")
-    return text[at + len(start):stop], stop + len(end)
-
-
-def _trim_one_newline(value: str) -> str:
-    value = value[1:] if value.startswith("\n") else value
-    return value[:-1] if value.endswith("\n") else value
-
-
-def _qwen3_xml(text: str, schemas: Schemas) -> tuple[str, dict[str, Any]]:
-    # <function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>
-    found = _between(text, "<function=", ">", 0)
-    if found is None:
-        raise CallUnreadable("no <function=...>")
-    name, pos = found
-    args: dict[str, Any] = {}
-    while True:
-        key = _between(text, "<parameter=", ">", pos)
-        if key is None:
-            break
-        value = _between(text, "", "</parameter>", key[1])
-        assert value is not None
-        args[key[0].strip()] = _typed(_trim_one_newline(value[0]), key[0].strip(), name.strip(), schemas)
-        pos = value[1]
-    return name.strip(), args
-
-
-def _glm(text: str, schemas: Schemas) -> tuple[str, dict[str, Any]]:
-    # NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>...
-    at = text.find("<arg_key>")
-    name = (text if at < 0 else text[:at]).strip()
-    args: dict[str, Any] = {}
-    pos = max(at, 0)
-    while at >= 0:
-        key = _between(text, "<arg_key>", "</arg_key>", pos)
-        if key is None:
-            break
-        start = text.find("<arg_value>", key[1])
-        if start < 0:
-            raise CallUnreadable(f"the argument {key[0]!r} has no value")
-        stop = text.find("</arg_value>", start)
-        nxt = text.find("<arg_key>", start)
-        # A value cut short of its closing tag runs to the next key (GLM 4.7 drops it at times).
-        end = stop if stop >= 0 and (nxt < 0 or stop < nxt) else (nxt if nxt >= 0 else len(text))
-        args[key[0].strip()] = _typed(text[start + len("<arg_value>"):end], key[0].strip(), name, schemas)
-        pos = end + (len("</arg_value>") if end == stop else 0)
-    if not name:
-        raise CallUnreadable("no name")
-    return name, args
 
 
 GEMMA_QUOTE = '<|"|>'
@@ -213,13 +144,22 @@ def _mistral_args(text: str, schemas: Schemas) -> tuple[str, dict[str, Any]]:
     return name, _json_object(args.strip())
 
 
-def _one(read: Callable[[str, Schemas], tuple[str, dict[str, Any]]]) -> Callable[[str, Schemas], list]:
-    return lambda text, schemas: [read(text, schemas)]
+def _one(read: Callable[[str, Schemas], tuple[str, dict[str, Any]]], opens: tuple[str, ...]
+         ) -> Callable[[str, Schemas, bool], list]:
+    """A reader of one call per opener, its opener cut off (a call cut by max_tokens is no call)."""
+    def one(text: str, schemas: Schemas, cut: bool) -> list[tuple[str, dict[str, Any]]]:
+        if cut:
+            return []
+        return [read(_strip_open(text, opens), schemas)]
+    return one
 
 
-def read_mistral(text: str, schemas: Schemas) -> list[tuple[str, dict[str, Any]]]:
+def read_mistral(text: str, schemas: Schemas, cut: bool) -> list[tuple[str, dict[str, Any]]]:
     """`name[ARGS]{...}` (Mistral Small 3.2, Magistral, Devstral), or the older JSON list of calls
     (`[{"name": ..., "arguments": {...}}, ...]`) that the same models still write at times."""
+    if cut:
+        return []
+    text = _strip_open(text, ("[TOOL_CALLS]",))
     body = text.strip()
     if not body.startswith(("[", "{")):
         return [_mistral_args(text, schemas)]
@@ -238,21 +178,61 @@ def read_mistral(text: str, schemas: Schemas) -> list[tuple[str, dict[str, Any]]
     return calls
 
 
+QWEN_XML_OPENS = ("<tool_call>", "<function=")  # Qwen3-Coder at times leaves out the <tool_call>
+
+
+def _qwen_xml_whole(text: str) -> bool:
+    return text.rstrip().endswith("</function>") or not text.lstrip().startswith(QWEN_XML_OPENS)
+
+
+def _glm_whole(text: str) -> bool:
+    body = text.rstrip()
+    return "<arg_key>" not in body or body.endswith("</arg_value>")
+
+
+def _json_after(separator: str) -> Callable[[str], bool]:
+    """A call is whole when the JSON after `separator` is (a closer inside a JSON string is text)."""
+    def whole(text: str) -> bool:
+        args = _unfenced(text.partition(separator)[2] if separator else text)
+        try:
+            json.loads(args)
+        except (json.JSONDecodeError, RecursionError):
+            return False
+        return True
+    return whole
+
+
+def _deepseek_whole(text: str) -> bool:
+    right = text.partition("<｜tool▁sep｜>")[2]
+    left, _, after = right.partition("\n")
+    return _json_after("")(after if text.partition("<｜tool▁sep｜>")[0].strip().endswith("function") else right)
+
+
+DSML_SECTIONS = tuple(f"<{DSML}{space}{name}>" for name in ("function_calls", "tool_calls", "calls")
+                      for space in ("", " "))
+DSML_ENDS = tuple(f"</{DSML}{space}{name}>" for name in ("function_calls", "tool_calls", "calls")
+                  for space in ("", " "))
+
 SECTION_FORMATS = (
-    SectionFormat("deepseek", ("tool▁calls▁begin",), "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>",
-                  "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", _one(_deepseek),
+    SectionFormat("deepseek-dsml", (DSML,), DSML_SECTIONS[0], DSML_SECTIONS, DSML_ENDS, (), read_dsml),
+    SectionFormat("deepseek", ("tool▁calls▁begin",), "<｜tool▁calls▁begin｜>", ("<｜tool▁call▁begin｜>",),
+                  ("<｜tool▁call▁end｜>",), ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
+                  _one(_deepseek, ("<｜tool▁call▁begin｜>",)), whole=_deepseek_whole,
                   head=lambda name, i: f"function<｜tool▁sep｜>{name}\n```json\n", tail="\n```",
                   extra_markers=("<｜tool▁sep｜>",)),
     SectionFormat("kimi", ("<|tool_calls_section_begin|>",), "<|tool_calls_section_begin|>",
-                  "<|tool_call_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", _one(_kimi),
+                  ("<|tool_call_begin|>",), ("<|tool_call_end|>",),
+                  ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"), _one(_kimi, ("<|tool_call_begin|>",)),
+                  whole=_json_after("<|tool_call_argument_begin|>"),
                   head=lambda name, i: f"functions.{name}:{i} <|tool_call_argument_begin|>",
                   extra_markers=("<|tool_call_argument_begin|>",)),
-    SectionFormat("qwen3-xml", ("<function=", "<parameter="), "<tool_call>", "<tool_call>", "</tool_call>", None,
-                  _one(_qwen3_xml)),
-    SectionFormat("glm", ("<arg_key>",), "<tool_call>", "<tool_call>", "</tool_call>", None, _one(_glm)),
-    SectionFormat("gemma4", ("<|tool_call>",), "<|tool_call>", "<|tool_call>", "<tool_call|>", None, _one(_gemma4),
-                  extra_markers=(GEMMA_QUOTE,)),
-    SectionFormat("mistral-args", ("[TOOL_CALLS]", "[ARGS]"), "[TOOL_CALLS]", "[TOOL_CALLS]", None, None,
+    SectionFormat("qwen3-xml", ("<function=", "<parameter="), "<tool_call>", QWEN_XML_OPENS, ("</tool_call>",), (),
+                  _one(qwen_xml_call, ()), whole=_qwen_xml_whole),
+    SectionFormat("glm", ("<arg_key>",), "<tool_call>", ("<tool_call>",), ("</tool_call>",), (),
+                  _one(glm_call, ("<tool_call>",)), whole=_glm_whole),
+    SectionFormat("gemma4", ("<|tool_call>",), "<|tool_call>", ("<|tool_call>",), ("<tool_call|>",), (),
+                  _one(_gemma4, ("<|tool_call>",)), extra_markers=(GEMMA_QUOTE,)),
+    SectionFormat("mistral-args", ("[TOOL_CALLS]", "[ARGS]"), "[TOOL_CALLS]", ("[TOOL_CALLS]",), (), (),
                   read_mistral, head=lambda name, i: f"{name}[ARGS]", extra_markers=("[ARGS]", "[CALL_ID]")),
 )
 
