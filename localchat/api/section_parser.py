@@ -27,6 +27,7 @@ class SectionParser:
         self.broken: str | None = None
         self._stream = MarkerStream(fmt.markers)
         self._call: list[str] | None = None  # the open call's text and markers, as written
+        self._in_section = False
         self._out: list[Piece] = []
 
     def feed(self, text: str) -> list[Piece]:
@@ -40,7 +41,11 @@ class SectionParser:
         self._out = []
         for item in self._stream.finish():
             self._item(item)
-        if self._call is not None:  # a family without a closing marker ends its last call with the answer
+        if self._call is not None:
+            # A closer the call ended with closes it after all (a value left without its own closing tag); a
+            # family without closers ends its last call with the answer.
+            if self._call[-1] in self.fmt.closes and isinstance(self._call[-1], Marker) and not cut:
+                self._call.pop()
             self._close(cut)
         return self._merged()
 
@@ -49,12 +54,14 @@ class SectionParser:
         if self._call is None:
             if marker and item in fmt.opens:
                 self._call = [item]
-            elif not marker or item not in fmt.markers:
+            elif marker and item in fmt.section:
+                self._in_section = item == fmt.section[0]
+            elif not marker and not self._in_section:  # text inside a section but outside calls is noise
                 self._out.append(str(item))
             return
         if marker and item in fmt.closes and fmt.whole("".join(self._call)):
             self._close()
-        elif marker and item in fmt.opens and not fmt.closes:
+        elif marker and item in fmt.opens and not fmt.closes and fmt.whole("".join(self._call)):
             self._close()
             self._call = [item]
         elif marker and item in fmt.section and not fmt.closes:

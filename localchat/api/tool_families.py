@@ -190,6 +190,15 @@ def _glm_whole(text: str) -> bool:
     return "<arg_key>" not in body or body.endswith("</arg_value>")
 
 
+def _gemma_whole(text: str) -> bool:
+    return text.count(GEMMA_QUOTE) % 2 == 0  # a closer inside a <|"|> string is text
+
+
+def _mistral_whole(text: str) -> bool:
+    body = _strip_open(text, ("[TOOL_CALLS]",))
+    return _json_after("[ARGS]" if "[ARGS]" in body else "")(body)
+
+
 def _json_after(separator: str) -> Callable[[str], bool]:
     """A call is whole when the JSON after `separator` is (a closer inside a JSON string is text)."""
     def whole(text: str) -> bool:
@@ -231,9 +240,9 @@ SECTION_FORMATS = (
     SectionFormat("glm", ("<arg_key>",), "<tool_call>", ("<tool_call>",), ("</tool_call>",), (),
                   _one(glm_call, ("<tool_call>",)), whole=_glm_whole),
     SectionFormat("gemma4", ("<|tool_call>",), "<|tool_call>", ("<|tool_call>",), ("<tool_call|>",), (),
-                  _one(_gemma4, ("<|tool_call>",)), extra_markers=(GEMMA_QUOTE,)),
+                  _one(_gemma4, ("<|tool_call>",)), whole=_gemma_whole, extra_markers=(GEMMA_QUOTE,)),
     SectionFormat("mistral-args", ("[TOOL_CALLS]", "[ARGS]"), "[TOOL_CALLS]", ("[TOOL_CALLS]",), (), (),
-                  read_mistral, head=lambda name, i: f"{name}[ARGS]", extra_markers=("[ARGS]", "[CALL_ID]")),
+                  read_mistral, whole=_mistral_whole, head=lambda name, i: f"{name}[ARGS]", extra_markers=("[ARGS]", "[CALL_ID]")),
 )
 
 

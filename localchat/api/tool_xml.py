@@ -85,23 +85,43 @@ def qwen_xml_call(text: str, schemas: Schemas) -> tuple[str, dict[str, Any]]:
     return name, args
 
 
+def _glm_key(text: str, pos: int) -> int:
+    """The next <arg_key> at or after `pos` that is a key (its </arg_key> then an <arg_value>), or -1."""
+    at = text.find("<arg_key>", pos)
+    while at >= 0:
+        close = text.find("</arg_key>", at)
+        if close >= 0 and text[close + len("</arg_key>"):].lstrip().startswith("<arg_value>"):
+            return at
+        at = text.find("<arg_key>", at + 1)
+    return -1
+
+
+def _glm_value_end(text: str, start: int) -> int:
+    """A value ends at the </arg_value> that the next key or the end follows; one left without its closing
+    tag (GLM 4.7 drops it at times) runs to the next key, or to the end."""
+    nxt = _glm_key(text, start)
+    stop = text.find("</arg_value>", start)
+    while stop >= 0:
+        after = text[stop + len("</arg_value>"):].lstrip()
+        if (not after or after.startswith("<arg_key>")) and (nxt < 0 or stop < nxt):
+            return stop
+        stop = text.find("</arg_value>", stop + 1)
+    return nxt if nxt >= 0 else len(text)
+
+
 def glm_call(text: str, schemas: Schemas) -> tuple[str, dict[str, Any]]:
-    at = text.find("<arg_key>")
+    at = _glm_key(text, 0)
     name = (text if at < 0 else text[:at]).strip()
-    if not name:
+    if not name or "<" in name:
         raise CallUnreadable("no name")
     args: dict[str, Any] = {}
     while at >= 0:
         key_end = text.find("</arg_key>", at)
-        start = text.find("<arg_value>", max(key_end, 0))
-        if key_end < 0 or start < 0:
-            raise CallUnreadable("an argument has no value")
+        start = text.find("<arg_value>", key_end) + len("<arg_value>")
         key = text[at + len("<arg_key>"):key_end].strip()
-        stop, nxt = text.find("</arg_value>", start), text.find("<arg_key>", start)
-        # A value left without its closing tag runs to the next key (GLM 4.7 drops it at times).
-        end = stop if stop >= 0 and (nxt < 0 or stop < nxt) else (nxt if nxt >= 0 else len(text))
-        args[key] = typed(text[start + len("<arg_value>"):end], key, name, schemas)
-        at = text.find("<arg_key>", end)
+        end = _glm_value_end(text, start)
+        args[key] = typed(text[start:end], key, name, schemas)
+        at = _glm_key(text, end)
     return name, args
 
 
