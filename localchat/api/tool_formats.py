@@ -37,6 +37,7 @@ class ToolFormat:
     markers: tuple[str, ...]  # text the parser skips between call objects
     native: bool  # the template renders tools, tool_calls and tool results itself
     short_ids: bool = False  # the template demands 9-character alphanumeric call ids (Mistral)
+    silent: tuple[str, ...] = ()  # markers that may come before the trigger and are never content
 
 
 HERMES = ToolFormat("hermes", ("<tool_call>", "tools"), "<tool_call>", "", "<tool_call>\n", "\n</tool_call>",
@@ -46,7 +47,7 @@ FORMATS = (
                "arguments", ("[TOOL_CALLS]", "[", "]", ","), native=True, short_ids=True),
     HERMES,  # Qwen2.5, Qwen3, Hermes 2/3
     ToolFormat("llama3", ("<|python_tag|>", "tools"), '{"name"', "", "", "", "; ", "", "parameters",
-               ("<|python_tag|>", ";"), native=True),
+               ("<|python_tag|>", ";"), native=True, silent=("<|python_tag|>",)),
     ToolFormat("gemma", ("<start_of_turn>",), "<tool_call>", "", "<tool_call>\n", "\n</tool_call>", "\n", "",
                "arguments", ("<tool_call>", "</tool_call>"), native=False),
 )

@@ -102,9 +102,11 @@ class ToolCallParser:
             return self._out
         if not self._in_calls:
             self._pending += text
+            for silent in self.fmt.silent:
+                self._pending = self._pending.replace(silent, "")
             at = self._pending.find(self.fmt.trigger)
             if at < 0:
-                keep = _partial_suffix(self._pending, self.fmt.trigger)
+                keep = max(_partial_suffix(self._pending, m) for m in (self.fmt.trigger, *self.fmt.silent))
                 self._content(self._pending[:len(self._pending) - keep])
                 self._pending = self._pending[len(self._pending) - keep:]
                 return self._out
