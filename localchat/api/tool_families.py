@@ -34,6 +34,8 @@ class SectionFormat:
     head: Callable[[str, int], str] | None = None
     tail: str = ""
     extra_markers: tuple[str, ...] = ()  # markers inside a call that must never reach content
+    short_ids: bool = False  # the template demands 9-character alphanumeric call ids (Mistral)
+    native: bool = True  # every one of these templates renders tools, calls and results itself
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -223,7 +225,11 @@ DSML_ENDS = tuple(f"</{DSML}{space}{name}>" for name in ("function_calls", "tool
                   for space in ("", " "))
 
 SECTION_FORMATS = (
-    SectionFormat("deepseek-dsml", (DSML,), DSML_SECTIONS[0], DSML_SECTIONS, DSML_ENDS, (), read_dsml),
+    # V3.2 opens its section with function_calls, V4 with tool_calls; both read either.
+    SectionFormat("deepseek-dsml", (DSML, "function_calls"), DSML_SECTIONS[0], DSML_SECTIONS, DSML_ENDS, (),
+                  read_dsml),
+    SectionFormat("deepseek-dsml", (DSML,), DSML_SECTIONS[2], DSML_SECTIONS[2:] + DSML_SECTIONS[:2],
+                  DSML_ENDS[2:] + DSML_ENDS[:2], (), read_dsml),
     SectionFormat("deepseek", ("tool▁calls▁begin",), "<｜tool▁calls▁begin｜>", ("<｜tool▁call▁begin｜>",),
                   ("<｜tool▁call▁end｜>",), ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
                   _one(_deepseek, ("<｜tool▁call▁begin｜>",)), whole=_deepseek_whole,
@@ -242,7 +248,7 @@ SECTION_FORMATS = (
     SectionFormat("gemma4", ("<|tool_call>",), "<|tool_call>", ("<|tool_call>",), ("<tool_call|>",), (),
                   _one(_gemma4, ("<|tool_call>",)), whole=_gemma_whole, extra_markers=(GEMMA_QUOTE,)),
     SectionFormat("mistral-args", ("[TOOL_CALLS]", "[ARGS]"), "[TOOL_CALLS]", ("[TOOL_CALLS]",), (), (),
-                  read_mistral, whole=_mistral_whole, head=lambda name, i: f"{name}[ARGS]", extra_markers=("[ARGS]", "[CALL_ID]")),
+                  read_mistral, whole=_mistral_whole, head=lambda name, i: f"{name}[ARGS]", short_ids=True, extra_markers=("[ARGS]", "[CALL_ID]")),
 )
 
 

@@ -42,7 +42,12 @@ class ToolFormat:
 
 HERMES = ToolFormat("hermes", ("<tool_call>", "tools"), "<tool_call>", "", "<tool_call>\n", "\n</tool_call>",
                     "\n", "", "arguments", ("<tool_call>", "</tool_call>"), native=True)
+# gpt-oss: its template renders tools and calls itself; api/harmony.py reads its calls, family_grammar.py
+# forces them. The JSON layout fields are unused.
+HARMONY = ToolFormat("harmony", ("<|channel|>", "<|message|>"), "to=functions.", "", "", "", "", "", "arguments",
+                     (), native=True)
 FORMATS = (
+    HARMONY,
     ToolFormat("mistral", ("[TOOL_CALLS]", "tools"), "[TOOL_CALLS]", "[TOOL_CALLS][", "", "", ", ", "]",
                "arguments", ("[TOOL_CALLS]", "[", "]", ","), native=True, short_ids=True),
     HERMES,  # Qwen2.5, Qwen3, Hermes 2/3

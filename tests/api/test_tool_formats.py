@@ -10,7 +10,7 @@ import pytest
 from family_templates import FAMILIES, FORMAT_OF
 from localchat.api.constraints import check_tools, constrain
 from localchat.api.structured import check_schema, schema_grammar
-from localchat.api.tool_formats import FORMATS, GENERIC, call_text, detect
+from localchat.api.tool_formats import FORMATS, GENERIC, HARMONY, call_text, detect
 from localchat.api.tool_formats import ToolFormat
 from localchat.api.tool_parser import ArgsDelta, CallStart, ToolCall, ToolCallParser
 from localchat.errors import RequestError
@@ -26,7 +26,7 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 CALLS = [("get_weather", {"city": "Paris \"<|im_end|>\"", "days": 2}), ("get_time", {})]
-ALL = {f.name: f for f in (*FORMATS, GENERIC)}
+ALL = {f.name: f for f in (*FORMATS, GENERIC) if f is not HARMONY}  # harmony: tests/api/test_thinking_formats.py
 
 
 def parse_all(fmt: ToolFormat, names: set[str], text: str) -> tuple[str, list[ToolCall]]:
