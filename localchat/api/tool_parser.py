@@ -102,9 +102,13 @@ class ToolCallParser:
             return self._out
         if not self._in_calls:
             self._pending += text
-            for silent in self.fmt.silent:
-                self._pending = self._pending.replace(silent, "")
             at = self._pending.find(self.fmt.trigger)
+            if self.fmt.silent:  # dropped before the calls only: inside an argument they are text
+                head = self._pending if at < 0 else self._pending[:at]
+                for silent in self.fmt.silent:
+                    head = head.replace(silent, "")
+                self._pending = head + ("" if at < 0 else self._pending[at:])
+                at = self._pending.find(self.fmt.trigger)
             if at < 0:
                 keep = max(_partial_suffix(self._pending, m) for m in (self.fmt.trigger, *self.fmt.silent))
                 self._content(self._pending[:len(self._pending) - keep])
