@@ -53,7 +53,7 @@ def test_anthropic_says_max_tokens(url: str):
     tools = [{"name": f["function"]["name"], "description": f["function"]["description"],
               "input_schema": f["function"]["parameters"]} for f in (WEATHER, TIME)]
     reply = client.messages.create(model=MODEL, max_tokens=60, messages=ASK, tools=tools,
-                                   tool_choice={"type": "any"}, temperature=0)
+                                   tool_choice={"type": "any"}, extra_body={"temperature": 0})
     assert reply.stop_reason == "max_tokens"
     for block in reply.content:
         if block.type == "tool_use":

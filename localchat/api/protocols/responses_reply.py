@@ -163,7 +163,10 @@ class ResponseReply:
         """The closing events and the finished object, stored if asked."""
         status = "incomplete" if end.finish_reason == "length" else "completed"
         events = items.end(status)
-        response = self._object(status, items.items, end.stats, notes=answer.notes,
+        # A call max_tokens cut began on the stream, but is no call: the response lists the whole ones only.
+        whole = {call.id for call in answer.calls}
+        output = [i for i in items.items if i["type"] != "function_call" or i["call_id"] in whole]
+        response = self._object(status, output, end.stats, notes=answer.notes,
                                 reasoning_tokens=end.reasoning_tokens)
         if self.conversation is not None and end.finish_reason != "cancelled":
             turn: dict[str, Any] = {"role": "assistant", "content": "".join(answer.content)}
