@@ -241,6 +241,9 @@ class LocalService:
         # format, as it is: the parser still reads the calls it makes.
         own = raw_grammar(generation.grammar)
         style = thinking_style(engine.template.source)
+        if generation.thinking not in (None, False) and style is None and generation.thinking_param:
+            raise RequestError(f"{generation.thinking_param}: this model does not think (its chat template writes "
+                               f"no thinking); leave {generation.thinking_param} out.", generation.thinking_param)
         switches = switches_for(style, generation.thinking, generation.template_kwargs)
         schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in generation.tools or []}
 

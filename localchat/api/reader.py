@@ -12,6 +12,7 @@ from typing import Any, Union
 
 from ..runtime.thinking import ThinkingSplitter, ThinkingStyle, Thought, closed_by_prompt, opened_by_prompt
 from .harmony import HarmonyParser
+from .markers import Marker, MarkerStream
 from .section_parser import SectionParser
 from .tool_families import SectionFormat
 from .tool_formats import ToolFormat
@@ -28,6 +29,8 @@ class OutputReader:
         self.splitter = splitter
         self.parser = calls
         self.thought_deltas = 0  # the deltas (one a token, as the engine streams them) read while thinking
+        # A thinking marker the model writes again in its answer (a second close) is never content.
+        self._stray = MarkerStream((splitter.style.open, splitter.style.close)) if splitter else None
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -56,14 +59,38 @@ class OutputReader:
         return self._after_thinking(self.splitter.finish() if self.splitter else [], True, cut)
 
     def _after_thinking(self, pieces: list[Any], last: bool, cut: bool = False) -> list[Piece]:
-        if self.parser is None:
+        out: list[Piece] = []
+        for piece in pieces:
+            if isinstance(piece, Thought):
+                out.append(piece)
+            else:
+                out += self.parser.feed(piece) if self.parser is not None else [piece]
+        if last and self.parser is not None:
+            out += self.parser.finish(cut)
+        return self._without_stray(out, last)
+
+    def _without_stray(self, pieces: list[Piece], last: bool) -> list[Piece]:
+        if self._stray is None:
             return [p for p in pieces if not (isinstance(p, str) and not p)]
         out: list[Piece] = []
         for piece in pieces:
-            out += [piece] if isinstance(piece, Thought) else self.parser.feed(piece)
-        if last:
-            out += self.parser.finish(cut)
-        return out
+            if isinstance(piece, str):
+                out += [t for t in self._stray.feed(piece) if not isinstance(t, Marker) and t]
+            else:
+                out.append(piece)
+        if last:  # an answer cut inside a marker: the part of it written is no text either
+            out += [t for t in self._stray.finish() if not any(m.startswith(t) for m in self._stray.markers)]
+        return _joined(out)
+
+
+def _joined(pieces: list[Piece]) -> list[Piece]:
+    merged: list[Piece] = []
+    for piece in pieces:
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += piece
+        else:
+            merged.append(piece)
+    return merged
 
 
 def reader_for(style: ThinkingStyle | None, prompt: str, fmt: ToolFormat | SectionFormat | None,

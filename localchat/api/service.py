@@ -102,6 +102,9 @@ class Generation:
     # "high": its effort (gpt-oss). A budget (tokens) closes the thinking when it is spent.
     thinking: bool | str | None = None
     thinking_budget: int | None = None
+    # Where the protocol asks for thinking, when it refuses it for a model that does not think (Ollama's
+    # `think`, Anthropic's `thinking`, as their servers do); None: asked of a model without, it is ignored.
+    thinking_param: str | None = None
     template_kwargs: dict[str, Any] | None = None  # variables for the chat template (chat_template_kwargs)
 
 

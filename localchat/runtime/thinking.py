@@ -8,7 +8,8 @@ prompt (Qwen3-2507-Thinking, DeepSeek-R1), so the answer carries only the closin
 writes harmony channels instead (api/harmony.py reads those); its style here only names its switch.
 
 The split never lets a marker, or the start of one, into either side: text that could still become a
-marker is held back until it does or cannot. The reasoning is trimmed at both ends, and the answer's
+marker is held back until it does or cannot. (A marker the model writes again in its answer is dropped
+from the answer's content by api/reader.py, after the tool calls are read: inside an argument it is text.) The reasoning is trimmed at both ends, and the answer's
 leading white space after the thinking goes, as every engine's parser does.
 """
 

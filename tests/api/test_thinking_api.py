@@ -7,8 +7,6 @@ shape, never with a marker in it; a switch closes it in the prompt; a budget clo
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -21,28 +19,17 @@ from localchat.api.app import create_app
 from localchat.api.local import LocalService
 from localchat.runtime.engine import Engine, EngineConfig
 from localchat.runtime.worker import WorkerConfig
+from thinking_model import ANSWER, THOUGHT, thinking_copy
 from ui_server import serve_in_thread
 
 MODEL = "smollm2-thinking"
-TEMPLATE = Path(__file__).resolve().parents[1] / "data" / "templates" / "smollm2-thinking.jinja"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                            "required": ["city"]}}}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-THOUGHT = 'thought ::= [A-Z] [a-z ,]{12,60} "."\n'
-ANSWER = 'root ::= thought "\\n</think>\\n\\n" [A-Z] [a-z ,]{6,40} "."\n' + THOUGHT
 CALL = ('root ::= thought "\\n</think>\\n\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": '
         '{\\"city\\": \\"Paris\\"}}\\n</tool_call>"\n' + THOUGHT)
 MARKERS = ("<think>", "</think>", "<tool_call>", "<|im_end|>")
-
-
-def thinking_copy(model_path: Path, folder: Path) -> Path:
-    """SmolLM2 with the thinking template, made with gguf's own tool (as a user would)."""
-    copy = folder / "smollm2-thinking.gguf"
-    tool = Path(sys.executable).with_name("gguf-new-metadata")
-    subprocess.run([str(tool), "--chat-template-file", str(TEMPLATE), str(model_path), str(copy)], check=True,
-                   capture_output=True)
-    return copy
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +97,7 @@ def test_anthropic_thinking_blocks_and_a_budget_that_closes_the_thinking(url: st
                                    thinking={"type": "enabled", "budget_tokens": 8})
     kinds = [block.type for block in reply.content]
     assert kinds[0] == "thinking" and "text" in kinds, kinds
-    assert clean(reply.content[0].thinking, *(b.text for b in reply.content if b.type == "text"))
+    assert clean(reply.content[0].thinking, *(b.text for b in reply.content if b.type == "text")), reply.content
     with client.messages.stream(model=MODEL, max_tokens=40, messages=ASK, extra_body={"temperature": 0},
                                 thinking={"type": "enabled", "budget_tokens": 8}) as stream:
         streamed = stream.get_final_message()

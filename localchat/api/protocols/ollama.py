@@ -307,7 +307,8 @@ async def chat(service: Service, data: Any, request: HTTPRequest) -> Response:
     generation = Generation(messages=_messages(body), model=untagged(body.model),
                             sampling=_sampling(body, notes, info.n_ctx), tools=body.tools or None,
                             response_format=_format(body.format), format_param="format", stream=body.stream is not False,
-                            keep_alive_s=keep, thinking=check_thinking(body.think, "think"))
+                            keep_alive_s=keep, thinking=check_thinking(body.think, "think"),
+                            thinking_param="think")
     if not generation.messages:
         return _loaded(body.model or info.name, True, info)
     return await _answer(service, generation, request, Reply(True, body.model or info.name, notes))
@@ -330,7 +331,7 @@ async def generate(service: Service, data: Any, request: HTTPRequest) -> Respons
     turns = [{"role": "system", "content": body.system}] if body.system else []
     generation = Generation(model=untagged(body.model), sampling=sampling, response_format=_format(body.format),
                             format_param="format", stream=body.stream is not False, keep_alive_s=keep,
-                            thinking=check_thinking(body.think, "think"))
+                            thinking=check_thinking(body.think, "think"), thinking_param="think")
     if body.raw:
         generation.prompt = body.prompt
     else:  # the chat template around the prompt, as Ollama does
