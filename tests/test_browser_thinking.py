@@ -45,6 +45,7 @@ def test_the_thinking_is_a_block_above_the_answer_that_closes_when_it_is_done(pa
     block = reply.locator("details.thinking")
     expect(block.locator("summary")).to_have_text(re.compile(r"Thought for \d+ s"), timeout=LONG)
     expect(block).not_to_have_attribute("open", "")
+    expect(reply).to_contain_text("TTFT", timeout=LONG)  # the answer ended: its numbers are under it
     answer = reply.inner_text()
     assert "</think>" not in answer and "<think>" not in answer
     page.screenshot(path=str(ARTIFACTS / "browser-thinking-closed.png"))
@@ -63,5 +64,7 @@ def test_the_thinking_is_a_block_above_the_answer_that_closes_when_it_is_done(pa
 def test_the_drawer_offers_the_models_thinking_switch(page):
     page.locator("#open-settings").click()
     expect(page.locator("#settings-panel")).to_have_class(re.compile(r"\bopen\b"))
-    expect(page.locator("#thinking")).to_be_visible()
+    page.locator("#thinking").scroll_into_view_if_needed()
+    expect(page.locator("#thinking")).to_be_in_viewport()
+    expect(page.locator("#thinking")).to_contain_text("Thinking")
     page.screenshot(path=str(ARTIFACTS / "browser-thinking-switch.png"))
