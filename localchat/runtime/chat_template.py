@@ -70,7 +70,9 @@ class ChatTemplate:
             log.info("the model has no chat template; using ChatML")
         self.source = source or CHATML
         env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+        # As transformers' tojson: a template may ask for its own keys, indent and separators (GLM 4.5+).
+        env.filters["tojson"] = lambda value, indent=None, ensure_ascii=False, separators=None, sort_keys=False: \
+            json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         try:
@@ -100,8 +102,10 @@ class ChatTemplate:
             strings.append(value)
             return f"\ue000{nonce}:{len(strings) - 1}\ue001"
 
+        # An empty content stays empty: it has no text to keep apart, and templates test it (gpt-oss refuses
+        # a turn with calls whose content and thinking are both set).
         marked = [{**_marked({k: v for k, v in m.items() if k != "content"}, mark),
-                   "content": f"\ue000{nonce}:{i}\ue001"} for i, m in enumerate(messages)]
+                   "content": f"\ue000{nonce}:{i}\ue001" if m["content"] else ""} for i, m in enumerate(messages)]
         marked_tools = _marked(tools, mark) if tools else None
         limit = sum(map(len, strings)) * 2 + MAX_OUTPUT_SLACK
         with budget.watching():
