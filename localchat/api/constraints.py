@@ -149,10 +149,8 @@ def constrain(messages: list[dict[str, Any]], template_source: str, tools: Any, 
             # The family's own form: its schema check is not written for it, so only what the grammar
             # enforces holds. Gemma 4's calls are read back but not forced (its values are not JSON).
             if fmt.name != "gemma4":
-                plan.gbnf, _ = (harmony_gbnf(callable_tools) if fmt is HARMONY else
+                plan.gbnf, _ = (harmony_gbnf(callable_tools, required=mode == "required") if fmt is HARMONY else
                                 section_gbnf(fmt, callable_tools, parallel is not False))
-            # A harmony answer thinks before it calls: its grammar always waits for the recipient.
-            plan.triggers = (fmt.trigger,) if mode == "auto" or fmt is HARMONY else ()
             return plan
         plan.gbnf, left = call_gbnf(fmt, callable_tools, parallel is not False)
         plan.check = SchemaCheck({t["function"]["name"]: tool_schema(t) for t in callable_tools}, bool(left),

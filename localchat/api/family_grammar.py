@@ -13,7 +13,14 @@ from .tool_families import SectionFormat
 from .tool_formats import MAX_PARALLEL, tool_schema
 
 HARMONY_TRIGGER = "to=functions."
-BARE_TEXT = '[^<]*'  # an XML family's string value: anything up to the next tag
+MAX_BARE = 4096  # characters of an XML family's string value without a maxLength: the grammar must end
+
+
+def _bare(prop: dict[str, Any]) -> str:
+    """An XML family's string value, written bare: any text without a tag, as long as its schema allows."""
+    low = int(prop.get("minLength") or 0)
+    high = int(prop.get("maxLength") or MAX_BARE)
+    return f"[^<]{{{min(low, high)},{min(high, MAX_BARE)}}}"
 
 
 def _lit(conv: Converter, text: str) -> str:
@@ -31,8 +38,8 @@ def _xml_params(conv: Converter, tool: dict[str, Any], i: int, fmt: SectionForma
     parts = []
     for j, (key, prop) in enumerate((schema.get("properties") or {}).items()):
         kinds = prop.get("type") if isinstance(prop, dict) else None
-        value = BARE_TEXT if kinds == "string" else conv.visit(conv.resolve_refs(prop, f"tool{i}-p{j}"),
-                                                                f"tool{i}-p{j}")
+        value = _bare(prop) if kinds == "string" else conv.visit(conv.resolve_refs(prop, f"tool{i}-p{j}"),
+                                                                  f"tool{i}-p{j}")
         if fmt.name == "qwen3-xml":
             one = f'{_lit(conv, f"<parameter={key}>" + chr(10))} {value} {_lit(conv, chr(10) + "</parameter>" + chr(10))}'
         elif fmt.name == "glm":
@@ -89,8 +96,9 @@ def section_gbnf(fmt: SectionFormat, tools: list[dict[str, Any]], parallel: bool
     return gbnf_of(build, "the tools' parameter schemas", param)
 
 
-def harmony_gbnf(tools: list[dict[str, Any]], param: str = "tools") -> tuple[str, list[str]]:
-    """gpt-oss's call from its recipient on: `to=functions.NAME`, the channel and `json`, the arguments."""
+def harmony_gbnf(tools: list[dict[str, Any]], required: bool = False, param: str = "tools") -> tuple[str, list[str]]:
+    """gpt-oss's call from its recipient on: `to=functions.NAME`, the channel and `json`, the arguments. A
+    call that is required opens its commentary message at once (the grammar holds from the first token)."""
 
     def build(conv: Converter) -> str:
         alternatives = []
@@ -100,6 +108,7 @@ def harmony_gbnf(tools: list[dict[str, Any]], param: str = "tools") -> tuple[str
         for i, tool in enumerate(tools):
             name = _lit(conv, HARMONY_TRIGGER + tool["function"]["name"])
             alternatives.append(conv._add_rule(f"tool{i}-call", f"{name} {header} {_args(conv, tool, i)}"))
-        return " | ".join(alternatives)
+        calls = " | ".join(alternatives)
+        return f'{_lit(conv, "<|channel|>commentary ")} ({calls})' if required else calls
 
     return gbnf_of(build, "the tools' parameter schemas", param)

@@ -230,11 +230,17 @@ SECTION_FORMATS = (
                   read_dsml),
     SectionFormat("deepseek-dsml", (DSML,), DSML_SECTIONS[2], DSML_SECTIONS[2:] + DSML_SECTIONS[:2],
                   DSML_ENDS[2:] + DSML_ENDS[:2], (), read_dsml),
-    SectionFormat("deepseek", ("tool▁calls▁begin",), "<｜tool▁calls▁begin｜>", ("<｜tool▁call▁begin｜>",),
+    # V3 and the R1 distills write `function<｜tool▁sep｜>NAME` and fenced JSON; V3.1 `NAME<｜tool▁sep｜>{...}`.
+    # One reader takes both; the grammar writes the form the template does.
+    SectionFormat("deepseek", ("tool▁calls▁begin", "```json"), "<｜tool▁calls▁begin｜>", ("<｜tool▁call▁begin｜>",),
                   ("<｜tool▁call▁end｜>",), ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
                   _one(_deepseek, ("<｜tool▁call▁begin｜>",)), whole=_deepseek_whole,
                   head=lambda name, i: f"function<｜tool▁sep｜>{name}\n```json\n", tail="\n```",
                   extra_markers=("<｜tool▁sep｜>",)),
+    SectionFormat("deepseek-v3.1", ("tool▁calls▁begin",), "<｜tool▁calls▁begin｜>", ("<｜tool▁call▁begin｜>",),
+                  ("<｜tool▁call▁end｜>",), ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
+                  _one(_deepseek, ("<｜tool▁call▁begin｜>",)), whole=_deepseek_whole,
+                  head=lambda name, i: f"{name}<｜tool▁sep｜>", extra_markers=("<｜tool▁sep｜>",)),
     SectionFormat("kimi", ("<|tool_calls_section_begin|>",), "<|tool_calls_section_begin|>",
                   ("<|tool_call_begin|>",), ("<|tool_call_end|>",),
                   ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"), _one(_kimi, ("<|tool_call_begin|>",)),

@@ -39,7 +39,7 @@ FAMILIES = {
     "GLM-4.7-Flash.jinja": ("glm", "think"),
     "Kimi-K2-Instruct.jinja": ("kimi", None),
     "Kimi-K2-Thinking.jinja": ("kimi", "think"),
-    "deepseek-ai-DeepSeek-V3.1.jinja": ("deepseek", "think"),
+    "deepseek-ai-DeepSeek-V3.1.jinja": ("deepseek-v3.1", "think"),
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": ("deepseek", "think"),
     "deepseek-ai-DeepSeek-V3.2.jinja": ("deepseek-dsml", "think"),
     "deepseek-ai-DeepSeek-V4.jinja": ("deepseek-dsml", "think"),
