@@ -161,3 +161,14 @@ def test_a_tools_grammar_waits_for_the_thinking():
     assert required.triggers == ("</think>",) and required.gbnf.startswith('root ::= "</think>"')
     optional = after_thinking(strict, style, "<|im_start|>assistant\n")
     assert "thought ::=" in optional.gbnf and optional.triggers == ()
+
+
+def test_the_answers_check_reads_past_the_thinking():
+    from localchat.api.structured import schema_grammar
+
+    style = thinking_style(template("Qwen-Qwen3-0.6B.jinja"))
+    grammar = schema_grammar({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}, "s")
+    wrapped = after_thinking(grammar, style, "<|im_start|>assistant\n<think>\n")
+    assert wrapped.check('Count them: {"n": "two"} is wrong.\n</think>\n\n{"n": 2}') is None
+    assert wrapped.check('Count.\n</think>\n\n{"n": "two"}') is not None
+    assert wrapped.check('{"n": 3}') is None  # no thinking in the answer: all of it is checked

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import RequestError
 from ..runtime.grammar import Grammar, regex_literal
+from ..runtime.schema_check import SchemaCheck
 from ..runtime.thinking import ThinkingStyle, closed_by_prompt, opened_by_prompt
 
 LEVELS = ("low", "medium", "high")
@@ -47,6 +48,8 @@ def after_thinking(grammar: Grammar | None, style: ThinkingStyle | None, prompt:
         return grammar
     opened = opened_by_prompt(style, prompt)
     close, open_ = regex_literal(style.close), regex_literal(style.open)
+    if isinstance(grammar.check, SchemaCheck):  # the finished answer's check reads past the thinking too
+        grammar = dataclasses.replace(grammar, check=dataclasses.replace(grammar.check, thought=style.close))
     if grammar.triggers:
         # Opened by the prompt: the close comes first. Else the model may open a block itself; if it
         # does, the trigger counts only after its close.
