@@ -14,10 +14,10 @@ THOUGHT = 'thought ::= [A-Z] [a-z ,]{12,60} "."\n'
 ANSWER = 'root ::= thought "\\n</think>\\n\\n" [A-Z] [a-z ,]{6,40} "."\n' + THOUGHT
 
 
-def thinking_copy(model_path: Path, folder: Path) -> Path:
-    """The copy, made with the gguf package's own tool (as a user would)."""
+def thinking_copy(model_path: Path, folder: Path, template: Path = TEMPLATE) -> Path:
+    """The copy (with `template`), made with the gguf package's own tool (as a user would)."""
     copy = folder / "smollm2-thinking.gguf"
     tool = Path(sys.executable).with_name("gguf-new-metadata")
-    subprocess.run([str(tool), "--chat-template-file", str(TEMPLATE), str(model_path), str(copy)], check=True,
+    subprocess.run([str(tool), "--chat-template-file", str(template), str(model_path), str(copy)], check=True,
                    capture_output=True)
     return copy

@@ -125,3 +125,40 @@ def test_responses_give_a_reasoning_item(client: openai.OpenAI):
     item = reply.output[0]
     assert item.type == "reasoning" and item.content[0].text and clean(item.content[0].text)
     assert reply.usage.output_tokens_details.reasoning_tokens > 0
+
+
+def test_tools_grammars_that_wait_for_the_thinking_compile_and_answer(client: openai.OpenAI):
+    # The prompt opened the thinking: auto waits for its close before the trigger counts; required holds from
+    # the close. SmolLM2 under them thinks on until max_tokens: what is checked is that llama.cpp took the
+    # grammar and its trigger pattern, and the reply is the thinking, cut.
+    for choice in ("auto", "required"):
+        reply = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice=choice,
+                                               temperature=0, max_tokens=12)
+        message = reply.choices[0].message
+        assert reply.choices[0].finish_reason == "length" and message.model_extra["reasoning_content"], choice
+        assert clean(message.model_extra["reasoning_content"])
+
+
+@pytest.fixture(scope="module")
+def hybrid(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    """SmolLM2 with Qwen3's own template: the model may open a thinking block itself, or not."""
+    qwen3 = Path(__file__).resolve().parents[1] / "data" / "templates" / "Qwen-Qwen3-0.6B.jinja"
+    path = thinking_copy(model_path, tmp_path_factory.mktemp("hybrid"), qwen3)
+    config = EngineConfig(worker=WorkerConfig(n_ctx=2048, n_threads=1, deterministic=True))
+    with Engine.load(path, config) as engine:
+        url, server, thread = serve_in_thread(create_app(LocalService(engine, MODEL)))
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_model_that_may_think_gets_a_call_after_its_thinking_or_at_once(hybrid: openai.OpenAI):
+    # Required: an optional thinking block, then the call; auto: the trigger counts only outside a block
+    # (a lookahead in llama.cpp's trigger pattern).
+    required = hybrid.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required",
+                                              parallel_tool_calls=False, temperature=0, max_tokens=160)
+    choice = required.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls[0].function.name == "get_weather"
+    assert clean(choice.message.content, choice.message.model_extra.get("reasoning_content"))
+    auto = hybrid.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], temperature=0, max_tokens=24)
+    assert auto.choices[0].finish_reason in ("stop", "length", "tool_calls")
