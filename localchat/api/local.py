@@ -62,12 +62,13 @@ class LocalService:
     by name, each loaded in a runner of its own when a request names it)."""
 
     def __init__(self, engine: Engine, model_name: str, defaults: SamplingParams | None = None,
-                 system_prompt: str = "", runners: Runners | None = None) -> None:
+                 system_prompt: str = "", runners: Runners | None = None, thinking_budget: int = 0) -> None:
         self.engine = engine
         self.model_name = model_name
         self.defaults = defaults or SamplingParams()  # what a request leaves out
         self.system_prompt = system_prompt  # the system turn of a chat request that has none
         self.runners = runners
+        self.thinking_budget = thinking_budget  # a request's own comes first; 0: no limit
         self.created = int(time.time())
         self._budgets: set[Budget] = set()  # requests being rendered and tokenized right now
         self._names: tuple[Any, set[str]] = (None, set())
@@ -154,11 +155,12 @@ class LocalService:
             reader = read(built[-1].prompt or "")
             budget = None
             style = thinking_style(engine.template.source) if generation.messages is not None else None
-            if generation.thinking_budget is not None and reader is not None and style is not None:
+            tokens = generation.thinking_budget or self.thinking_budget
+            if tokens and reader is not None and style is not None:
                 async def resubmit(forced: str) -> StreamBridge:
                     again = dataclasses.replace(built[-1], forced=forced)
                     return StreamBridge(await self._bounded(lambda: engine.submit(again), request, _cancel_stream))
-                budget = ThinkingBudget(generation.thinking_budget, style.close, resubmit)
+                budget = ThinkingBudget(tokens, style.close, resubmit)
         return Answer(StreamBridge(stream), name, reader, notes, budget)
 
     async def count_tokens(self, generation: Generation, request: HTTPRequest) -> int:

@@ -22,7 +22,7 @@ from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextD
 from . import render, versions
 from .session import Runtime, Sampling, settings_of
 from .store import Conversation, Message, Store
-from .thinking_view import ThinkingView, switches, with_thinking
+from .thinking_view import Budgeted, ThinkingView, switches, with_thinking
 from .uploads import read_upload
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class ChatCore:
     def __init__(self, runtime: Runtime, store: Store) -> None:
         self.runtime = runtime
         self.store = store
-        self.active: dict[str, Stream] = {}  # conversation id -> its answer in progress
+        self.active: dict[str, Stream | Budgeted] = {}  # conversation id -> its answer in progress
         self._documents: dict[str, Document] = {}  # stored upload path -> its text (uploads never change)
         self._documents_lock = threading.Lock()
         self._turns: dict[str, threading.Lock] = {}  # conversation id -> held while a turn is answered
@@ -267,7 +267,8 @@ class ChatCore:
         prompt = engine.template.render(self.engine_messages(conv), switches=switches(engine.template.source,
                                                                                      sampling.thinking))
         view = ThinkingView(engine.template.source, prompt)
-        stream = engine.submit(Request(prompt=prompt, sampling=sampling.params()))
+        stream = Budgeted(engine.submit, Request(prompt=prompt, sampling=sampling.params()), view,
+                          sampling.thinking_budget)
         self.active[conv_id] = stream
         stats: Stats | None = None
         finish, error = "stop", ""

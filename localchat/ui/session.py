@@ -68,14 +68,15 @@ class Sampling:
     frequency_penalty: float = _ENGINE_DEFAULTS.frequency_penalty
     context_overflow: str = POLICIES[0]
     thinking: str = "default"  # a thinking model's switch (THINKING): its template's default, on/off, a level
+    thinking_budget: int = 0  # tokens a thinking model may think before its thinking is closed; 0: no limit
     base: SamplingParams = field(default_factory=SamplingParams)  # what the window does not show
 
     @classmethod
-    def over(cls, base: SamplingParams, context_overflow: str = POLICIES[0]) -> "Sampling":
+    def over(cls, base: SamplingParams, context_overflow: str = POLICIES[0], thinking_budget: int = 0) -> "Sampling":
         """A new chat's settings: the server's defaults (`localchat ui --temperature ... --context-overflow ...`)."""
         shown = {name: getattr(base, name) for name in SAMPLING_SETTINGS}
         return cls(**shown | {"max_tokens": base.max_tokens or WINDOW_MAX_TOKENS}, base=base,
-                   context_overflow=context_overflow)
+                   context_overflow=context_overflow, thinking_budget=thinking_budget)
 
     def params(self) -> SamplingParams:
         """The engine's parameters: each control's number as the type SamplingParams takes (a slider's

@@ -98,6 +98,9 @@ def build_settings_panel(defaults: Sampling, system_prompt: str, core: ChatCore,
             "context_overflow": gr.Dropdown(OVERFLOW_CHOICES, value=d.context_overflow, elem_id="context-overflow",
                                             label="When the chat outgrows the context"),
             "thinking": thinking_control(core, d.thinking),
+            "thinking_budget": gr.Slider(0, 8192, value=d.thinking_budget, step=64, elem_id="thinking-budget",
+                                         label="Thinking budget (tokens, 0: no limit)",
+                                         visible=thinking_style(core.runtime.engine.template.source) is not None),
         }
         gr.Markdown("**Model**")
         trained = core.runtime.engine.worker.n_ctx_train or core.runtime.engine.n_ctx
@@ -200,6 +203,7 @@ def sampling_of(values: tuple, defaults: Sampling) -> Sampling:
     """The controls' values (in SHOWN_SETTINGS order) over the server's defaults."""
     chosen = dict(zip(SHOWN_SETTINGS, values))
     chosen["max_tokens"], chosen["top_k"] = int(chosen["max_tokens"]), int(chosen["top_k"])
+    chosen["thinking_budget"] = max(int(chosen["thinking_budget"] or 0), 0)
     chosen["seed"] = seed_of(chosen["seed"])
     if chosen["context_overflow"] not in POLICIES:  # a page may send anything
         chosen["context_overflow"] = defaults.context_overflow

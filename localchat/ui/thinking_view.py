@@ -3,11 +3,13 @@ thinking took, the template's switch for this chat, and earlier thinking handed 
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from ..api.reader import reader_for
 from ..api.thinking import switches_for
+from ..runtime.events import Event, Stream, TextDelta
 from ..runtime.thinking import Thought, thinking_style
 from .session import thinking_asked
 
@@ -19,6 +21,7 @@ class ThinkingView:
         self.style = thinking_style(template_source)
         self.reader = reader_for(self.style, prompt, None, set())
         self.thought, self.answer = "", ""
+        self.raw: list[str] = []  # the model's text as written (a budget goes on from it)
         self.started = time.perf_counter()
         self.seconds: float | None = None  # set when the thinking closes
 
@@ -27,7 +30,19 @@ class ThinkingView:
         return self.reader is not None and self.reader.thinking
 
     def feed(self, text: str) -> None:
+        self.raw.append(text)
         self._keep(self.reader.feed(text) if self.reader is not None else [text])
+
+    def over(self, budget: int) -> bool:
+        """Whether the thinking has spent `budget` tokens (0: no limit) and is still going."""
+        return bool(budget) and self.thinking and self.reader is not None and self.reader.thought_deltas >= budget
+
+    def close_thinking(self) -> str:
+        """Close the thinking where it is: the answer's text so far and the close, the beginning to go on from."""
+        assert self.style is not None
+        close = "\n" + self.style.close + "\n\n"
+        self.feed(close)
+        return "".join(self.raw)
 
     def finish(self, cut: bool = False) -> None:
         self._keep(self.reader.finish(cut) if self.reader is not None else [])
@@ -48,6 +63,35 @@ class ThinkingView:
         if not self.thought:
             return {}
         return {"thinking": self.thought, "thought_s": round(self.seconds or 0.0, 1)}
+
+
+class Budgeted:
+    """An answer's stream that keeps its thinking within `budget` tokens: when they are spent, the answer goes
+    on from its text so far with the thinking closed (a forced beginning, as the API's budget does). Its
+    reader (the window) feeds `view` each delta before asking for the next event."""
+
+    def __init__(self, submit: Callable[[Any], Stream], request: Any, view: ThinkingView, budget: int) -> None:
+        self._submit, self._request, self._view, self._budget = submit, request, view, budget
+        self.current = submit(request)
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            for event in self.current:
+                yield event
+                if isinstance(event, TextDelta) and self._view.over(self._budget):
+                    break
+            else:
+                return
+            self.current.cancel()
+            self._budget = 0
+            self.current = self._submit(dataclasses.replace(self._request, forced=self._view.close_thinking()))
+
+    @property
+    def finished(self) -> bool:
+        return self.current.finished
+
+    def cancel(self) -> None:
+        self.current.cancel()
 
 
 def switches(template_source: str, choice: str) -> dict[str, Any]:
