@@ -119,6 +119,10 @@ class Settings:
     system_prompt: str = setting("", "the system prompt a new chat in the window starts with (each chat can "
                                      "change its own), and the one the API gives a chat request that has none",
                                  commands=("serve", "ui"))
+    thinking_budget: int = setting(0, "tokens a thinking model may think before it answers, then its thinking is "
+                                      "closed (the window's chats start with it and each can change its own; "
+                                      "an API request's own budget comes first); 0: no limit",
+                                   commands=("serve", "ui"), low=0)
     keep_alive: int = setting(15, "minutes a model that an API request loaded by name (not the one the server "
                                   "started with) stays loaded after its last answer; 0 unloads it after each "
                                   "answer", commands=("serve", "ui"), low=0)

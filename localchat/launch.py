@@ -32,7 +32,7 @@ def serve_api(options: ServeOptions, settings_for: Callable[[str | None], Settin
         runners = on_demand(settings_for)
         try:
             return serve(options, engine, served_name(chosen.model), system_prompt=chosen.system_prompt,
-                         runners=runners)
+                         runners=runners, thinking_budget=chosen.thinking_budget)
         finally:
             runners.close()
 
@@ -69,7 +69,8 @@ def open_window(options: ServeOptions, settings_for: Callable[[str | None], Sett
     try:
         with instance.recorded(url) if plain else contextlib.nullcontext():
             return run_ui(options, load, settings.model, open_browser=browser, system_prompt=settings.system_prompt,
-                          context_overflow=settings.context_overflow, runners=on_demand(settings_for))
+                          context_overflow=settings.context_overflow, runners=on_demand(settings_for),
+                          thinking_budget=settings.thinking_budget)
     except LocalchatError as exc:
         # Into the log file (the console shows it once, below): a bundle's window may close unread.
         log.info("stopped: %s", exc)

@@ -307,3 +307,16 @@ def test_planning_imports_nothing_above_it():
         ours = [m for m in _imported(source.read_text(encoding="utf-8"), "localchat.planning")
                 if m.startswith("localchat")]
         assert all(m.startswith(allowed) for m in ours), (source.name, ours)
+
+
+def test_a_model_that_always_thinks_is_planned_at_its_answer_speed(catalog):
+    thinking, instruct = catalog["qwen3-4b-thinking-2507"], catalog["qwen3-4b-instruct-2507"]
+    assert planner.answer_share(instruct) == 1.0
+    assert planner.answer_share(thinking) == pytest.approx(300 / 1300)
+    # The pair shares every fact but the thinking: on a CPU box that holds both, the one that answers at once
+    # is preferred, and the thinking one's reasons say why its speed counts less.
+    pair = {key: catalog[key] for key in ("qwen3-4b-thinking-2507", "qwen3-4b-instruct-2507")}
+    chosen = plan(MACHINES["cpu-16"], pair)
+    assert chosen.model == "qwen3-4b-instruct-2507"
+    alone = plan(MACHINES["cpu-16"], {"qwen3-4b-thinking-2507": thinking})
+    assert any("thinks ~1000 tokens first" in reason for reason in alone.reasons)

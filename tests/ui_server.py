@@ -50,7 +50,7 @@ class RunningUI:
 
 
 def start_ui(model_path: Path, store_path: Path, api_key: str | None = None,
-             system_prompt: str = "") -> Iterator[RunningUI]:
+             system_prompt: str = "", defaults: Sampling = DEFAULTS) -> Iterator[RunningUI]:
     """Yield a running app (window + API) and stop it afterwards."""
     from localchat.ui.web import create_ui_app
 
@@ -60,7 +60,7 @@ def start_ui(model_path: Path, store_path: Path, api_key: str | None = None,
 
     runtime = Runtime(load(str(model_path)), str(model_path), load)
     store = Store(store_path)
-    app = create_ui_app(runtime, store, api_key, DEFAULTS, system_prompt=system_prompt)
+    app = create_ui_app(runtime, store, api_key, defaults, system_prompt=system_prompt)
     sock = bind_socket("127.0.0.1", None, 17860)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

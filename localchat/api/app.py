@@ -155,7 +155,7 @@ def create_app(service: Service | Forwarder, api_key: str | None = None,
 
 
 def serve(options: ServeOptions, engine: Any = None, model_name: str = "", system_prompt: str = "",
-          runners: Any = None) -> int:
+          runners: Any = None, thinking_budget: int = 0) -> int:
     """Run the API until interrupted; prints the URL once the socket is bound. `system_prompt`: the
     system turn a local model's chat request gets when it brings none (--system-prompt); `runners`: the
     models loaded by name beside it (runners/pool.py)."""
@@ -170,7 +170,7 @@ def serve(options: ServeOptions, engine: Any = None, model_name: str = "", syste
                                                     forward_client_auth=not options.api_key)
         what = f"forwarding to {service.base}"
     else:
-        service = LocalService(engine, model_name, options.sampling, system_prompt, runners)
+        service = LocalService(engine, model_name, options.sampling, system_prompt, runners, thinking_budget)
         what = f"model {model_name} ({getattr(engine, 'placement', 'one worker')})"
     sockets = [bind_socket(host, options.port)]
     if options.ollama_port is not None:  # the same app, the same guards, on the same host

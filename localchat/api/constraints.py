@@ -18,7 +18,10 @@ from ..errors import ConfigError, RequestError
 from ..runtime.grammar import Grammar
 from ..runtime.schema_check import SchemaCheck
 from .structured import MAX_SCHEMA_BYTES, check_schema, schema_grammar
-from .tool_formats import ToolFormat, call_gbnf, call_head, call_text, describe_tools, detect, short_id, tool_schema
+from .family_grammar import harmony_gbnf, section_gbnf
+from .tool_families import SectionFormat
+from .tool_formats import (HARMONY, ToolFormat, call_gbnf, call_head, call_text, describe_tools, detect_format,
+                           short_id, tool_schema)
 
 MAX_TOOLS = 128
 MAX_TOOLS_BYTES = 256_000
@@ -30,7 +33,7 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 class Constrained:
     """A chat request prepared for the template and the sampler."""
 
-    fmt: ToolFormat
+    fmt: ToolFormat | SectionFormat
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None  # for a native template; None: none, or described in text
     names: set[str] = field(default_factory=set)  # tools whose calls are read back; empty: no parsing
@@ -128,7 +131,7 @@ def constrain(messages: list[dict[str, Any]], template_source: str, tools: Any, 
               parallel: bool | None, response_format: dict[str, Any] | None,
               format_param: str | None = None) -> Constrained:
     """Messages for the template, the tools it shows, and the grammar for this request."""
-    fmt = detect(template_source)
+    fmt = detect_format(template_source)
     mode, callable_tools = choose(check_tools(tools), tool_choice) if tools else ("none", [])
     answer = response_grammar(response_format, format_param)
     if answer is not None and mode != "none":
@@ -141,15 +144,22 @@ def constrain(messages: list[dict[str, Any]], template_source: str, tools: Any, 
         plan.gbnf, plan.check = answer.gbnf, answer.check
     if mode != "none":
         plan.names = {t["function"]["name"] for t in callable_tools}
-        plan.gbnf, left = call_gbnf(fmt, callable_tools, parallel is not False)
         plan.triggers = (fmt.trigger,) if mode == "auto" else ()
+        if isinstance(fmt, SectionFormat) or fmt is HARMONY:
+            # The family's own form: its schema check is not written for it, so only what the grammar
+            # enforces holds. Gemma 4's calls are read back but not forced (its values are not JSON).
+            if fmt.name != "gemma4":
+                plan.gbnf, _ = (harmony_gbnf(callable_tools, required=mode == "required") if fmt is HARMONY else
+                                section_gbnf(fmt, callable_tools, parallel is not False))
+            return plan
+        plan.gbnf, left = call_gbnf(fmt, callable_tools, parallel is not False)
         plan.check = SchemaCheck({t["function"]["name"]: tool_schema(t) for t in callable_tools}, bool(left),
                                  "tools", {t["function"]["name"]: call_head(fmt, t["function"]["name"])
                                            for t in callable_tools}, fmt.trigger)
     return plan
 
 
-def template_messages(messages: list[dict[str, Any]], fmt: ToolFormat,
+def template_messages(messages: list[dict[str, Any]], fmt: ToolFormat | SectionFormat,
                       tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """OpenAI messages (tool calls, tool results) as this family's template expects them."""
     names: dict[str, str] = {}  # call id -> tool name, for the results that answer them
@@ -160,9 +170,9 @@ def template_messages(messages: list[dict[str, Any]], fmt: ToolFormat,
             calls = [_call(call, f"messages.{i}.tool_calls.{j}") for j, call in enumerate(message["tool_calls"])]
             names.update((call_id, name) for call_id, name, _ in calls)
             if fmt.native:
-                out.append({"role": "assistant", "content": text, "tool_calls": [
+                out.append(_thought({"role": "assistant", "content": text, "tool_calls": [
                     {"id": _id(fmt, call_id), "type": "function", "function": {"name": name, "arguments": args}}
-                    for call_id, name, args in calls]})
+                    for call_id, name, args in calls]}, message, fmt))
             else:
                 written = call_text(fmt, [(name, args) for _, name, args in calls])
                 out.append({"role": "assistant", "content": f"{text}\n{written}" if text else written})
@@ -173,6 +183,8 @@ def template_messages(messages: list[dict[str, Any]], fmt: ToolFormat,
                             "name": names.get(call_id, "")})
             else:
                 out.append({"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"})
+        elif role == "assistant":
+            out.append(_thought({"role": role, "content": text}, message, fmt))
         else:
             out.append({"role": role, "content": text})
     if tools and not fmt.native:
@@ -182,6 +194,19 @@ def template_messages(messages: list[dict[str, Any]], fmt: ToolFormat,
         else:
             out.insert(0, {"role": "system", "content": described})
     return out if fmt.native else _merge_turns(out)
+
+
+def _thought(out: dict[str, Any], message: dict[str, Any], fmt: ToolFormat | SectionFormat) -> dict[str, Any]:
+    """An earlier answer's thinking (the neutral `reasoning`) where templates look for it: `reasoning_content`
+    (Qwen3, GLM, Kimi, DeepSeek) or harmony's `thinking`. The template keeps it or leaves it out as its
+    model was trained (Qwen3 keeps only the turns after the last question)."""
+    reasoning = message.get("reasoning")
+    if not isinstance(reasoning, str) or not reasoning:
+        return out
+    if fmt is HARMONY:
+        # gpt-oss's template refuses thinking beside content in a turn with calls.
+        return out if out.get("tool_calls") and out["content"] else {**out, "thinking": reasoning}
+    return {**out, "reasoning_content": reasoning}
 
 
 def _call(call: Any, where: str) -> tuple[str, str, Any]:
@@ -197,7 +222,7 @@ def _call(call: Any, where: str) -> tuple[str, str, Any]:
     return str(call.get("id") or ""), function["name"], args
 
 
-def _id(fmt: ToolFormat, call_id: str) -> str:
+def _id(fmt: ToolFormat | SectionFormat, call_id: str) -> str:
     return short_id(call_id) if fmt.short_ids else call_id
 
 

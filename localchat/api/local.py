@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -26,12 +27,14 @@ from ..runtime.engine import Engine, Request
 from ..runtime.overflow import fit
 from ..runtime.sampling import SamplingParams
 from ..runtime.template_sandbox import Budget
+from ..runtime.thinking import thinking_style
 from .bridge import StreamBridge, wait_for_disconnect
 from .constraints import constrain, grammar_of, raw_grammar, response_grammar
 from .embeddings import embed, embedding_info
 from .model_calls import off_loop
-from .service import Answer, Embedded, Generation, ModelInfo
-from .tool_parser import ToolCallParser
+from .reader import OutputReader, reader_for
+from .service import Answer, Embedded, Generation, ModelInfo, ThinkingBudget
+from .thinking import after_thinking, switches_for
 
 T = TypeVar("T")
 
@@ -61,12 +64,13 @@ class LocalService:
     by name, each loaded in a runner of its own when a request names it)."""
 
     def __init__(self, engine: Engine, model_name: str, defaults: SamplingParams | None = None,
-                 system_prompt: str = "", runners: Runners | None = None) -> None:
+                 system_prompt: str = "", runners: Runners | None = None, thinking_budget: int = 0) -> None:
         self.engine = engine
         self.model_name = model_name
         self.defaults = defaults or SamplingParams()  # what a request leaves out
         self.system_prompt = system_prompt  # the system turn of a chat request that has none
         self.runners = runners
+        self.thinking_budget = thinking_budget  # a request's own comes first; 0: no limit
         self.created = int(time.time())
         self._budgets: set[Budget] = set()  # requests being rendered and tokenized right now
         self._names: tuple[Any, set[str]] = (None, set())
@@ -144,14 +148,28 @@ class LocalService:
     async def generate(self, generation: Generation, request: HTTPRequest) -> Answer:
         """Start the answer: everything checked and the prompt read into the engine's queue."""
         async with self._engine_for(generation.model, generation.keep_alive_s) as (engine, name):
-            build, parser = self._prepare(generation, engine)
+            build, read = self._prepare(generation, engine)
             notes: list[str] = []
+            built: list[Request] = []
+
+            def submit() -> Any:
+                built.append(build(notes))
+                return engine.submit(built[-1])
             try:
-                stream = await self._bounded(lambda: engine.submit(build(notes)), request, _cancel_stream)
+                stream = await self._bounded(submit, request, _cancel_stream)
             except ContextOverflowError as exc:
                 exc.param = "messages" if generation.messages is not None else "prompt"
                 raise
-        return Answer(StreamBridge(stream), name, parser, notes)
+            reader = read(built[-1].prompt or "")
+            budget = None
+            style = thinking_style(engine.template.source) if generation.messages is not None else None
+            tokens = generation.thinking_budget or self.thinking_budget
+            if tokens and reader is not None and style is not None:
+                async def resubmit(forced: str) -> StreamBridge:
+                    again = dataclasses.replace(built[-1], forced=forced)
+                    return StreamBridge(await self._bounded(lambda: engine.submit(again), request, _cancel_stream))
+                budget = ThinkingBudget(tokens, style.close, resubmit)
+        return Answer(StreamBridge(stream), name, reader, notes, budget)
 
     async def count_tokens(self, generation: Generation, request: HTTPRequest) -> int:
         """The tokens the request's prompt takes, the template, the tools and the system prompt included."""
@@ -215,39 +233,57 @@ class LocalService:
             raise ModelNotFoundError(f"the model '{name}' is not served here; use '{self.model_name}'{others} "
                                      "(GET /v1/models, or /api/tags, lists them).")
 
-    def _prepare(self, generation: Generation, engine: Any) -> tuple[Callable[[list[str]], Request], ToolCallParser | None]:
+    def _prepare(self, generation: Generation, engine: Any
+                 ) -> tuple[Callable[[list[str]], Request], Callable[[str], OutputReader | None]]:
         """The engine request to build (within the budget; it adds what it did to the notes it is given) and
-        the parser of its tool calls, after every check that needs no tokenizing."""
+        how to read its answer once the prompt is known, after every check that needs no tokenizing."""
         sampling = generation.sampling.over(self.defaults)
-        if generation.messages is not None:
-            messages = generation.messages
-            if self.system_prompt and not any(m["role"] == "system" for m in messages):
-                messages = [{"role": "system", "content": self.system_prompt}, *messages]
-            check_prompt_size([m["content"] for m in messages], engine.n_ctx)  # before any work on them
-            plan = constrain(messages, engine.template.source, generation.tools, generation.tool_choice,
-                             generation.parallel_tool_calls, generation.response_format, generation.format_param)
-            sampling.grammar = grammar_of(plan)
-            parser = ToolCallParser(plan.fmt, plan.names) if plan.names else None
-            # The template renders here, within the request's time budget: tools go in beside messages.
-            def render(kept: list[dict[str, Any]]) -> str:
-                return engine.template.render(kept, tools=plan.tools)
+        if generation.messages is None:
+            return self._prepare_prompt(generation, engine, sampling), lambda prompt: None
+        messages = generation.messages
+        if self.system_prompt and not any(m["role"] == "system" for m in messages):
+            messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        check_prompt_size([m["content"] for m in messages], engine.n_ctx)  # before any work on them
+        plan = constrain(messages, engine.template.source, generation.tools, generation.tool_choice,
+                         generation.parallel_tool_calls, generation.response_format, generation.format_param)
+        # A client's own grammar (llama.cpp's `grammar`) takes the place of the one from its tools or
+        # format, as it is: the parser still reads the calls it makes.
+        own = raw_grammar(generation.grammar)
+        style = thinking_style(engine.template.source)
+        if generation.thinking not in (None, False) and style is None and generation.thinking_param:
+            raise RequestError(f"{generation.thinking_param}: this model does not think (its chat template writes "
+                               f"no thinking); leave {generation.thinking_param} out.", generation.thinking_param)
+        switches = switches_for(style, generation.thinking, generation.template_kwargs)
+        schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in generation.tools or []}
 
-            def build(notes: list[str]) -> Request:
-                kept = plan.messages
-                if generation.context_overflow != "refuse":
-                    room = engine.n_ctx - (sampling.max_tokens or engine.n_ctx // 4)
-                    fitted = fit(kept, lambda m: len(engine.prompt_tokens(Request(prompt=render(m)))), room,
-                                 generation.context_overflow)
-                    kept, notes[:] = fitted.messages, [fitted.note()] if fitted.left_out else []
-                return Request(prompt=render(kept), sampling=sampling)
-            return build, parser
+        # The template renders here, within the request's time budget: tools go in beside messages.
+        def render(kept: list[dict[str, Any]]) -> str:
+            return engine.template.render(kept, tools=plan.tools, switches=switches)
+
+        def build(notes: list[str]) -> Request:
+            kept = plan.messages
+            if generation.context_overflow != "refuse":
+                room = engine.n_ctx - (sampling.max_tokens or engine.n_ctx // 4)
+                fitted = fit(kept, lambda m: len(engine.prompt_tokens(Request(prompt=render(m)))), room,
+                             generation.context_overflow)
+                kept, notes[:] = fitted.messages, [fitted.note()] if fitted.left_out else []
+            prompt = render(kept)
+            # A thinking model's grammar starts where its thinking ends (known once the prompt is).
+            sampling.grammar = own or after_thinking(grammar_of(plan), style, prompt)
+            return Request(prompt=prompt, sampling=sampling)
+
+        def read(prompt: str) -> OutputReader | None:
+            return reader_for(style, prompt, plan.fmt, plan.names, schemas)
+        return build, read
+
+    def _prepare_prompt(self, generation: Generation, engine: Any, sampling: Any) -> Callable[[list[str]], Request]:
         prompt = generation.prompt or ""
         if generation.grammar and generation.response_format:
             raise RequestError("send grammar or response_format, not both.", "grammar")
         sampling.grammar = raw_grammar(generation.grammar) or response_grammar(generation.response_format,
                                                                                generation.format_param)
         check_prompt_size([prompt], engine.n_ctx)
-        return lambda notes: Request(prompt=prompt, sampling=sampling), None
+        return lambda notes: Request(prompt=prompt, sampling=sampling)
 
     async def _bounded(self, work: Callable[[], T], request: HTTPRequest,
                        abandoned: Callable[["asyncio.Future[Any]"], None] | None = None) -> T:

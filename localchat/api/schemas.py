@@ -33,6 +33,7 @@ class ChatMessage(Body):
     content: str | list[TextPart | dict[str, Any]] | None = None
     tool_calls: list[Any] | None = None  # an assistant turn's calls
     tool_call_id: str | None = None  # the call a tool turn answers
+    reasoning_content: str | None = None  # an earlier answer's thinking, as this server returned it
 
 
 class _Sampled(Body):
@@ -99,6 +100,11 @@ class ChatBody(_Sampled):
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    # Thinking models: OpenAI's effort, and the template variables llama.cpp's and vLLM's servers take
+    # (`{"enable_thinking": false}`); a GBNF `grammar`, as llama.cpp's server takes it.
+    reasoning_effort: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    grammar: str | None = None
 
     def limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -168,6 +174,8 @@ def _turn(message: ChatMessage, index: int) -> dict[str, Any]:
         turn["tool_calls"] = message.tool_calls
     if message.tool_call_id is not None:
         turn["tool_call_id"] = message.tool_call_id
+    if message.reasoning_content:
+        turn["reasoning"] = message.reasoning_content
     return turn
 
 

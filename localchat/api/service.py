@@ -22,7 +22,9 @@ from ..errors import EngineError
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, TextDelta, TokenLogprob
 from ..runtime.sampling import SamplingParams
 from .bridge import StreamBridge, wait_for_disconnect
-from .tool_parser import Piece, ToolCall, ToolCallParser
+from ..runtime.thinking import Thought
+from .reader import OutputReader, Piece
+from .tool_parser import ToolCall
 
 # Proxies (nginx) buffer responses unless told not to; a buffered stream arrives all at once.
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -96,6 +98,14 @@ class Generation:
     # OpenAI's, is to refuse.
     context_overflow: str = "refuse"
     keep_alive_s: float | None = None  # how long a model loaded by name stays loaded after this (Ollama's)
+    # A thinking model's switch: None leaves the template's default; False/True: off/on; "low" | "medium" |
+    # "high": its effort (gpt-oss). A budget (tokens) closes the thinking when it is spent.
+    thinking: bool | str | None = None
+    thinking_budget: int | None = None
+    # Where the protocol asks for thinking, when it refuses it for a model that does not think (Ollama's
+    # `think`, Anthropic's `thinking`, as their servers do); None: asked of a model without, it is ignored.
+    thinking_param: str | None = None
+    template_kwargs: dict[str, Any] | None = None  # variables for the chat template (chat_template_kwargs)
 
 
 @dataclass(slots=True)
@@ -119,6 +129,10 @@ class Delta:
     def content(self) -> str:
         return "".join(p for p in self.pieces if isinstance(p, str))
 
+    @property
+    def reasoning(self) -> str:
+        return "".join(p.text for p in self.pieces if isinstance(p, Thought))
+
 
 @dataclass(slots=True)
 class End:
@@ -127,69 +141,122 @@ class End:
     finish_reason: str
     stop_sequence: str | None
     stats: Stats | None
+    reasoning_tokens: int = 0  # of the answer's tokens, those it thought in
 
 
 Event = Union[Started, Delta, End]
 
 
+@dataclass(slots=True)
+class ThinkingBudget:
+    """A thinking budget: after `tokens` of thinking the answer goes on from its text so far and `close`
+    (the model's closing marker), `resubmit` starting the engine on that forced beginning."""
+
+    tokens: int
+    close: str
+    resubmit: Callable[[str], Awaitable[StreamBridge]]
+
+
 class Answer:
     """One answer's events, read once; leaving early (or a client leaving) cancels the request."""
 
-    def __init__(self, bridge: StreamBridge, model: str, parser: ToolCallParser | None = None,
-                 notes: list[str] | None = None) -> None:
+    def __init__(self, bridge: StreamBridge, model: str, reader: OutputReader | None = None,
+                 notes: list[str] | None = None, budget: ThinkingBudget | None = None) -> None:
         self.bridge = bridge
         self.model = model  # the name the answer goes out under
-        self.parser = parser
+        self.reader = reader
         self.notes = notes or []  # what the server did that the client did not ask for ("2 early turns left out")
+        self.budget = budget
         self.content: list[str] = []  # the content so far
+        self.reasoning: list[str] = []  # the thinking so far
         self.logprobs: list[TokenLogprob] = []  # every token's so far (when asked for)
+        self._raw: list[str] = []  # the model's text so far, as written
+        self._budget_spent = False
 
     @property
     def calls(self) -> list[ToolCall]:
-        return self.parser.calls if self.parser is not None else []
+        return self.reader.calls if self.reader is not None else []
 
     def cancel(self) -> None:
         self.bridge.cancel()
 
     async def events(self) -> AsyncIterator[Event]:
-        """Started, Deltas, then End; a failure raises its LocalchatError (a broken tool call included)."""
+        """Started, Deltas, then End; a failure of the engine raises its LocalchatError (the model's own text
+        never does)."""
         started, stats = False, None
         try:
-            async for event in self.bridge.events():
-                if isinstance(event, PrefillProgress) and not started:
-                    started = True
-                    yield Started(event.total)
-                elif isinstance(event, TextDelta):
-                    delta = self._feed(event.text, event.logprobs)
-                    if delta.pieces or delta.logprobs:
-                        yield delta
-                elif isinstance(event, Stats):
-                    stats = event
-                elif isinstance(event, Failed):
-                    raise event.error
-                elif isinstance(event, Done):
-                    delta = self._finish()
-                    if delta.pieces:
-                        yield delta
-                    reason = "tool_calls" if self.calls else event.finish_reason
-                    yield End(reason, event.stop_sequence, stats)
-                    return
-            raise EngineError("the engine ended this request without an answer; try again.")
+            while True:
+                bridge, self._budget_spent = self.bridge, False
+                async for event in bridge.events():
+                    if isinstance(event, PrefillProgress) and not started:
+                        started = True
+                        yield Started(event.total)
+                    elif isinstance(event, TextDelta):
+                        delta = self._feed(event.text, event.logprobs)
+                        if delta.pieces or delta.logprobs:
+                            yield delta
+                        if self._over_budget():
+                            break
+                    elif isinstance(event, Stats):
+                        stats = event
+                    elif isinstance(event, Failed):
+                        raise event.error
+                    elif isinstance(event, Done):
+                        end = self._end(event, stats)
+                        delta = end[0]
+                        if delta.pieces:
+                            yield delta
+                        yield end[1]
+                        return
+                if not self._budget_spent:
+                    raise EngineError("the engine ended this request without an answer; try again.")
+                await self._close_thinking(bridge)
         finally:
-            self.bridge.cancel()  # a broken tool call, or a reader that left, ends the request early
+            self.bridge.cancel()  # a reader that left ends the request early
+
+    def _over_budget(self) -> bool:
+        reader, budget = self.reader, self.budget
+        self._budget_spent = bool(budget and reader and reader.thinking and reader.thought_deltas >= budget.tokens)
+        return self._budget_spent
+
+    async def _close_thinking(self, spent: StreamBridge) -> None:
+        """The budget is spent: the answer goes on from its text so far with the thinking closed."""
+        assert self.budget is not None and self.reader is not None
+        spent.cancel()
+        close = "\n" + self.budget.close + "\n\n"
+        self.bridge = await self.budget.resubmit("".join(self._raw) + close)
+        self._raw.append(close)
+        self.reader.feed(close)
+        self.budget = None
+        self.notes.append("the thinking budget was spent, so the thinking was closed there.")
+
+    def _end(self, done: Done, stats: Stats | None) -> tuple[Delta, End]:
+        cut = done.finish_reason == "length"
+        delta = self._finish(cut)
+        if self.reader is not None and self.reader.broken is not None:
+            self.notes.append(f"{self.reader.broken}; its text is in the content.")
+        # A reply cut by max_tokens says so (OpenAI's "length"), with the calls that closed before it.
+        reason = "tool_calls" if self.calls and not cut else done.finish_reason
+        thought = self.reader.thought_deltas if self.reader is not None else 0
+        return delta, End(reason, done.stop_sequence, stats, thought)
 
     def _feed(self, text: str, logprobs: list[TokenLogprob]) -> Delta:
         known = len(self.calls)
-        pieces = self.parser.feed(text) if self.parser is not None else [text]
-        self.content += [p for p in pieces if isinstance(p, str)]
+        self._raw.append(text)
+        pieces = self.reader.feed(text) if self.reader is not None else [text]
+        self._keep(pieces)
         self.logprobs += logprobs
         return Delta(pieces, text, logprobs, self.calls[known:])
 
-    def _finish(self) -> Delta:
+    def _finish(self, cut: bool) -> Delta:
         known = len(self.calls)
-        pieces = self.parser.finish() if self.parser is not None else []
-        self.content += [p for p in pieces if isinstance(p, str)]
+        pieces = self.reader.finish(cut) if self.reader is not None else []
+        self._keep(pieces)
         return Delta(pieces, "", [], self.calls[known:])
+
+    def _keep(self, pieces: list[Piece]) -> None:
+        self.content += [p for p in pieces if isinstance(p, str)]
+        self.reasoning += [p.text for p in pieces if isinstance(p, Thought)]
 
     async def whole(self, request: HTTPRequest, shape: Callable[["Answer"], Awaitable[dict[str, Any]]],
                     status: int = 200) -> Response:

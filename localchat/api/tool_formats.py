@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime.schema_grammar import Converter, gbnf_of
+from .tool_families import SectionFormat, detect_section_format
 
 
 MAX_PARALLEL = 8  # calls in one answer: a small model may otherwise repeat a call until max_tokens
@@ -36,21 +37,33 @@ class ToolFormat:
     markers: tuple[str, ...]  # text the parser skips between call objects
     native: bool  # the template renders tools, tool_calls and tool results itself
     short_ids: bool = False  # the template demands 9-character alphanumeric call ids (Mistral)
+    silent: tuple[str, ...] = ()  # markers that may come before the trigger and are never content
 
 
 HERMES = ToolFormat("hermes", ("<tool_call>", "tools"), "<tool_call>", "", "<tool_call>\n", "\n</tool_call>",
                     "\n", "", "arguments", ("<tool_call>", "</tool_call>"), native=True)
+# gpt-oss: its template renders tools and calls itself; api/harmony.py reads its calls, family_grammar.py
+# forces them. The JSON layout fields are unused.
+HARMONY = ToolFormat("harmony", ("<|channel|>", "<|message|>"), "to=functions.", "", "", "", "", "", "arguments",
+                     (), native=True)
 FORMATS = (
+    HARMONY,
     ToolFormat("mistral", ("[TOOL_CALLS]", "tools"), "[TOOL_CALLS]", "[TOOL_CALLS][", "", "", ", ", "]",
                "arguments", ("[TOOL_CALLS]", "[", "]", ","), native=True, short_ids=True),
     HERMES,  # Qwen2.5, Qwen3, Hermes 2/3
     ToolFormat("llama3", ("<|python_tag|>", "tools"), '{"name"', "", "", "", "; ", "", "parameters",
-               ("<|python_tag|>", ";"), native=True),
+               ("<|python_tag|>", ";"), native=True, silent=("<|python_tag|>",)),
     ToolFormat("gemma", ("<start_of_turn>",), "<tool_call>", "", "<tool_call>\n", "\n</tool_call>", "\n", "",
                "arguments", ("<tool_call>", "</tool_call>"), native=False),
 )
 GENERIC = ToolFormat("generic", (), "<tool_call>", "", "<tool_call>\n", "\n</tool_call>", "\n", "",
                      "arguments", ("<tool_call>", "</tool_call>"), native=False)
+
+
+def detect_format(template_source: str) -> "ToolFormat | SectionFormat":
+    """The family whose markers the template carries: a family that writes each call between markers of its
+    own (tool_families.py) before the JSON-object families here, whose markers some of them share."""
+    return detect_section_format(template_source) or detect(template_source)
 
 
 def detect(template_source: str) -> ToolFormat:

@@ -1,9 +1,10 @@
 """The model's text, read as it streams, into content and OpenAI tool calls (with arguments in pieces).
 
 Text before the format's trigger is content (held back only while it could still be the start of
-the trigger). From the trigger on, everything must be call objects and the format's markers: a
-call that does not parse, names an unknown tool or is cut off raises ToolCallError, so a broken
-call becomes an error event and never slips out as plain text.
+the trigger). From the trigger on, everything must be call objects and the format's markers. The model's text is
+never a server error: a call cut off by max_tokens is left out (the calls that closed before it are
+kept, and the answer ends with finish_reason "length"), and a section that is not calls (an unknown
+tool, broken JSON, prose among the calls) goes back to the client as content from where it broke.
 """
 
 from __future__ import annotations
@@ -82,38 +83,71 @@ class ToolCallParser:
         self._outside = ""  # text between call objects
         self._obj: _Object | None = None
         self._out: list[Piece] = []
+        self._section = ""  # the raw text since the last call closed: content again if the section breaks
+        self.broken: str | None = None  # why the calls section was read back as content
+
+    def _broke(self, why: str, text: str = "") -> None:
+        """The section is not calls after all: its raw text since the last whole call is content."""
+        self.broken = why
+        self._obj = None
+        raw = self._section + text
+        # After whole calls the section's markers are theirs, not content; with none, the text comes back as written.
+        self._content(_without(raw, self.fmt.markers).strip() if self.calls else raw)
+        self._section = self._outside = ""
 
     def feed(self, text: str) -> list[Piece]:
         self._out = []
+        if self.broken is not None:
+            self._content(text)
+            return self._out
         if not self._in_calls:
             self._pending += text
             at = self._pending.find(self.fmt.trigger)
+            if self.fmt.silent:  # dropped before the calls only: inside an argument they are text
+                head = self._pending if at < 0 else self._pending[:at]
+                for silent in self.fmt.silent:
+                    head = head.replace(silent, "")
+                self._pending = head + ("" if at < 0 else self._pending[at:])
+                at = self._pending.find(self.fmt.trigger)
             if at < 0:
-                keep = _partial_suffix(self._pending, self.fmt.trigger)
+                keep = max(_partial_suffix(self._pending, m) for m in (self.fmt.trigger, *self.fmt.silent))
                 self._content(self._pending[:len(self._pending) - keep])
                 self._pending = self._pending[len(self._pending) - keep:]
                 return self._out
             self._content(self._pending[:at])
             text, self._pending, self._in_calls = self._pending[at:], "", True
-        for char in text:
-            self._scan(char)
+        for at, char in enumerate(text):
+            self._section += char
+            try:
+                self._scan(char)
+            except ToolCallError as exc:
+                self._broke(str(exc), text[at + 1:])
+                return self._merged()
         self._flush_args()
         return self._merged()
 
-    def finish(self) -> list[Piece]:
-        """The end of the answer: pending content, or an error if a call is open or malformed."""
+    def finish(self, cut: bool = False) -> list[Piece]:
+        """The end of the answer (`cut`: by max_tokens). A call still open is left out when the answer was
+        cut; otherwise an unclosed section is content."""
         self._out = []
+        if self.broken is not None:
+            return self._out
         if not self._in_calls:
             self._content(self._pending)
             self._pending = ""
             return self._out
         rest = self._leftover()
         if self._obj is not None or (rest and any(m.startswith(rest) for m in self.fmt.markers)):
-            raise ToolCallError("the model's tool call was cut off before it closed (raise max_tokens, "
-                                "or ask for fewer or smaller calls).")
-        self._check_outside()
-        if not self.calls:
-            raise ToolCallError("the model opened a tool call but wrote none; try again.")
+            if not cut:
+                self._broke("the model's tool call did not close")
+            return self._out
+        try:
+            self._check_outside()
+        except ToolCallError as exc:
+            self._broke(str(exc))
+            return self._out
+        if not self.calls and not cut:
+            self._broke("the model opened a tool call but wrote none")
         return self._out
 
     # -- scanning ------------------------------------------------------------------------------
@@ -211,13 +245,11 @@ class ToolCallParser:
         if len(text) > sent:
             self._out.append(ArgsDelta(len(self.calls), text[sent:]))
         self.calls.append(ToolCall(obj.call_id, call["name"], text))
+        self._section = ""
 
     def _leftover(self) -> str:
         """The text between call objects that is not the format's markers."""
-        rest = self._outside
-        for marker in sorted(self.fmt.markers, key=len, reverse=True):
-            rest = rest.replace(marker, "")
-        return rest.strip()
+        return _without(self._outside, self.fmt.markers).strip()
 
     def _check_outside(self) -> None:
         rest = self._leftover()
@@ -237,6 +269,12 @@ class ToolCallParser:
             else:
                 merged.append(piece)
         return merged
+
+
+def _without(text: str, markers: tuple[str, ...]) -> str:
+    for marker in sorted(markers, key=len, reverse=True):
+        text = text.replace(marker, "")
+    return text
 
 
 def _partial_suffix(text: str, marker: str) -> int:

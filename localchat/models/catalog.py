@@ -96,6 +96,7 @@ class ModelFacts:
     sliding_window: int | None = None
     swa_pattern: int | None = None          # every n-th layer keeps full attention
     draft: str | None = None                # the catalog key of a smaller model with the same tokenizer
+    thinking_tokens: int = 0                # what a model that always thinks writes before its answer
     default_quant: str = "Q4_K_M"
     files: dict[str, ModelFile] = field(default_factory=dict)
     exact_layer_bytes: dict[str, int] = field(default_factory=dict)  # quant -> bytes, from a header
@@ -208,7 +209,7 @@ def _model(key: str, raw: dict[str, Any]) -> ModelFacts:
         n_ctx_train=int(arch.get("n_ctx_train") or 4096), params_b=params_b,
         tied_embeddings=bool(arch.get("tied_embeddings", True)), sliding_window=arch.get("sliding_window"),
         swa_pattern=arch.get("swa_pattern"), draft=raw.get("draft"), default_quant=raw.get("default_quant", first.quant),
-        files=files)
+        files=files, thinking_tokens=int(raw.get("thinking_tokens") or 0))
 
 
 # Parsed YAML by path, with the (size, mtime) it was parsed at: models.yaml was parsed again on every

@@ -168,9 +168,21 @@ def _speeds(wants: Wants) -> Speeds:
     return Speeds(target=wants.speed_target, floor=wants.min_decode_tps)
 
 
+ANSWER_TOKENS = 300  # an everyday answer's length, beside which a thinking model's thinking is counted
+
+
+def answer_share(model: ModelFacts) -> float:
+    """The part of the tokens a model writes that is its answer: a model that always thinks first writes
+    its thinking too, so its answer comes that much slower than its decode speed."""
+    return ANSWER_TOKENS / (ANSWER_TOKENS + model.thinking_tokens)
+
+
 def _standing(option: Option, catalog: dict[str, ModelFacts]) -> Standing:
-    return Standing(f"{catalog[option.model].name} {option.quant}", option.quality, option.plain_decode_tps,
-                    option.decode_tps, option.layout)
+    model = catalog[option.model]
+    share = answer_share(model)
+    thinks = f" (answer speed: it thinks ~{model.thinking_tokens} tokens first)" if model.thinking_tokens else ""
+    return Standing(f"{model.name} {option.quant}{thinks}", option.quality, option.plain_decode_tps * share,
+                    option.decode_tps * share, option.layout)
 
 
 def _choose(options: list[Option], catalog: dict[str, ModelFacts], wants: Wants) -> Verdict:

@@ -70,7 +70,9 @@ class ChatTemplate:
             log.info("the model has no chat template; using ChatML")
         self.source = source or CHATML
         env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+        # As transformers' tojson: a template may ask for its own keys, indent and separators (GLM 4.5+).
+        env.filters["tojson"] = lambda value, indent=None, ensure_ascii=False, separators=None, sort_keys=False: \
+            json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         try:
@@ -82,12 +84,13 @@ class ChatTemplate:
         self.eos_token = eos_token
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
-               tools: list[dict[str, Any]] | None = None) -> Prompt:
+               tools: list[dict[str, Any]] | None = None, switches: dict[str, Any] | None = None) -> Prompt:
         """The prompt text for `messages` (and `tools`, for templates that know them), ending where the
-        assistant's answer starts."""
+        assistant's answer starts. `switches`: variables the template reads (enable_thinking,
+        reasoning_effort), checked by check_switches."""
         budget = current_budget()
         if budget is None:  # a caller without a budget of its own (CLI, tests) still gets the bounds
-            return Budget().run(self.render, messages, add_generation_prompt, tools)
+            return Budget().run(self.render, messages, add_generation_prompt, tools, switches)
         validate_messages(messages)
         # The same messages with each content replaced by a unique mark: what is left is the
         # template's own text, and the marks say where each message's text goes. Other strings from
@@ -99,13 +102,15 @@ class ChatTemplate:
             strings.append(value)
             return f"\ue000{nonce}:{len(strings) - 1}\ue001"
 
+        # An empty content stays empty: it has no text to keep apart, and templates test it (gpt-oss refuses
+        # a turn with calls whose content and thinking are both set).
         marked = [{**_marked({k: v for k, v in m.items() if k != "content"}, mark),
-                   "content": f"\ue000{nonce}:{i}\ue001"} for i, m in enumerate(messages)]
+                   "content": f"\ue000{nonce}:{i}\ue001" if m["content"] else ""} for i, m in enumerate(messages)]
         marked_tools = _marked(tools, mark) if tools else None
         limit = sum(map(len, strings)) * 2 + MAX_OUTPUT_SLACK
         with budget.watching():
-            text = self._render(messages, add_generation_prompt, limit, tools)
-            skeleton = self._render(marked, add_generation_prompt, limit, marked_tools)
+            text = self._render(messages, add_generation_prompt, limit, tools, switches)
+            skeleton = self._render(marked, add_generation_prompt, limit, marked_tools, switches)
         pieces = _pieces(text, skeleton, nonce, strings)
         if pieces is None:
             if any(_MARKER_CHARS.intersection(c) for c in strings):
@@ -116,9 +121,9 @@ class ChatTemplate:
         return Prompt(text, pieces)
 
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, limit: int,
-                tools: list[dict[str, Any]] | None = None) -> str:
+                tools: list[dict[str, Any]] | None = None, switches: dict[str, Any] | None = None) -> str:
         parts, size = [], 0
-        extra = {"tools": tools} if tools else {}
+        extra = {**check_switches(switches), **({"tools": tools} if tools else {})}
         try:
             for part in self._template.generate(messages=messages, add_generation_prompt=add_generation_prompt,
                                                 bos_token=self.bos_token, eos_token=self.eos_token, **extra):
@@ -181,6 +186,29 @@ def _pieces(text: str, skeleton: str, nonce: str, contents: list[str]) -> tuple[
         else:
             return None
     return tuple(pieces) if pos == len(text) else None
+
+
+MAX_SWITCHES = 16
+RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
+                      "strftime_now"})
+
+
+def check_switches(switches: Any) -> dict[str, Any]:
+    """Template variables a request sets (chat_template_kwargs): a few names, each a plain value, never one
+    the renderer itself sets."""
+    if not switches:
+        return {}
+    if not isinstance(switches, dict) or len(switches) > MAX_SWITCHES:
+        raise RequestError(f"chat_template_kwargs must be an object of at most {MAX_SWITCHES} names.",
+                           "chat_template_kwargs")
+    for name, value in switches.items():
+        if not (isinstance(name, str) and name.isidentifier() and len(name) <= 64) or name in RESERVED:
+            raise RequestError(f"chat_template_kwargs cannot set {str(name)[:64]!r}: give template variable "
+                               "names such as enable_thinking.", "chat_template_kwargs")
+        if not (value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 256)):
+            raise RequestError(f"chat_template_kwargs.{name} must be true, false, a number or a short string.",
+                               "chat_template_kwargs")
+    return dict(switches)
 
 
 def validate_messages(messages: Any) -> None:

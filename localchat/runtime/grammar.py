@@ -42,6 +42,9 @@ class Grammar:
     # What the grammar cannot express, checked on the finished answer (a resample.AnswerCheck):
     # the engine resamples an answer that fails it.
     check: Any = field(default=None, compare=False, repr=False)
+    # A thinking model's thinking comes first: a trigger counts only after it (api/thinking.py's after_thinking,
+    # an ECMAScript pattern of our own making, never a client's).
+    after: str = ""
 
     def validate(self) -> None:
         """Raise RequestError for a grammar too large to take, or malformed triggers."""
@@ -100,7 +103,8 @@ def new_grammar_sampler(grammar: Grammar, vocab: llama_cpp.llama_vocab_p) -> lla
     if grammar.triggers:
         # A trigger is plain text: escaped into the whole-buffer pattern llama.cpp matches, whose
         # first group marks where the constrained text starts.
-        patterns = [f"[\\s\\S]*?({_regex_literal(t)})[\\s\\S]*".encode("utf-8") for t in grammar.triggers]
+        patterns = [f"{grammar.after}[\\s\\S]*?({regex_literal(t)})[\\s\\S]*".encode("utf-8")
+                    for t in grammar.triggers]
         array = (ctypes.c_char_p * len(patterns))(*patterns)
         sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(vocab, text, root, array, len(patterns), None, 0)
     else:
@@ -112,7 +116,7 @@ def new_grammar_sampler(grammar: Grammar, vocab: llama_cpp.llama_vocab_p) -> lla
     return sampler
 
 
-def _regex_literal(text: str) -> str:
+def regex_literal(text: str) -> str:
     """`text` as an ECMAScript regex (llama.cpp's std::regex) matching it literally. Only the syntax
     characters are escaped: an escape that regex does not know would throw inside llama.cpp."""
     return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)

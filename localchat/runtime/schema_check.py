@@ -270,18 +270,22 @@ class SchemaCheck:
     name; their schemas are `schemas[name]`. None: the answer is one value of `schemas[""]`.
     `after`: where the calls may start (the format's trigger). `hold`: the grammar leaves part of
     the schema to this check, so no text goes out before it passes. `param`: the request field
-    the schemas came from, for errors."""
+    the schemas came from, for errors. `thought`: a thinking model's closing marker; the text up to
+    it is thinking, never checked."""
 
     schemas: dict[str, Any]
     hold: bool
     param: str
     heads: dict[str, str] | None = None
     after: str = ""
+    thought: str = ""
 
     def __call__(self, text: str) -> Violation | None:
+        closed = text.find(self.thought) if self.thought else -1
+        answer = closed + len(self.thought) if closed >= 0 else 0
         if self.heads is None:
-            return self._value(text, 0, self.schemas[""], "$")
-        begin = max(text.find(self.after), 0) if self.after else 0
+            return self._value(text, answer, self.schemas[""], "$")
+        begin = max(text.find(self.after, answer), answer) if self.after else answer
         for name, head in self.heads.items():
             at = text.find(head, begin)
             while at >= 0:

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator, TypeVar
 
-from jinja2 import TemplateError
+from jinja2 import TemplateError, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
@@ -162,6 +162,8 @@ def _precheck(name: str, target: Any, args: tuple) -> None:
         _refuse_size(len(target) + target.count("\n") * (_length(width) if isinstance(width, str) else int(width)))
     elif name in ("format", "format_map"):
         _check_format(target)
+    elif name == "append" and isinstance(target, list):
+        _refuse_size(len(target) + 1)
 
 
 class BoundedEnvironment(ImmutableSandboxedEnvironment):
@@ -174,6 +176,13 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         self.filters = {name: _bounded_filter(name, fn) for name, fn in self.filters.items()}
         self.globals["range"] = _bounded_range
         self.globals["namespace"] = _BoundedNamespace
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        # Kimi K2's templates queue call ids in a list with append and pop (llama.cpp's renderer allows them):
+        # a list may grow, one item a call, within the size, loop and time bounds, and shrink.
+        if isinstance(obj, list) and attr in ("append", "pop"):
+            return True
+        return super().is_safe_attribute(obj, attr, value)
 
     def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
         if operator_name == "**":
@@ -197,9 +206,10 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 def _bounded_filter(name: str, fn: Callable) -> Callable:
     @functools.wraps(fn)  # keeps Jinja's pass_context / pass_environment marks
     def bounded(*args: Any, **kwargs: Any) -> Any:
-        values = [a for a in args if not hasattr(a, "environment")]  # drop a passed context or env
+        # Drop a passed context or env (an Undefined answers hasattr by raising: it is a value, kept).
+        values = [a for a in args if isinstance(a, Undefined) or not hasattr(a, "environment")]
         _check_numbers(tuple(values[1:]), kwargs)
-        if values:
+        if values and not isinstance(values[0], Undefined):  # `x | default(...)` of a variable never set
             _precheck(name, values[0], tuple(values[1:]) + tuple(kwargs.values()))
         return _check_result(fn(*args, **kwargs))
     return bounded

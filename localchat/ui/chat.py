@@ -23,6 +23,7 @@ from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextD
 from . import render, versions
 from .session import Runtime, Sampling, settings_of
 from .store import Conversation, Message, Store
+from .thinking_view import Budgeted, ThinkingView, switches, with_thinking
 from .uploads import read_upload
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class ChatCore:
     def __init__(self, runtime: Runtime, store: Store) -> None:
         self.runtime = runtime
         self.store = store
-        self.active: dict[str, Stream] = {}  # conversation id -> its answer in progress
+        self.active: dict[str, Stream | Budgeted] = {}  # conversation id -> its answer in progress
         self._documents: dict[str, Document] = {}  # stored upload path -> its text (uploads never change)
         self._documents_lock = threading.Lock()
         self._turns: dict[str, threading.Lock] = {}  # conversation id -> held while a turn is answered
@@ -132,7 +133,9 @@ class ChatCore:
         """The conversation as the model sees it: a turn with documents carries them in front, and the turns
         the newest one's overflow left out are left out (all are kept with `whole`)."""
         head = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt else []
-        messages = head + [{"role": m.role, "content": m.stats.get("prompt", m.content)} for m in conv.messages]
+        source = self.runtime.engine.template.source
+        messages = head + [with_thinking({"role": m.role, "content": m.stats.get("prompt", m.content)}, m.stats, source)
+                           for m in conv.messages]
         asked = [m for m in conv.messages if m.role == "user"]
         gone = asked[-1].stats.get("left_out", []) if asked and not whole else []
         return without(messages, gone) if gone else messages
@@ -268,9 +271,13 @@ class ChatCore:
         left_out = len(conv.messages[-1].stats.get("left_out", []))
         engine = self.runtime.engine
         submitted = time.perf_counter()
-        stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=sampling.params()))
+        # Rendered here, with this chat's thinking switch; the answer's thinking is read apart as it streams.
+        prompt = engine.template.render(self.engine_messages(conv), switches=switches(engine.template.source,
+                                                                                     sampling.thinking))
+        view = ThinkingView(engine.template.source, prompt)
+        stream = Budgeted(engine.submit, Request(prompt=prompt, sampling=sampling.params()), view,
+                          sampling.thinking_budget)
         self.active[conv_id] = stream
-        parts: list[str] = []
         stats: Stats | None = None
         finish, error = "stop", ""
         started = time.perf_counter()
@@ -280,15 +287,17 @@ class ChatCore:
             for event in stream:
                 now = time.perf_counter()
                 if isinstance(event, TextDelta):
-                    parts.append(event.text)
+                    view.feed(event.text)
                     num_deltas += 1
                     t_first = t_first or now
                     if now - last_draw >= _REDRAW_S:
                         last_draw = now
                         # A rate needs two tokens: the first alone would read "0 tokens/s" while text shows.
                         rate = (num_deltas - 1) / (now - t_first) if num_deltas > 1 and now > t_first else 0.0
-                        yield render.reply_markdown("".join(parts), {}, included,
-                                                    f"generating, {rate:.0f} tokens/s" if rate else "generating")
+                        yield render.reply_markdown(view.answer, view.saved(), included,
+                                                    f"{'thinking' if view.thinking else 'generating'}"
+                                                    f"{f', {rate:.0f} tokens/s' if rate else ''}",
+                                                    thinking_now=view.thinking)
                 elif isinstance(event, PrefillProgress):
                     if first_done < 0:
                         first_done, started = event.done, now
@@ -306,7 +315,8 @@ class ChatCore:
             if not stream.finished:  # the browser went away mid-answer: free the sequence
                 stream.cancel()
             self.active.pop(conv_id, None)
-            saved = render.stats_dict(stats, engine.n_ctx) | {"finish_reason": finish}
+            view.finish(cut=finish == "length")
+            saved = render.stats_dict(stats, engine.n_ctx) | {"finish_reason": finish} | view.saved()
             if stats is not None:  # the wait the user saw, from Send to the last token
                 saved["total_s"] = round(time.perf_counter() - submitted, 2)
             if included:
@@ -315,7 +325,7 @@ class ChatCore:
                 saved["passages"] = passages
             if left_out:
                 saved["left_out"] = left_out
-            text = "".join(parts)
+            text = view.answer
             if error:  # shown under the reply, never sent to the model as what it said
                 saved["error"] = error
             if versions:

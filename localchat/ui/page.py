@@ -50,6 +50,11 @@ footer { display: none !important; }
 #chat details.passage summary { cursor: pointer; color: var(--body-text-color-subdued); }
 #chat .passage-text { border-left: 3px solid var(--border-color-primary); padding: 0.3em 0.8em; margin: 0.3em 0;
   max-height: 16em; overflow-y: auto; white-space: normal; }
+/* A thinking model's thinking above its answer: subdued, open while it streams, then one line to open. */
+#chat details.thinking { margin: 0 0 0.6em; font-size: 0.9em; color: var(--body-text-color-subdued); }
+#chat details.thinking summary { cursor: pointer; }
+#chat .thinking-text { border-left: 3px solid var(--border-color-primary); padding: 0.3em 0.8em; margin: 0.3em 0;
+  max-height: 24em; overflow-y: auto; white-space: normal; }
 /* The chat's "↓" (back to the latest message) stays inside the chat: Gradio lifts it over everything, so it
    floated over an opened sidebar or settings drawer (z-index 1000). */
 #chat .scroll-down-button-container { z-index: 2; }

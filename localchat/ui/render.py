@@ -154,10 +154,12 @@ def reply_note(stats: dict[str, Any]) -> str:
 
 
 def reply_markdown(answer: str, stats: dict[str, Any], included: str = "", note: str = "",
-                   passages: list[dict[str, str]] | None = None) -> str:
-    """A reply as shown: the answer, then what documents it read (each retrieved passage opens to its
-    text), then its numbers."""
-    lines = [inert(answer) if answer else "…"]
+                   passages: list[dict[str, str]] | None = None, thinking_now: bool = False) -> str:
+    """A reply as shown: a thinking model's thinking (open while it thinks, then closed), the answer, then
+    what documents it read (each retrieved passage opens to its text), then its numbers."""
+    thought = stats.get("thinking")
+    lines = [thinking_html(thought, thinking_now, stats.get("thought_s"))] if thought else []
+    lines.append(inert(answer) if answer else ("" if thinking_now else "…"))
     if included:
         lines.append(f"**Included:** {plain(included)}")
     if passages:
@@ -166,6 +168,15 @@ def reply_markdown(answer: str, stats: dict[str, Any], included: str = "", note:
     if footer:
         lines.append(f"*{plain(footer)}*")
     return "\n\n".join(lines)
+
+
+def thinking_html(thought: str, now: bool, seconds: float | None) -> str:
+    """The thinking as a block that opens: open and "Thinking…" while it streams, then closed, "Thought for
+    N s" (escaped, on one Markdown line so the HTML block is not cut)."""
+    summary = "Thinking…" if now else (f"Thought for {seconds:.0f} s" if seconds is not None else "Thought")
+    text = html.escape(thought).replace("\n", "<br>")
+    return (f'<details class="thinking"{" open" if now else ""}><summary>{summary}</summary>'
+            f'<div class="thinking-text">{text}</div></details>')
 
 
 def passage_html(passage: dict[str, str]) -> str:

@@ -67,14 +67,16 @@ class Sampling:
     presence_penalty: float = _ENGINE_DEFAULTS.presence_penalty
     frequency_penalty: float = _ENGINE_DEFAULTS.frequency_penalty
     context_overflow: str = POLICIES[0]
+    thinking: str = "default"  # a thinking model's switch (THINKING): its template's default, on/off, a level
+    thinking_budget: int = 0  # tokens a thinking model may think before its thinking is closed; 0: no limit
     base: SamplingParams = field(default_factory=SamplingParams)  # what the window does not show
 
     @classmethod
-    def over(cls, base: SamplingParams, context_overflow: str = POLICIES[0]) -> "Sampling":
+    def over(cls, base: SamplingParams, context_overflow: str = POLICIES[0], thinking_budget: int = 0) -> "Sampling":
         """A new chat's settings: the server's defaults (`localchat ui --temperature ... --context-overflow ...`)."""
         shown = {name: getattr(base, name) for name in SAMPLING_SETTINGS}
         return cls(**shown | {"max_tokens": base.max_tokens or WINDOW_MAX_TOKENS}, base=base,
-                   context_overflow=context_overflow)
+                   context_overflow=context_overflow, thinking_budget=thinking_budget)
 
     def params(self) -> SamplingParams:
         """The engine's parameters: each control's number as the type SamplingParams takes (a slider's
@@ -93,9 +95,17 @@ def settings_of(sampling: Sampling) -> dict[str, Any]:
     return {name: getattr(sampling, name) for name in SHOWN_SETTINGS}
 
 
+THINKING = ("default", "on", "off", "low", "medium", "high")
+
+
+def thinking_asked(choice: str) -> bool | str | None:
+    """The drawer's thinking choice as the API's switch (api/thinking.py: switches_for)."""
+    return {"default": None, "on": True, "off": False}.get(choice, choice if choice in THINKING else None)
+
+
 def checked_settings(raw: dict[str, Any]) -> dict[str, Any]:
     """The settings the window shows out of ones from a file (an import, a preset): numbers (the seed may
     be none; each is range-checked when used) and the overflow policy by name; anything else is dropped."""
     return {k: v for k, v in raw.items() if k in SHOWN_SETTINGS
             and (isinstance(v, (int, float)) and not isinstance(v, bool) or (k == "seed" and v is None)
-                 or (k == "context_overflow" and v in POLICIES))}
+                 or (k == "context_overflow" and v in POLICIES) or (k == "thinking" and v in THINKING))}

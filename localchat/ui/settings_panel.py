@@ -14,10 +14,11 @@ import gradio as gr
 
 from ..errors import LocalchatError
 from ..runtime.overflow import POLICIES
+from ..runtime.thinking import thinking_style
 from ..runtime.sampling import LIMITS
 from .chat import ChatCore
 from .presets import Preset, Presets
-from .session import SHOWN_SETTINGS, Sampling, settings_of
+from .session import SHOWN_SETTINGS, THINKING, Sampling, settings_of
 
 MIN_CONTEXT = 64  # the n_ctx setting's own lower bound (config.py)
 OVERFLOW_CHOICES = [("Leave out the oldest turns", "rolling"),
@@ -96,6 +97,10 @@ def build_settings_panel(defaults: Sampling, system_prompt: str, core: ChatCore,
                                         d.frequency_penalty),
             "context_overflow": gr.Dropdown(OVERFLOW_CHOICES, value=d.context_overflow, elem_id="context-overflow",
                                             label="When the chat outgrows the context"),
+            "thinking": thinking_control(core, d.thinking),
+            "thinking_budget": gr.Slider(0, 8192, value=d.thinking_budget, step=64, elem_id="thinking-budget",
+                                         label="Thinking budget (tokens, 0: no limit)",
+                                         visible=thinking_style(core.runtime.engine.template.source) is not None),
         }
         gr.Markdown("**Model**")
         trained = core.runtime.engine.worker.n_ctx_train or core.runtime.engine.n_ctx
@@ -183,13 +188,27 @@ def wire_presets(panel: SettingsPanel, saved: Presets, defaults: Sampling, conv_
     controls.delete.click(delete, [controls.pick], [controls.pick], api_name=False)
 
 
+def thinking_control(core: ChatCore, value: str) -> gr.Dropdown:
+    """The thinking switch, where the loaded model has one: on/off (Qwen3, GLM, DeepSeek V3.1) or a level
+    (gpt-oss); hidden for a model that does not think or cannot be switched."""
+    style = thinking_style(core.runtime.engine.template.source)
+    if style is None or style.switch is None:
+        return gr.Dropdown(["default"], value="default", visible=False, elem_id="thinking")
+    choices = ["default", *(style.levels or ("on", "off"))]
+    return gr.Dropdown(choices, value=value if value in choices else "default", elem_id="thinking",
+                       label="Thinking", info="Whether (or how hard) the model thinks before it answers.")
+
+
 def sampling_of(values: tuple, defaults: Sampling) -> Sampling:
     """The controls' values (in SHOWN_SETTINGS order) over the server's defaults."""
     chosen = dict(zip(SHOWN_SETTINGS, values))
     chosen["max_tokens"], chosen["top_k"] = int(chosen["max_tokens"]), int(chosen["top_k"])
+    chosen["thinking_budget"] = max(int(chosen["thinking_budget"] or 0), 0)
     chosen["seed"] = seed_of(chosen["seed"])
     if chosen["context_overflow"] not in POLICIES:  # a page may send anything
         chosen["context_overflow"] = defaults.context_overflow
+    if chosen["thinking"] not in THINKING:
+        chosen["thinking"] = defaults.thinking
     return Sampling(**chosen, base=defaults.base)
 
 

@@ -40,7 +40,7 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
     from .page import CSS, SCRIPT
 
     service = LocalService(runtime.engine, served_name(runtime.model), defaults.base if defaults else None,
-                           runners=runners)
+                           runners=runners, thinking_budget=defaults.thinking_budget if defaults else 0)
     runtime.service = service
 
     app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None)
@@ -66,7 +66,7 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
 
 def run_ui(options: ServeOptions, load: Callable[..., Engine], model: str, open_browser: bool = True,
            defaults: Sampling | None = None, system_prompt: str = "", context_overflow: str = "rolling",
-           runners: Any = None) -> int:
+           runners: Any = None, thinking_budget: int = 0) -> int:
     """Serve the window and the API until interrupted; prints the URL and opens the browser."""
     import uvicorn
 
@@ -77,7 +77,7 @@ def run_ui(options: ServeOptions, load: Callable[..., Engine], model: str, open_
     runtime = Runtime(engine, model, load)
     try:
         if defaults is None:
-            defaults = Sampling.over(options.sampling or SamplingParams(), context_overflow)
+            defaults = Sampling.over(options.sampling or SamplingParams(), context_overflow, thinking_budget)
         app = create_ui_app(runtime, store, options.api_key, defaults, options.policy(sock.getsockname()[1]),
                             system_prompt, runners)
         url = url_of(sock)

@@ -4,8 +4,9 @@ structured output (output_config.format), and streaming as Anthropic's typed eve
 routes take Anthropic's shape (api/wire.py).
 
 temperature, top_p and top_k are taken as Anthropic's API took them (the current client sends them
-through extra_body); what this server cannot do (images, documents, thinking, built-in tools, a
-prefilled assistant turn) is a 400 that says so.
+through extra_body). A thinking model's thinking comes as thinking blocks (`thinking: {type: "enabled",
+budget_tokens}` switches it on and closes it when the budget is spent; "disabled" switches it off). What
+this server cannot do (images, documents, built-in tools, a prefilled assistant turn) is a 400 that says so.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 
 from ...errors import LocalchatError, RequestError
 from ...runtime.events import Stats
+from ...runtime.thinking import Thought
 from ..schemas import Body, parse
 from ..service import Answer, AskedSampling, Delta, End, Generation, Route, Service, Started
 from ..tool_parser import ArgsDelta, CallStart, ToolCall
@@ -79,11 +81,14 @@ def _messages(body: CountBody) -> list[dict[str, Any]]:
         if isinstance(message.content, str):
             out.append({"role": message.role, "content": message.content})
             continue
-        texts, calls, results = [], [], []
+        texts, calls, results, thoughts = [], [], [], []
         for j, block in enumerate(message.content):
             kind, where = block.get("type"), f"messages.{i}.content.{j}"
             if kind == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
+            elif kind in ("thinking", "redacted_thinking") and message.role == "assistant":
+                if isinstance(block.get("thinking"), str):
+                    thoughts.append(block["thinking"])
             elif kind == "tool_use" and message.role == "assistant":
                 if not isinstance(block.get("name"), str) or not isinstance(block.get("input", {}), dict):
                     raise RequestError(f"{where} must be {{'type': 'tool_use', 'id': ..., 'name': ..., 'input': "
@@ -102,6 +107,8 @@ def _messages(body: CountBody) -> list[dict[str, Any]]:
             out.append({"role": "assistant", "content": "\n\n".join(texts), "tool_calls": calls})
         elif texts or not results:
             out.append({"role": message.role, "content": "\n\n".join(texts)})
+        if thoughts and out[-1]["role"] == "assistant":
+            out[-1]["reasoning"] = "\n\n".join(thoughts)
     if out and out[-1]["role"] == "assistant":
         raise RequestError("the last message is the assistant's: this server does not continue a prefilled answer; "
                            "end with a user message.", f"messages.{len(body.messages) - 1}")
@@ -110,8 +117,6 @@ def _messages(body: CountBody) -> list[dict[str, Any]]:
 
 def _tools(body: CountBody) -> tuple[list[dict[str, Any]] | None, Any, bool | None]:
     """Anthropic's tools and tool_choice as neutral function tools, choice and parallel calls."""
-    if body.thinking and body.thinking.get("type") not in (None, "disabled"):
-        raise RequestError("thinking: this server's models write no separate thinking; leave it out.", "thinking")
     tools = []
     for i, tool in enumerate(body.tools or []):
         if not isinstance(tool, dict) or tool.get("type", "custom") != "custom":
@@ -144,11 +149,30 @@ def _format(body: CountBody) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": found["schema"]}}
 
 
+def _thinking(body: CountBody) -> tuple[bool | None, int | None]:
+    """`thinking` as the neutral switch and budget: {type: enabled, budget_tokens}, disabled, adaptive."""
+    asked = body.thinking
+    if asked is None:
+        return None, None
+    kind = asked.get("type") if isinstance(asked, dict) else None
+    if kind == "disabled":
+        return False, None
+    if kind == "adaptive":
+        return True, None
+    budget = asked.get("budget_tokens") if kind == "enabled" else None
+    if kind != "enabled" or not (isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1):
+        raise RequestError("thinking must be {'type': 'enabled', 'budget_tokens': N} (N at least 1), "
+                           "{'type': 'adaptive'} or {'type': 'disabled'}.", "thinking")
+    return True, budget
+
+
 def _generation(body: CountBody, stream: bool = False, sampling: AskedSampling | None = None) -> Generation:
     tools, choice, parallel = _tools(body)
+    thinking, budget = _thinking(body)
     return Generation(messages=_messages(body), model=body.model, sampling=sampling or AskedSampling(),
                       tools=tools, tool_choice=choice, parallel_tool_calls=parallel, response_format=_format(body),
-                      format_param="output_config.format.schema", stream=stream)
+                      format_param="output_config.format.schema", stream=stream, thinking=thinking,
+                      thinking_budget=budget, thinking_param="thinking")
 
 
 # -- replies ---------------------------------------------------------------------------------------
@@ -196,8 +220,9 @@ class _Message:
     async def whole(self, answer: Answer) -> dict[str, Any]:
         async for event in answer.events():
             if isinstance(event, End):
-                text = "".join(answer.content)
-                content = ([{"type": "text", "text": text}] if text or not answer.calls else [])
+                text, thought = "".join(answer.content), "".join(answer.reasoning)
+                content = [{"type": "thinking", "thinking": thought, "signature": ""}] if thought else []
+                content += ([{"type": "text", "text": text}] if text or not answer.calls else [])
                 content += [_tool_use(call) for call in answer.calls]
                 return self._head(content, _usage(event.stats), _stop(event))
         raise AssertionError("an answer's events end with End")
@@ -220,7 +245,13 @@ class _Message:
                     yield _event("ping")
                 if isinstance(event, Delta):
                     for piece in event.pieces:
-                        if isinstance(piece, str):
+                        if isinstance(piece, Thought):
+                            if open_kind != "thinking":
+                                for chunk in begin({"type": "thinking", "thinking": "", "signature": ""}):
+                                    yield chunk
+                            yield _event("content_block_delta", index=index,
+                                         delta={"type": "thinking_delta", "thinking": piece.text})
+                        elif isinstance(piece, str):
                             if open_kind != "text":
                                 for chunk in begin({"type": "text", "text": ""}):
                                     yield chunk

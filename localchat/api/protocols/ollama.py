@@ -2,7 +2,7 @@
 request. Answers stream as JSON lines unless `stream: false`; durations are nanoseconds.
 
 What Ollama takes and this server cannot do is refused with a 400 that says so (images, `suffix`,
-a client's own template, thinking, mirostat); options that only matter when a model loads (num_gpu,
+a client's own template, mirostat); options that only matter when a model loads (num_gpu,
 num_thread...) are accepted, and the answer's `x_localchat.notes` says they were not applied, as it
 says when `num_ctx` differs from the served context.
 """
@@ -24,6 +24,7 @@ from ...runtime.events import Stats, TokenLogprob
 from ..embeddings import check_inputs
 from ..schemas import Body, parse
 from ..service import Answer, AskedSampling, Delta, End, Generation, ModelInfo, Route, Service
+from ..thinking import check_thinking
 from ..tool_parser import ToolCall
 from .ollama_models import listed, now, running, shown, untagged
 
@@ -63,6 +64,7 @@ class OllamaMessage(Body):
     images: list[Any] | None = None
     tool_calls: list[Any] | None = None  # [{function: {name, arguments: {...}}}]
     tool_name: str | None = None  # the tool whose result a tool turn carries
+    thinking: str | None = None  # an earlier answer's thinking
 
 
 class _Generating(Body):
@@ -163,9 +165,6 @@ def _sampling(body: _Generating, notes: list[str], n_ctx: int) -> AskedSampling:
     if loading:
         notes.append(f"options {', '.join(loading)} were not applied: they take effect when a model loads, and "
                      "this server loaded its model with its own settings")
-    if body.think:
-        raise RequestError("think: this server's models write no separate thinking; leave think out (or false).",
-                           "think")
     stops = [o.stop] if isinstance(o.stop, str) else list(o.stop or [])
     limit = o.num_predict if o.num_predict is not None and o.num_predict >= 0 else None
     return AskedSampling.named_alike(o, NAMES, penalty_last_n=o.repeat_last_n, max_tokens=limit, stop=stops,
@@ -202,6 +201,8 @@ def _messages(body: OllamaChatBody) -> list[dict[str, Any]]:
             out.append({"role": "tool", "content": text, "tool_call_id": match[0] if match else ""})
         else:
             out.append({"role": message.role, "content": text})
+        if message.role == "assistant" and message.thinking:
+            out[-1]["reasoning"] = message.thinking
     return out
 
 
@@ -250,15 +251,20 @@ class Reply:
     def __init__(self, chat: bool, model: str, notes: list[str]) -> None:
         self.chat, self.model, self.notes = chat, model, notes
 
-    def shaped(self, content: str, calls: list[ToolCall], logprobs: list[TokenLogprob]) -> dict[str, Any]:
+    def shaped(self, content: str, calls: list[ToolCall], logprobs: list[TokenLogprob],
+               thinking: str = "") -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.model, "created_at": now()}
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": content}
+            if thinking:
+                message["thinking"] = thinking
             if calls:
                 message["tool_calls"] = [_call(c) for c in calls]
             out["message"] = message
         else:
             out["response"] = content
+            if thinking:
+                out["thinking"] = thinking
         if logprobs:
             out["logprobs"] = _logprobs(logprobs)
         return out
@@ -266,15 +272,16 @@ class Reply:
     async def whole(self, answer: Answer) -> dict[str, Any]:
         async for event in answer.events():
             if isinstance(event, End):
-                return {**self.shaped("".join(answer.content), answer.calls, answer.logprobs),
-                        **_final(event, self.notes)}
+                return {**self.shaped("".join(answer.content), answer.calls, answer.logprobs,
+                                      "".join(answer.reasoning)), **_final(event, self.notes)}
         raise AssertionError("an answer's events end with End")
 
     async def lines(self, answer: Answer) -> AsyncIterator[bytes]:
         try:
             async for event in answer.events():
-                if isinstance(event, Delta) and (event.content or event.calls or event.logprobs):
-                    yield _line({**self.shaped(event.content, event.calls, event.logprobs), "done": False})
+                if isinstance(event, Delta) and (event.content or event.reasoning or event.calls or event.logprobs):
+                    yield _line({**self.shaped(event.content, event.calls, event.logprobs, event.reasoning),
+                                 "done": False})
                 elif isinstance(event, End):
                     yield _line({**self.shaped("", [], []), **_final(event, self.notes)})
         except LocalchatError as exc:
@@ -311,7 +318,8 @@ async def chat(service: Service, data: Any, request: HTTPRequest) -> Response:
     generation = Generation(messages=_messages(body), model=untagged(body.model),
                             sampling=_sampling(body, notes, info.n_ctx), tools=body.tools or None,
                             response_format=_format(body.format), format_param="format", stream=body.stream is not False,
-                            keep_alive_s=keep)
+                            keep_alive_s=keep, thinking=check_thinking(body.think, "think"),
+                            thinking_param="think")
     if not generation.messages:
         return _loaded(body.model or info.name, True, info)
     return await _answer(service, generation, request, Reply(True, body.model or info.name, notes))
@@ -333,7 +341,8 @@ async def generate(service: Service, data: Any, request: HTTPRequest) -> Respons
         return _loaded(body.model or info.name, False, info)
     turns = [{"role": "system", "content": body.system}] if body.system else []
     generation = Generation(model=untagged(body.model), sampling=sampling, response_format=_format(body.format),
-                            format_param="format", stream=body.stream is not False, keep_alive_s=keep)
+                            format_param="format", stream=body.stream is not False, keep_alive_s=keep,
+                            thinking=check_thinking(body.think, "think"), thinking_param="think")
     if body.raw:
         generation.prompt = body.prompt
     else:  # the chat template around the prompt, as Ollama does

@@ -12,7 +12,9 @@ from starlette.responses import JSONResponse, Response
 
 from ..embeddings import check_inputs
 from ..schemas import ChatBody, CompletionBody, EmbeddingsBody, parse
+from ...runtime.chat_template import check_switches
 from ..service import Generation, ModelInfo, Route, Service
+from ..thinking import check_thinking
 from .openai_reply import Reply
 
 MEDIA_TYPE = "text/event-stream"
@@ -43,7 +45,9 @@ async def chat(service: Service, data: Any, request: HTTPRequest) -> Response:
     generation = Generation(messages=body.turns(), model=body.model, sampling=body.asked(), tools=body.tools,
                             tool_choice=body.tool_choice, parallel_tool_calls=body.parallel_tool_calls,
                             response_format=body.response_format, stream=bool(body.stream),
-                            context_overflow=body.x_localchat.context_overflow)
+                            context_overflow=body.x_localchat.context_overflow, grammar=body.grammar,
+                            thinking=check_thinking(body.reasoning_effort, "reasoning_effort"),
+                            template_kwargs=check_switches(body.chat_template_kwargs))
     return await _reply(service, generation, request, body.include_usage, chat=True)
 
 

@@ -10,7 +10,9 @@ from typing import Any, AsyncIterator
 from ...errors import LocalchatError
 from ...runtime.events import Stats
 from ..service import Answer, Delta, End
-from ..tool_parser import ArgsDelta, CallStart, Piece
+from ...runtime.thinking import Thought
+from ..reader import Piece
+from ..tool_parser import ArgsDelta, CallStart
 from ..wire import error_body, sse
 
 
@@ -49,7 +51,7 @@ class Reply:
                 else:
                     choice["text"] = "".join(answer.content)
                 obj = "chat.completion" if self.chat else "text_completion"
-                return self._envelope(obj, [choice], usage=usage(event.stats),
+                return self._envelope(obj, [choice], usage=usage(event.stats, event.reasoning_tokens),
                                       x_localchat=extras(event.stats, answer.notes))
         raise AssertionError("an answer's events end with End")
 
@@ -76,7 +78,7 @@ class Reply:
                 elif isinstance(event, End):
                     yield chunk([], event.finish_reason, x_localchat=extras(event.stats, answer.notes))
                     if include_usage:
-                        yield sse(self._envelope(obj, [], usage=usage(event.stats)))
+                        yield sse(self._envelope(obj, [], usage=usage(event.stats, event.reasoning_tokens)))
         except LocalchatError as exc:
             # Headers are gone already: the error travels in the stream, as OpenAI's does.
             yield sse(error_body(str(exc), "server_error", None, "engine_error"))
@@ -85,9 +87,12 @@ class Reply:
 
 
 def message(answer: Answer) -> dict[str, Any]:
-    """The whole assistant message: content, or tool calls (content None when there is none)."""
+    """The whole assistant message: content, or tool calls (content None when there is none), and a thinking
+    model's thinking in `reasoning_content` (as llama.cpp's server, vLLM and DeepSeek's API return it)."""
     content = "".join(answer.content)
     out: dict[str, Any] = {"role": "assistant", "content": content}
+    if answer.reasoning:
+        out["reasoning_content"] = "".join(answer.reasoning)
     if answer.calls:
         out["content"] = content or None
         out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -98,6 +103,9 @@ def message(answer: Answer) -> dict[str, Any]:
 def delta_of(pieces: list[Piece]) -> dict[str, Any]:
     """A chat chunk's delta for `pieces` (content, call openings, argument text)."""
     delta: dict[str, Any] = {}
+    reasoning = "".join(p.text for p in pieces if isinstance(p, Thought))
+    if reasoning:
+        delta["reasoning_content"] = reasoning
     content = "".join(p for p in pieces if isinstance(p, str))
     if content:
         delta["content"] = content
@@ -130,11 +138,12 @@ def text_logprobs(tokens: list[Any], offset: int) -> dict[str, Any]:
             "top_logprobs": [{s: lp for s, _, lp in t.top} for t in tokens], "text_offset": offsets}
 
 
-def usage(stats: Stats | None) -> dict[str, Any]:
+def usage(stats: Stats | None, reasoning_tokens: int = 0) -> dict[str, Any]:
     prompt = stats.prompt_tokens if stats else 0
     completion = stats.completion_tokens if stats else 0
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": stats.cached_tokens if stats else 0}}
+            "prompt_tokens_details": {"cached_tokens": stats.cached_tokens if stats else 0},
+            "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}}
 
 
 def extras(stats: Stats | None, notes: list[str] | None = None) -> dict[str, Any] | None:

@@ -5,8 +5,9 @@ the neutral request: `input` as a string or items (messages, function_call, func
 (`previous_response_id`; api/response_store.py). The answer's shapes are in responses_reply.py.
 
 What this server cannot do is a 400 that says so: built-in tools (web search, file search, computer
-use...), images and files, background runs, server-side conversations. Reasoning items a client sends
-back are read past: this server's models write no separate reasoning, and their text is not the chat.
+use...), images and files, background runs, server-side conversations. A thinking model's thinking comes
+as a reasoning item (its text in `content`, as reasoning_text); `reasoning.effort` sets its switch; a
+reasoning item a client sends back is the thinking of the assistant turn that follows it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ...errors import RequestError
 from ..response_store import stored_responses
 from ..schemas import Body, parse
 from ..service import AskedSampling, Generation, Route, Service
+from ..thinking import check_thinking
 from ..wire import error_response
 from .responses_reply import MEDIA_TYPE, ResponseReply
 
@@ -50,6 +52,7 @@ class ResponsesBody(Body):
     background: bool | None = None
     conversation: Any = None
     truncation: Literal["auto", "disabled"] | None = "disabled"  # auto: the oldest turns go when it is too long
+    reasoning: dict[str, Any] | None = None  # {effort: none | low | medium | high, summary}
 
 
 # -- requests --------------------------------------------------------------------------------------
@@ -77,6 +80,7 @@ def _messages(items: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     out: list[dict[str, Any]] = []
+    thought = ""  # a reasoning item's text, for the assistant turn after it
     for i, item in enumerate(items):
         kind, where = item.get("type", "message"), f"input.{i}"
         if kind == "message":
@@ -85,6 +89,8 @@ def _messages(items: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
                 raise RequestError(f"{where}.role must be user, assistant, system or developer.", f"{where}.role")
             out.append({"role": "system" if role == "developer" else role,
                         "content": _text(item.get("content", ""), f"{where}.content")})
+            if role == "assistant" and thought:
+                out[-1]["reasoning"], thought = thought, ""
         elif kind == "function_call":
             if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
                 raise RequestError(f"{where} must be {{'type': 'function_call', 'call_id': ..., 'name': ..., "
@@ -96,10 +102,15 @@ def _messages(items: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
                 last.setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            if thought:
+                out[-1]["reasoning"], thought = thought, ""
         elif kind == "function_call_output":
             out.append({"role": "tool", "tool_call_id": str(item.get("call_id") or ""),
                         "content": _text(item.get("output", ""), f"{where}.output")})
-        elif kind != "reasoning":
+        elif kind == "reasoning":
+            parts = item.get("content") or []
+            thought = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+        else:
             raise RequestError(f"{where} is a '{kind}' item; this server reads message, function_call and "
                                "function_call_output items.", f"{where}.type")
     if not out or out[-1]["role"] == "assistant":
@@ -169,7 +180,8 @@ def _generation(body: ResponsesBody) -> tuple[Generation, list[dict[str, Any]]]:
                             tool_choice=choice, parallel_tool_calls=body.parallel_tool_calls,
                             response_format=_format(body), format_param="text.format.schema",
                             stream=bool(body.stream),
-                            context_overflow="rolling" if body.truncation == "auto" else "refuse")
+                            context_overflow="rolling" if body.truncation == "auto" else "refuse",
+                            thinking=check_thinking((body.reasoning or {}).get("effort"), "reasoning.effort"))
     return generation, conversation
 
 
@@ -180,7 +192,8 @@ def _echoed(body: ResponsesBody) -> dict[str, Any]:
             "previous_response_id": body.previous_response_id, "temperature": body.temperature,
             "text": {"format": (body.text or {}).get("format") or {"type": "text"}},
             "tool_choice": body.tool_choice or "auto", "tools": body.tools or [], "top_p": body.top_p,
-            "truncation": body.truncation or "disabled", "metadata": getattr(body, "metadata", None) or {}}
+            "truncation": body.truncation or "disabled", "metadata": getattr(body, "metadata", None) or {},
+            "reasoning": {"effort": (body.reasoning or {}).get("effort"), "summary": None}}
 
 
 # -- routes ----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from ...errors import LocalchatError
 from ...runtime.events import Stats, TokenLogprob
 from ..response_store import stored_responses
 from ..service import Answer, Delta, End
+from ...runtime.thinking import Thought
 from ..tool_parser import ArgsDelta, CallStart
 from .openai_reply import chat_logprobs, extras
 
@@ -28,11 +29,11 @@ def _logprobs(tokens: list[TokenLogprob]) -> list[dict[str, Any]]:
     return chat_logprobs(tokens)["content"] if tokens else []
 
 
-def usage(stats: Stats | None) -> dict[str, Any]:
+def usage(stats: Stats | None, reasoning_tokens: int = 0) -> dict[str, Any]:
     prompt = stats.prompt_tokens if stats else 0
     completion = stats.completion_tokens if stats else 0
     return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": stats.cached_tokens if stats else 0},
-            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": prompt + completion}
 
 
@@ -71,6 +72,16 @@ class _Items:
                                                           "logprobs": shaped}))
         return events
 
+    def thought(self, text: str) -> list[Event]:
+        """A thinking model's thinking: a reasoning item, its text streamed as reasoning_text."""
+        events: list[Event] = []
+        if self.open is None or self.open["type"] != "reasoning":
+            events += self._begin({"id": "rs_" + secrets.token_hex(12), "type": "reasoning", "status": "in_progress",
+                                   "summary": [], "content": [{"type": "reasoning_text", "text": ""}]})
+        self.open["content"][0]["text"] += text
+        events.append(("response.reasoning_text.delta", {**self._event_ids(), "content_index": 0, "delta": text}))
+        return events
+
     def call(self, start: CallStart) -> list[Event]:
         return self._begin({"id": "fc_" + secrets.token_hex(12), "type": "function_call", "status": "in_progress",
                             "call_id": start.id, "name": start.name, "arguments": ""})
@@ -91,6 +102,10 @@ class _Items:
             events += [("response.output_text.done", {**ids, "content_index": 0, "text": part["text"],
                                                       "logprobs": part["logprobs"]}),
                        ("response.content_part.done", {**ids, "content_index": 0, "part": part})]
+        elif item["type"] == "reasoning":
+            status = "completed"
+            events.append(("response.reasoning_text.done", {**ids, "content_index": 0,
+                                                            "text": item["content"][0]["text"]}))
         else:
             status = "completed"
             events.append(("response.function_call_arguments.done", {**ids, "name": item["name"],
@@ -104,7 +119,9 @@ class _Items:
         events: list[Event] = []
         logprobs = delta.logprobs
         for piece in delta.pieces:
-            if isinstance(piece, str):
+            if isinstance(piece, Thought):
+                events += self.thought(piece.text)
+            elif isinstance(piece, str):
                 events += self.text(piece, logprobs)
                 logprobs = []  # a delta's tokens go with its first text
             elif isinstance(piece, CallStart):
@@ -116,7 +133,7 @@ class _Items:
         return events
 
     def end(self, status: str) -> list[Event]:
-        if not self.items:  # an empty answer is still one (empty) message
+        if not any(item["type"] != "reasoning" for item in self.items):  # an empty answer is still one message
             return self.text("", []) + self.close(status)
         return self.close(status)
 
@@ -132,21 +149,29 @@ class ResponseReply:
         self.conversation = conversation  # None: not stored (store: false)
 
     def _object(self, status: str, output: list[dict[str, Any]], stats: Stats | None = None,
-                error: dict[str, Any] | None = None, notes: list[str] | None = None) -> dict[str, Any]:
+                error: dict[str, Any] | None = None, notes: list[str] | None = None,
+                reasoning_tokens: int = 0) -> dict[str, Any]:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
                 "background": False, "error": error, "incomplete_details": incomplete, "model": self.model,
-                "output": output, **self.echoed, "store": self.conversation is not None,
-                "reasoning": {"effort": None, "summary": None},
-                "usage": usage(stats) if status != "in_progress" else None, "x_localchat": extras(stats, notes)}
+                "output": output, "reasoning": {"effort": None, "summary": None}, **self.echoed,
+                "store": self.conversation is not None,
+                "usage": usage(stats, reasoning_tokens) if status != "in_progress" else None,
+                "x_localchat": extras(stats, notes)}
 
     async def _finish(self, answer: Answer, items: _Items, end: End) -> tuple[dict[str, Any], list[Event]]:
         """The closing events and the finished object, stored if asked."""
         status = "incomplete" if end.finish_reason == "length" else "completed"
         events = items.end(status)
-        response = self._object(status, items.items, end.stats, notes=answer.notes)
+        # A call max_tokens cut began on the stream, but is no call: the response lists the whole ones only.
+        whole = {call.id for call in answer.calls}
+        output = [i for i in items.items if i["type"] != "function_call" or i["call_id"] in whole]
+        response = self._object(status, output, end.stats, notes=answer.notes,
+                                reasoning_tokens=end.reasoning_tokens)
         if self.conversation is not None and end.finish_reason != "cancelled":
             turn: dict[str, Any] = {"role": "assistant", "content": "".join(answer.content)}
+            if answer.reasoning:
+                turn["reasoning"] = "".join(answer.reasoning)
             if answer.calls:
                 turn["tool_calls"] = [{"id": c.id, "type": "function",
                                        "function": {"name": c.name, "arguments": c.arguments}} for c in answer.calls]

@@ -1,0 +1,114 @@
+"""Grammars that force a family's own call form once its trigger is written: the marker families
+(tool_families.py: DeepSeek, Kimi K2, Mistral's [ARGS], Qwen3-Coder and GLM XML, DSML, Gemma 4) and
+gpt-oss's harmony recipient. JSON arguments follow each tool's schema (the converter's rules); an XML
+family's parameters are its schema's properties in order, strings written bare, other values as JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..runtime.schema_grammar import Converter, gbnf_of
+from .tool_families import SectionFormat
+from .tool_formats import MAX_PARALLEL, tool_schema
+
+HARMONY_TRIGGER = "to=functions."
+MAX_BARE = 4096  # characters of an XML family's string value without a maxLength: the grammar must end
+
+
+def _bare(prop: dict[str, Any]) -> str:
+    """An XML family's string value, written bare: any text without a tag, as long as its schema allows."""
+    low = int(prop.get("minLength") or 0)
+    high = int(prop.get("maxLength") or MAX_BARE)
+    return f"[^<]{{{min(low, high)},{min(high, MAX_BARE)}}}"
+
+
+def _lit(conv: Converter, text: str) -> str:
+    return conv._format_literal(text) if text else ""
+
+
+def _args(conv: Converter, tool: dict[str, Any], i: int) -> str:
+    return conv.visit(conv.resolve_refs(tool_schema(tool), f"tool{i}"), f"tool{i}-args")
+
+
+def _xml_params(conv: Converter, tool: dict[str, Any], i: int, fmt: SectionFormat) -> str:
+    """The parameters of one call in an XML family's form, the required ones always, the rest optional."""
+    schema = tool_schema(tool)
+    required = set(schema.get("required") or [])
+    parts = []
+    for j, (key, prop) in enumerate((schema.get("properties") or {}).items()):
+        kinds = prop.get("type") if isinstance(prop, dict) else None
+        value = _bare(prop) if kinds == "string" else conv.visit(conv.resolve_refs(prop, f"tool{i}-p{j}"),
+                                                                  f"tool{i}-p{j}")
+        if fmt.name == "qwen3-xml":
+            one = f'{_lit(conv, f"<parameter={key}>" + chr(10))} {value} {_lit(conv, chr(10) + "</parameter>" + chr(10))}'
+        elif fmt.name == "glm":
+            one = f'{_lit(conv, f"<arg_key>{key}</arg_key><arg_value>")} {value} {_lit(conv, "</arg_value>")}'
+        else:  # DSML
+            flag = "true" if kinds == "string" else "false"
+            one = (f'{_lit(conv, f"<｜DSML｜parameter name={chr(34)}{key}{chr(34)} string={chr(34)}{flag}{chr(34)}>")}'
+                   f' {value} {_lit(conv, "</｜DSML｜parameter>" + chr(10))}')
+        parts.append(one if key in required else f"({one})?")
+    return " ".join(parts) or '""'
+
+
+def _xml_call(conv: Converter, tool: dict[str, Any], i: int, fmt: SectionFormat) -> str:
+    name = tool["function"]["name"]
+    params = _xml_params(conv, tool, i, fmt)
+    if fmt.name == "qwen3-xml":
+        return f'{_lit(conv, f"<tool_call>{chr(10)}<function={name}>{chr(10)}")} {params} ' \
+               f'{_lit(conv, "</function>" + chr(10) + "</tool_call>")}'
+    if fmt.name == "glm":
+        return f'{_lit(conv, f"<tool_call>{name}")} {params} {_lit(conv, "</tool_call>")}'
+    return f'{_lit(conv, f"<｜DSML｜invoke name={chr(34)}{name}{chr(34)}>{chr(10)}")} {params} ' \
+           f'{_lit(conv, "</｜DSML｜invoke>" + chr(10))}'
+
+
+def section_gbnf(fmt: SectionFormat, tools: list[dict[str, Any]], parallel: bool,
+                 param: str = "tools") -> tuple[str, list[str]]:
+    """A grammar for one (or, with `parallel`, several) calls of `tools` in `fmt`'s own form, from its
+    trigger on, and what it leaves to the check."""
+
+    def build(conv: Converter) -> str:
+        alternatives = []
+        for i, tool in enumerate(tools):
+            name = tool["function"]["name"]
+            if fmt.head is not None:
+                opener = fmt.opens[0] if fmt.opens[0] != fmt.trigger or fmt.name == "mistral-args" else ""
+                body = f'{_lit(conv, opener + fmt.head(name, 0))} {_args(conv, tool, i)} ' \
+                       f'{_lit(conv, fmt.tail + (fmt.closes[0] if fmt.closes else ""))}'
+            elif fmt.name == "gemma4":
+                raise ValueError("Gemma 4's calls are read back, not forced: its values are not JSON")
+            else:
+                body = _xml_call(conv, tool, i, fmt)
+            alternatives.append(conv._add_rule(f"tool{i}-call", body))
+        call = conv._add_rule("call", " | ".join(alternatives))
+        sep = '[ \\t\\n]*' if fmt.name in ("qwen3-xml", "glm") else ""
+        more = f" ({sep} {call}){{0,{MAX_PARALLEL - 1}}}" if parallel else ""
+        if fmt.name == "mistral-args":
+            return f"{call}{more}"
+        start = fmt.trigger if fmt.trigger != fmt.opens[0] else ""
+        end = fmt.section[-1] if fmt.section and fmt.section[-1] != fmt.trigger else ""
+        if fmt.name == "deepseek-dsml":
+            start, end = fmt.trigger + "\n", fmt.closes[0]
+        return " ".join(filter(None, (_lit(conv, start), f"{call}{more}", _lit(conv, end))))
+
+    return gbnf_of(build, "the tools' parameter schemas", param)
+
+
+def harmony_gbnf(tools: list[dict[str, Any]], required: bool = False, param: str = "tools") -> tuple[str, list[str]]:
+    """gpt-oss's call from its recipient on: `to=functions.NAME`, the channel and `json`, the arguments. A
+    call that is required opens its commentary message at once (the grammar holds from the first token)."""
+
+    def build(conv: Converter) -> str:
+        alternatives = []
+        header = conv._add_rule("call-header", " | ".join(_lit(conv, h) for h in (
+            " <|constrain|>json<|message|>", "<|channel|>commentary json<|message|>",
+            "<|channel|>commentary <|constrain|>json<|message|>")))
+        for i, tool in enumerate(tools):
+            name = _lit(conv, HARMONY_TRIGGER + tool["function"]["name"])
+            alternatives.append(conv._add_rule(f"tool{i}-call", f"{name} {header} {_args(conv, tool, i)}"))
+        calls = " | ".join(alternatives)
+        return f'{_lit(conv, "<|channel|>commentary ")} ({calls})' if required else calls
+
+    return gbnf_of(build, "the tools' parameter schemas", param)
