@@ -36,11 +36,11 @@ DEFAULT_MODEL = "smollm2-135m"
 ENGINE_COMMANDS = ("chat", "serve", "ui")  # the subcommands that load a model
 TOP = "localchat"  # the top-level parser, for flags that go before the command
 ENV_PREFIX = "LOCALCHAT_"
-# Variables of the same prefix that are not settings: where files live, the installer's build cache
-# and the CPU variants it builds (scripts/install-runtime.sh), the test suite's home, the keys (kept
-# out of settings files on purpose), the CPU variant the runtime loads (runtime/backends/kernels.py) and the
-# GPU layers of `localchat bench`.
-NOT_SETTINGS = ("HOME", "BUILD_CACHE", "CPU_VARIANTS", "TEST_HOME",
+# Variables of the same prefix that are not settings: where files live, the installer's build cache,
+# the CPU variants and GPU backends it builds (scripts/install-runtime.sh), the test suite's home, the keys
+# (kept out of settings files on purpose), the CPU variant the runtime loads (runtime/backends/kernels.py)
+# and the GPU layers of `localchat bench`.
+NOT_SETTINGS = ("HOME", "BUILD_CACHE", "CPU_VARIANTS", "GPU", "TEST_HOME",
                 *(env[len(ENV_PREFIX):] for env in KEY_FLAGS.values()), "CPU_VARIANT", "BENCH_GPU_LAYERS")
 
 

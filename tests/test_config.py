@@ -230,8 +230,8 @@ def test_variables_of_the_runtime_and_the_benchmark_are_not_settings(tmp_path, m
     monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
     # The README tells users to set LOCALCHAT_CPU_VARIANT; it must not stop every launch.
     assert load_settings(environ={"LOCALCHAT_CPU_VARIANT": "haswell", "LOCALCHAT_BENCH_GPU_LAYERS": "99"}).n_ctx == 8192
-    # Nor the installer's LOCALCHAT_CPU_VARIANTS, which CI exports for its whole run.
-    assert load_settings(environ={"LOCALCHAT_CPU_VARIANTS": "all"}).n_ctx == 8192
+    # Nor the installer's LOCALCHAT_CPU_VARIANTS and LOCALCHAT_GPU, which CI exports for its whole run.
+    assert load_settings(environ={"LOCALCHAT_CPU_VARIANTS": "all", "LOCALCHAT_GPU": "vulkan"}).n_ctx == 8192
 
 
 def test_the_worker_takes_every_knob_it_shares_with_the_settings():
