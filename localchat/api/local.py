@@ -68,6 +68,13 @@ class LocalService:
         self.created = int(time.time())
         self._budgets: set[Budget] = set()  # requests being rendered and tokenized right now
         self._names: tuple[Any, set[str]] = (None, set())
+        # Models the window served before its switch to this one (by name): a file the server started with may
+        # lie outside every folder servable_files scans, and must stay a model a request can name.
+        self._earlier: dict[str, Path] = {}
+
+    def served_before(self, name: str, path: Path) -> None:
+        """`name` (its file at `path`) was the served model until a switch: it stays listed and loadable."""
+        self._earlier[name] = Path(path)
 
     def _path(self) -> Path | None:
         return _path_of(self.engine)
@@ -160,7 +167,7 @@ class LocalService:
 
     def _others(self) -> dict[str, Path]:
         """The chat model files here a request may name besides the served model."""
-        return {name: path for name, path in servable_files().items() if name not in self.aliases}
+        return {name: path for name, path in (self._earlier | servable_files()).items() if name not in self.aliases}
 
     def _elsewhere(self, name: str | None) -> bool:
         """Whether `name` asks for a model other than the served one, which this server loads by name."""
@@ -220,6 +227,8 @@ class LocalService:
             plan = constrain(messages, engine.template.source, generation.tools, generation.tool_choice,
                              generation.parallel_tool_calls, generation.response_format, generation.format_param)
             sampling.grammar = grammar_of(plan)
+            # Rendered here, the chat reaches the engine as a prompt: the fallback template's markers end it.
+            sampling.stop = list(dict.fromkeys([*sampling.stop, *engine.template.stops]))
             parser = ToolCallParser(plan.fmt, plan.names) if plan.names else None
             # The template renders here, within the request's time budget: tools go in beside messages.
             def render(kept: list[dict[str, Any]]) -> str:

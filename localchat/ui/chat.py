@@ -20,7 +20,7 @@ from ..runtime.engine import Request
 from ..runtime.overflow import Fitted, fit, without
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
 from . import render, versions
-from .session import Runtime, Sampling, settings_of
+from .session import Runtime, Sampling, max_answer_tokens, settings_of
 from .store import Conversation, Message, Store
 from .uploads import read_upload
 
@@ -43,6 +43,20 @@ def title_of(message: str) -> str:
     """A conversation's title: its first user message, on one line, shortened."""
     line = " ".join(message.split())
     return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1].rstrip() + "…"
+
+
+class Turn:
+    """A conversation's turn, held (ChatCore.turn)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock, self.handed_over = lock, False
+
+    def hand_over(self) -> None:
+        """Whoever finishes the answer ends the turn (`end`), not the handler that took it."""
+        self.handed_over = True
+
+    def end(self) -> None:
+        self._lock.release()
 
 
 class ChatCore:
@@ -107,7 +121,7 @@ class ChatCore:
         messages = self.engine_messages(conv) if conv is not None else []
         n_ctx = self.runtime.engine.n_ctx
         history = self.runtime.engine.prompt_tokens(Request(messages=messages or [{"role": "user", "content": ""}]))
-        budget = document_budget(n_ctx, len(history), max_tokens)
+        budget = document_budget(n_ctx, len(history), min(max_tokens, max_answer_tokens(n_ctx)))
         # The meter asks with no question: it needs only whole-or-not, not the chunks' vectors.
         embedder = shared_models().default() if question.strip() else None
         return select(question, docs, budget, self.count_tokens, embedder=embedder, vectors=self.vectors,
@@ -229,11 +243,18 @@ class ChatCore:
         self.store.append(conv_id, "user", message, stats | (extra or {}))
         return conv_id
 
+    def bounded(self, sampling: Sampling) -> Sampling:
+        """`sampling` with Max tokens within what the loaded context allows (a chat's stored limit may be from a
+        longer context than the model has now)."""
+        room = max_answer_tokens(self.runtime.engine.n_ctx)
+        return sampling if sampling.max_tokens <= room else dataclasses.replace(sampling, max_tokens=room)
+
     def fitted(self, conv: Conversation, turn: str, sampling: Sampling) -> Fitted:
         """The chat with `turn` next as the model will read it: the early turns the chat's overflow setting
         leaves out so it and its answer fit (never a turn with attached documents), or refused before it is
         kept (ContextOverflowError)."""
         engine = self.runtime.engine
+        sampling = self.bounded(sampling)
         asked = [m for m in conv.messages if m.role == "user"]
         first = 0 if not conv.messages or conv.messages[0].role == "user" else 1  # an imported chat may not
         messages = self.engine_messages(conv, whole=True) + [{"role": "user", "content": turn}]
@@ -260,7 +281,7 @@ class ChatCore:
         left_out = len(conv.messages[-1].stats.get("left_out", []))
         engine = self.runtime.engine
         submitted = time.perf_counter()
-        stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=sampling.params()))
+        stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=self.bounded(sampling).params()))
         self.active[conv_id] = stream
         parts: list[str] = []
         stats: Stats | None = None
@@ -316,12 +337,18 @@ class ChatCore:
         yield render.reply_markdown(text, saved, included, render.reply_note(saved), passages)
 
     @contextlib.contextmanager
-    def turn(self, conv_id: str) -> Iterator[None]:
-        """Hold the conversation for one turn: a message sent while an answer streams waits for it."""
+    def turn(self, conv_id: str) -> Iterator["Turn"]:
+        """Hold the conversation for one turn: a message sent while an answer streams waits for it. The turn
+        may be handed over (`Turn.hand_over`) to a thread that finishes the answer and then ends it."""
         with self._turns_lock:
             lock = self._turns.setdefault(conv_id, threading.Lock())
-        with lock:
-            yield
+        lock.acquire()
+        held = Turn(lock)
+        try:
+            yield held
+        finally:
+            if not held.handed_over:
+                lock.release()
 
     def busy(self, conv_id: str | None) -> bool:
         """Whether an answer of the conversation is in progress."""
@@ -340,4 +367,4 @@ class ChatCore:
         model = Path(rt.model).name if rt.model.lower().endswith(".gguf") else rt.model
         weights = worker.describe()
         return render.status_markdown(model, worker.model_path, weights, rt.engine.n_ctx, rt.engine.placement,
-                                      rt.engine.drafter_name)
+                                      rt.engine.drafter_name, rt.engine.template.fallback)

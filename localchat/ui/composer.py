@@ -6,15 +6,28 @@ from __future__ import annotations
 
 import functools
 import html
+from pathlib import Path
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import gradio as gr
+from gradio.utils import NamedString
 
 from ..errors import LocalchatError
 from .chat import ChatCore
-from .uploads import ACCEPTED, discard_received, store_upload
+from .uploads import ACCEPTED, discard_received, named_only, store_upload
 from .window import Window
+
+
+class AttachButton(gr.UploadButton):
+    """Gradio's upload button whose file picker offers the kinds localchat reads, but a file of another kind
+    (dropped on the window, or picked with "All files") reaches `attach`, which says in one line what it
+    reads: Gradio's own refusal listed every one of ~120 extensions."""
+
+    is_template = True  # drawn by the upload button's own front end
+
+    def _process_single_file(self, f: Any) -> Any:
+        return NamedString(f.path) if self.type == "filepath" else super()._process_single_file(f)
 
 
 @dataclass(slots=True)
@@ -32,7 +45,7 @@ def build_composer() -> Composer:
     attached = gr.HTML("", elem_id="attachments", padding=False)
     reading = gr.Markdown("", elem_id="reading")
     with gr.Row(equal_height=True, elem_id="composer"):
-        attach = gr.UploadButton("Attach", file_count="multiple", file_types=ACCEPTED, scale=0, min_width=70,
+        attach = AttachButton("Attach", file_count="multiple", file_types=ACCEPTED, scale=0, min_width=70,
                                  elem_id="attach", variant="secondary")
         # A narrow minimum: at phone width the box, Attach, Send and Stop still share one row.
         message = gr.Textbox(placeholder="Message (Enter sends, Esc stops)", show_label=False, scale=8, lines=1,
@@ -59,18 +72,26 @@ def shown(core: ChatCore, docs: list[str], max_tokens: float, conv_id: str | Non
     return chips(core.attachment_counts(docs)) + f'<div id="meter" class="lc-meter">{meter}</div>'
 
 
+def refusal(text: str) -> str:
+    """A message the window refused to send, and why, kept under the message box until the next change (a
+    toast fades while the user is still reading the chat)."""
+    return f'<div id="refusal" class="lc-refusal" role="alert">Not sent: {html.escape(text)}</div>'
+
+
 def attach(core: ChatCore, uploaded: list[str] | None, docs: list[str], max_tokens: float,
            conv_id: str | None) -> tuple[list[str], str, None]:
     """Files from the attach button (or dropped on the chat), stored and checked; (the attached files, their
     chips and meter, an emptied attach button)."""
     docs = list(docs)
     for path in uploaded or []:
+        stored = None
         try:
             stored = store_upload(path)  # Gradio took it only from its upload folder (web.py)
             core.documents([str(stored)])  # type and content check now, not at send time
             docs.append(str(stored))
         except LocalchatError as exc:
-            gr.Warning(str(exc))
+            said = named_only(str(exc), path, Path(path).name)
+            gr.Warning(named_only(said, stored, stored.name) if stored is not None else said)
         finally:
             discard_received(path)
     return docs, shown(core, docs, max_tokens, conv_id), None

@@ -33,6 +33,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         with gr.Sidebar(open=True) as drawer:
             bar = sidebar.build(core.store, conv_id)
             wizard = wizard_panel.build()
+        bar.confirm.render()  # over the page, beside what asked for it: not inside a sidebar that may be closed
         progress = wizard_panel.build_progress()  # above the chat, as wide as it
         view = chat_view.build()
         panel = build_settings_panel(defaults, system_prompt, core, presets)
@@ -42,7 +43,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         w = Window(core, defaults, system_prompt, presets, PreReader(core), conv_id, pending, drafts, bar.convs,
                    bar.model, bar.status, view.chatbot, view.copy_texts, view.compose.message, view.compose.attached,
                    panel)
-        chat_view.wire(w, view)
+        replies = chat_view.wire(w, view)
         wire_settings_panel(panel, core, presets, defaults, conv_id, bar.status)
         sidebar.wire(w, bar)
         conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)
@@ -51,9 +52,13 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         def page_load(last: str | None, px: float | None, request: gr.Request) -> tuple:
             return on_page_load(w, last, px, request)  # Gradio hands a request only to a function naming it
 
+        # The message box takes the keys on load, but on a phone, where focus would open the keyboard over the chat.
         demo.load(page_load, [last_chat, width],
                   [bar.convs, bar.model, bar.status, wizard.note, wizard.box, drawer, *w.chat_state],
-                  api_name=False, js="(last, px) => { localchatApplyTheme(); return [last, window.innerWidth]; }")
+                  api_name=False, js="(last, px) => { localchatApplyTheme(); if (innerWidth >= 800) "
+                                     "document.querySelector('#message textarea')?.focus(); "
+                                     "return [last, window.innerWidth]; }").then(
+            replies.follow, [conv_id], w.chat_outputs, api_name=False, show_progress="hidden")  # a reload mid-answer
     return demo
 
 
