@@ -109,3 +109,243 @@ def test_the_model_started_with_stays_listed_and_selectable_after_a_switch_and_t
         shot(later, "1-back-to-the-first-model")
     finally:
         later.context.close()
+
+
+def open_settings(page) -> None:
+    page.locator("#open-settings").click()
+    expect(page.locator("#settings-panel")).to_have_class(re.compile(r"\bopen\b"))
+
+
+def set_max_tokens(page, n: int) -> None:
+    open_settings(page)
+    number = page.locator("#max-tokens input[type=number]")
+    number.fill(str(n))
+    number.press("Enter")
+    expect(page.locator("#max-tokens input[type=range]")).to_have_value(str(n))
+    page.locator("#open-settings").click()
+
+
+def open_chat(page, title: str) -> None:
+    """Open a chat from the list (on a phone the sidebar is opened first: it starts closed)."""
+    sidebar = page.locator(".sidebar").first
+    if "open" not in (sidebar.get_attribute("class") or ""):
+        sidebar.locator(".toggle-button").click()
+        expect(sidebar).to_have_class(re.compile(r"\bopen\b"))
+    page.locator("#conversations").get_by_text(title).click()
+    expect(page.locator("#chat .user").first).to_be_visible()
+
+
+def stored_chat(ui: RunningUI, title: str, question: str = "Which pier?", answer: str = "Pier 4.",
+                stats: dict | None = None) -> str:
+    conv = ui.store.create(title)
+    ui.store.append(conv, "user", question)
+    if answer:
+        ui.store.append(conv, "assistant", answer, stats or {})
+    return conv
+
+
+def test_a_model_without_a_chat_template_is_called_a_base_model_in_the_window(page, ui: RunningUI, model_path: Path,
+                                                                                tmp_path_factory):
+    from test_base_model import without_template
+
+    base = without_template(model_path, tmp_path_factory.mktemp("base") / "no-template.gguf")
+    before = ui.runtime.model
+    ui.runtime.switch(str(base))
+    try:
+        page.reload()
+        open_window(page, ui)
+        expect(page.locator("#status")).to_contain_text("a base model")
+        ask(page, "Name the capital city of France.")
+        expect(last_reply(page)).to_contain_text(re.compile("TTFT|cut at max tokens"), timeout=LONG)
+        expect(last_reply(page)).not_to_contain_text("<|im_start|>")
+        shot(page, "2-base-model")
+    finally:
+        ui.runtime.switch(before)
+
+
+def test_an_answer_goes_on_through_a_reload_and_the_reloaded_page_follows_it_to_its_end(page, ui: RunningUI):
+    set_max_tokens(page, 400)
+    question = "Count from 1 to 300, separated by commas."
+    ask(page, question)
+    expect(last_reply(page)).to_contain_text("generating", timeout=LONG)
+    page.reload()
+    open_window(page, ui)
+    # The same chat, its answer still being written, and then ended with its numbers.
+    expect(page.locator("#chat .user").first).to_contain_text(question)
+    expect(last_reply(page)).to_contain_text("generating", timeout=LONG)
+    expect(last_reply(page)).to_contain_text("TTFT", timeout=LONG)
+    conv = next(c for c in ui.store.list() if c.title == question)
+    reply = ui.store.get(conv.id).messages[-1]
+    assert reply.role == "assistant" and reply.stats["finish_reason"] in ("stop", "length"), reply.stats
+    assert reply.stats["completion_tokens"] > 40
+    shot(page, "3-answer-after-reload")
+
+
+def test_a_chat_left_without_its_answer_by_a_stop_of_the_server_says_so_and_regenerate_answers_it(page, ui):
+    stored_chat(ui, "Left unanswered", "Name the capital city of France.", answer="")
+    page.reload()
+    open_window(page, ui)
+    open_chat(page, "Left unanswered")
+    expect(last_reply(page)).to_contain_text("interrupted")
+    page.locator("#regenerate").click()
+    expect(last_reply(page)).to_contain_text("TTFT", timeout=LONG)
+    expect(last_reply(page)).not_to_contain_text("interrupted")
+
+
+def test_on_a_phone_the_chats_trash_icon_asks_beside_itself_and_delete_looks_destructive(phone, ui: RunningUI):
+    conv = stored_chat(ui, "Trash on a phone")
+    phone.reload()
+    open_window(phone, ui)
+    open_chat(phone, "Trash on a phone")
+    # Picking the chat closed the sidebar, which covered it.
+    expect(phone.locator(".sidebar").first).not_to_have_class(re.compile(r"\bopen\b"))
+    trash = phone.locator("#chat button[aria-label='Clear']")
+    trash.click()
+    confirm = phone.locator("#delete-confirm")
+    expect(confirm).to_be_visible()
+    box, icon = confirm.bounding_box(), trash.bounding_box()
+    assert 0 <= box["x"] and box["x"] + box["width"] <= PHONE["width"], box
+    assert 0 <= box["y"] and box["y"] + box["height"] <= PHONE["height"], box
+    assert abs(box["y"] - (icon["y"] + icon["height"])) < 80, (box, icon)  # beside the icon that asked
+    red, green, _ = rgb(phone.locator("#delete-yes").evaluate("b => getComputedStyle(b).backgroundColor"))
+    assert red > 150 and green < 80, (red, green)
+    shot(phone, "4-phone-delete-asks")
+    phone.locator("#delete-yes").click()
+    expect(confirm).to_be_hidden()
+    assert ui.store.get(conv) is None
+
+
+def test_on_a_desktop_the_sidebars_delete_asks_beside_itself(page, ui: RunningUI):
+    stored_chat(ui, "Delete beside")
+    page.reload()
+    open_window(page, ui)
+    open_chat(page, "Delete beside")
+    page.locator("#delete").click()
+    confirm = page.locator("#delete-confirm")
+    expect(confirm).to_be_visible()
+    box, asked = confirm.bounding_box(), page.locator("#delete").bounding_box()
+    assert abs(box["y"] - (asked["y"] + asked["height"])) < 80 and abs(box["x"] - asked["x"]) < 400, (box, asked)
+    shot(page, "4b-desktop-delete-asks")
+    page.locator("#delete-cancel").click()
+    expect(confirm).to_be_hidden()
+
+
+def test_max_tokens_follows_a_short_context_and_a_refusal_stays_beside_the_message_box(page, ui: RunningUI):
+    before = ui.runtime.engine.n_ctx
+    ui.runtime.switch(ui.runtime.model, n_ctx=512)
+    try:
+        page.reload()
+        open_window(page, ui)
+        open_settings(page)
+        slider = page.locator("#max-tokens input[type=range]")
+        expect(slider).to_have_attribute("max", "384")
+        page.locator("#open-settings").click()
+        ask(page, "Name the capital city of France.")  # a chat kept from the 4,096 context sends, and is answered
+        expect(last_reply(page)).to_contain_text(re.compile("TTFT|cut at max tokens"), timeout=LONG)
+        ask(page, "Please read this. " * 60)  # ~300 tokens: with the answer's room, more than 512
+        refusal = page.locator("#refusal")
+        expect(refusal).to_contain_text("Not sent")
+        expect(refusal).to_contain_text("Max tokens")
+        expect(page.locator(".toast-body")).to_have_count(0, timeout=LONG)  # the toast fades; the refusal stays
+        expect(refusal).to_be_visible()
+        shot(page, "5-refusal-stays")
+    finally:
+        ui.runtime.switch(ui.runtime.model, n_ctx=before)
+
+
+def drag_file(page, selector: str, name: str, text: str) -> None:
+    """Drag a file over `selector` and drop it there, as the system's file manager does."""
+    data = page.evaluate_handle("([name, text]) => { const dt = new DataTransfer();"
+                                " dt.items.add(new File([text], name, {type: 'text/plain'})); return dt; }",
+                                [name, text])
+    target = page.locator(selector)
+    target.dispatch_event("dragenter", {"dataTransfer": data})
+    target.dispatch_event("dragover", {"dataTransfer": data})
+    expect(page.locator("#lc-drop-zone")).to_be_visible()
+    shot(page, "6-drop-zone")
+    target.dispatch_event("drop", {"dataTransfer": data})
+    expect(page.locator("#lc-drop-zone")).to_be_hidden()
+
+
+def test_a_file_dropped_anywhere_in_the_window_is_attached_and_an_unsupported_one_says_so_briefly(page):
+    drag_file(page, "#conversations", "dropped-notes.txt", "The vault code is 7341.")
+    expect(page.locator("#attachments .lc-chip")).to_contain_text("dropped-notes.txt")
+    drag_file(page, "#status", "picture.xyz", "not a document")
+    toast = page.locator(".toast-body").filter(has_text="picture.xyz")
+    expect(toast).to_be_visible()
+    said = toast.inner_text()
+    assert "Invalid file type" not in said and len(said) < 300, said
+
+
+def test_a_rejected_model_import_names_the_file_not_a_server_path(page, tmp_path: Path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + (7).to_bytes(4, "little") + bytes(64))  # a version no reader knows
+    open_models(page)
+    page.locator("#import-gguf input[type=file]").set_input_files(str(broken))
+    toast = page.locator(".toast-body").filter(has_text="broken.gguf")
+    expect(toast).to_be_visible()
+    said = toast.inner_text()
+    assert not re.search(r"[0-9a-f]{32}", said) and "/" not in said, said
+
+
+def test_a_value_typed_out_of_range_is_brought_into_it_in_the_windows_words(page):
+    open_settings(page)
+    number = page.locator("#temperature input[type=number]")
+    number.fill("5")
+    number.press("Enter")
+    expect(page.locator("#temperature input[type=range]")).to_have_value("2")
+    expect(page.locator("#temperature .lc-clamped")).to_contain_text("Temperature goes from 0 to 2, so 5 was set to 2")
+    expect(page.get_by_text(re.compile("greater than maximum"))).to_have_count(0)
+    shot(page, "7-clamped")
+
+
+def test_the_chat_list_is_one_tab_stop_with_arrow_keys_and_the_message_box_has_the_keys_on_load(page, ui):
+    for n in range(4):
+        stored_chat(ui, f"Keyboard chat {n}", f"Question number {n}?")
+    page.reload()
+    open_window(page, ui)
+    expect(page.locator("#message textarea")).to_be_focused()
+    page.locator("#search input, #search textarea").first.focus()
+    page.keyboard.press("Tab")
+    first = page.evaluate("document.activeElement.closest('#conversations') !== null")
+    assert first, "Tab from the search goes into the chat list"
+    page.keyboard.press("ArrowDown")
+    expect(page.locator("#chat .user").first).to_be_visible()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('#conversations') === null"), "one Tab leaves the list"
+
+
+def contrast_of(locator) -> float:
+    """The WCAG contrast ratio of an element's text against the background it is drawn on."""
+    return locator.evaluate("""(el) => {
+        const parse = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+        const lum = ([r, g, b]) => [r, g, b].map((v) => { v /= 255;
+            return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+            .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+        let bg = null;
+        for (let node = el; node && !bg; node = node.parentElement) {
+            const c = parse(getComputedStyle(node).backgroundColor);
+            if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) bg = c;
+        }
+        const [a, b] = [lum(parse(getComputedStyle(el).color)), lum(bg || [255, 255, 255])];
+        return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }""")
+
+
+def rgb(css: str) -> list[float]:
+    return [float(x) for x in re.findall(r"[\d.]+", css)[:3]]
+
+
+def test_chips_the_meter_and_passage_titles_read_at_aa_contrast(page, ui: RunningUI, tmp_path: Path):
+    passage = {"document": "notes.txt", "label": "section 2", "text": "The vault code is 7341."}
+    stored_chat(ui, "Passage contrast", "What is the code?", "7341.", {"passages": [passage]})
+    page.reload()
+    open_window(page, ui)
+    open_chat(page, "Passage contrast")
+    doc = tmp_path / "contrast-notes.txt"
+    doc.write_text("The vault code is 7341.\n" * 20)
+    page.locator("#attach").locator("xpath=..").locator("input[type=file]").set_input_files(str(doc))
+    expect(page.locator("#attachments .lc-chip")).to_contain_text("contrast-notes.txt")
+    for locator in (page.locator(".lc-chip-tokens").first, page.locator("#meter"),
+                    page.locator("#chat details.passage summary").first):
+        assert contrast_of(locator) >= 4.5, (locator, contrast_of(locator))
+    shot(page, "8-contrast")

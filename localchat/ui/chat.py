@@ -279,7 +279,7 @@ class ChatCore:
         included = conv.messages[-1].stats.get("included", "")
         passages = conv.messages[-1].stats.get("passages")
         left_out = len(conv.messages[-1].stats.get("left_out", []))
-        engine = self.runtime.engine
+        engine, writer = self.runtime.engine, self.model_name()  # a switch mid-answer does not rename it
         submitted = time.perf_counter()
         stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=self.bounded(sampling).params()))
         self.active[conv_id] = stream
@@ -319,7 +319,7 @@ class ChatCore:
             if not stream.finished:  # the browser went away mid-answer: free the sequence
                 stream.cancel()
             self.active.pop(conv_id, None)
-            saved = render.stats_dict(stats, engine.n_ctx) | {"finish_reason": finish}
+            saved = {"model": writer} | render.stats_dict(stats, engine.n_ctx) | {"finish_reason": finish}
             if stats is not None:  # the wait the user saw, from Send to the last token
                 saved["total_s"] = round(time.perf_counter() - submitted, 2)
             if included:
@@ -361,10 +361,15 @@ class ChatCore:
         if stream is not None:
             stream.cancel()
 
+    def model_name(self) -> str:
+        """The loaded model as the window names it: a catalog name, or a file's name."""
+        model = self.runtime.model
+        return Path(model).name if model.lower().endswith(".gguf") else model
+
     def status(self) -> str:
         rt = self.runtime
         worker = rt.engine.worker
-        model = Path(rt.model).name if rt.model.lower().endswith(".gguf") else rt.model
+        model = self.model_name()
         weights = worker.describe()
         return render.status_markdown(model, worker.model_path, weights, rt.engine.n_ctx, rt.engine.placement,
                                       rt.engine.drafter_name, rt.engine.template.fallback)

@@ -54,10 +54,11 @@ def build() -> ChatView:
     action_go = gr.Button("Act", elem_id="action-go", elem_classes="lc-hidden")
     compose = composing.build_composer()
     with gr.Row():
-        prev_btn = gr.Button("‹ Answer", size="sm", elem_id="previous-answer", min_width=60)
-        next_btn = gr.Button("Answer ›", size="sm", elem_id="next-answer", min_width=60)
-        regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate")
-        edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit")
+        # Off until a chat is open (layout.py turns them on): with none there is nothing they could act on.
+        prev_btn = gr.Button("‹ Answer", size="sm", elem_id="previous-answer", min_width=60, interactive=False)
+        next_btn = gr.Button("Answer ›", size="sm", elem_id="next-answer", min_width=60, interactive=False)
+        regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate", interactive=False)
+        edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit", interactive=False)
         settings_btn = gr.Button("Settings", size="sm", elem_id="open-settings")
     return ChatView(chatbot, copy_texts, action, action_go, compose, prev_btn, next_btn, regen_btn, edit_btn,
                     settings_btn)

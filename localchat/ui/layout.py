@@ -18,6 +18,7 @@ from .session import Sampling
 from .settings_panel import build_settings_panel, wire_settings_panel
 from .tuning import tuned_summary
 from .window import Window
+from .wizard_panel import WIZARD
 
 NARROW_PX = 800  # below this width the sidebar starts closed: it would cover the chat
 
@@ -47,6 +48,9 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         wire_settings_panel(panel, core, presets, defaults, conv_id, bar.status)
         sidebar.wire(w, bar)
         conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)
+        for_a_chat = [view.previous, view.next, view.regenerate, view.edit, bar.rename, bar.delete]
+        conv_id.change(lambda cid: [gr.update(interactive=cid is not None)] * len(for_a_chat), [conv_id],
+                       for_a_chat, api_name=False, queue=False)
         models.wire(bar.model, bar.status, demo)  # the model picker switches through the panel
         wizard_panel.wire(w, wizard, progress, models)
         def page_load(last: str | None, px: float | None, request: gr.Request) -> tuple:
@@ -68,5 +72,7 @@ def on_page_load(w: Window, last: str | None, px: float | None, request: gr.Requ
     profile, note = tuned_summary()
     opened = w.load(last)
     w.opened(request, opened[2])
-    return (w.conversations(opened[2], request), w.picker(), w.core.status(), note, gr.update(open=profile is None),
+    # The wizard waits closed (it opened on every load until tuned): its title says whether this machine is tuned.
+    wizard = gr.update(open=False, label=WIZARD + (" (not tuned yet)" if profile is None else ""))
+    return (w.conversations(opened[2], request), w.picker(), w.core.status(), note, wizard,
             gr.update(open=not px or px >= NARROW_PX), *opened)

@@ -152,8 +152,9 @@ def finish_note(finish_reason: str) -> str:
 
 
 def reply_note(stats: dict[str, Any]) -> str:
-    """The footer's note: how the reply ended, and the early turns left out for it."""
-    notes = (finish_note(stats.get("finish_reason", "")), left_out_note(int(stats.get("left_out", 0))))
+    """The footer's note: the model that wrote the reply, how it ended, and the early turns left out for it."""
+    notes = (str(stats.get("model", "")), finish_note(stats.get("finish_reason", "")),
+             left_out_note(int(stats.get("left_out", 0))))
     return " · ".join(x for x in notes if x)
 
 
