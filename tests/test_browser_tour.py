@@ -349,3 +349,17 @@ def test_chips_the_meter_and_passage_titles_read_at_aa_contrast(page, ui: Runnin
                     page.locator("#chat details.passage summary").first):
         assert contrast_of(locator) >= 4.5, (locator, contrast_of(locator))
     shot(page, "8-contrast")
+
+
+def test_a_first_screen_offers_only_what_can_be_done_and_each_reply_names_its_model(page, ui: RunningUI):
+    for button in ("#previous-answer", "#next-answer", "#regenerate", "#edit", "#delete"):
+        expect(page.locator(button)).to_be_disabled()
+    expect(page.locator("#rename textarea")).to_be_disabled()
+    expect(page.locator("#tune-note")).to_be_hidden()  # the wizard waits closed, its title saying if tuned
+    expect(page.get_by_text(re.compile(r"^Hardware wizard"))).to_be_visible()
+    shot(page, "9-first-screen")
+    ask(page, "Name the capital city of France.")
+    expect(last_reply(page)).to_contain_text("TTFT", timeout=LONG)
+    expect(last_reply(page)).to_contain_text(ui.runtime.engine.worker.model_path.name)
+    for button in ("#regenerate", "#edit", "#delete"):
+        expect(page.locator(button)).to_be_enabled()
