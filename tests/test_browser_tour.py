@@ -363,3 +363,18 @@ def test_a_first_screen_offers_only_what_can_be_done_and_each_reply_names_its_mo
     expect(last_reply(page)).to_contain_text(ui.runtime.engine.worker.model_path.name)
     for button in ("#regenerate", "#edit", "#delete"):
         expect(page.locator(button)).to_be_enabled()
+
+
+def test_an_answer_cut_at_max_tokens_continues_from_where_it_stopped(page, ui: RunningUI):
+    question = "Count from 1 to 100, separated by commas."
+    ask(page, question)  # the test server's limit is 48 tokens
+    expect(last_reply(page)).to_contain_text("cut at max tokens", timeout=LONG)
+    conv = next(c for c in ui.store.list() if c.title == question)
+    cut = ui.store.get(conv.id).messages[-1].content
+    page.locator("#continue").click()
+    expect(last_reply(page)).to_contain_text("generating", timeout=LONG)
+    expect(last_reply(page)).to_contain_text("TTFT", timeout=LONG)
+    expect(page.locator("#chat .bot")).to_have_count(1)  # in its place, not a reply of its own
+    longer = ui.store.get(conv.id).messages[-1]
+    assert longer.content.startswith(cut) and len(longer.content) > len(cut), (cut, longer.content)
+    shot(page, "10-continued")

@@ -269,10 +269,12 @@ class ChatCore:
 
     # -- generation -----------------------------------------------------------------------
 
-    def answer(self, conv_id: str, sampling: Sampling, versions: list[dict[str, Any]] | None = None) -> Iterator[str]:
+    def answer(self, conv_id: str, sampling: Sampling, versions: list[dict[str, Any]] | None = None,
+               begun: str = "") -> Iterator[str]:
         """Stream the reply to the conversation's last user turn as growing markdown; saves it at the end.
 
         `versions`: the earlier answers to the same turn (regenerate); the new one is kept beside them.
+        `begun`: what the answer already says (an answer cut at Max tokens, continued): it goes on from there.
         """
         conv = self.store.get(conv_id)
         assert conv is not None and conv.messages and conv.messages[-1].role == "user"
@@ -281,9 +283,10 @@ class ChatCore:
         left_out = len(conv.messages[-1].stats.get("left_out", []))
         engine, writer = self.runtime.engine, self.model_name()  # a switch mid-answer does not rename it
         submitted = time.perf_counter()
-        stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=self.bounded(sampling).params()))
+        stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=self.bounded(sampling).params(),
+                                       forced=begun))
         self.active[conv_id] = stream
-        parts: list[str] = []
+        parts: list[str] = [begun]
         stats: Stats | None = None
         finish, error = "stop", ""
         started = time.perf_counter()

@@ -38,6 +38,7 @@ class ChatView:
     next: gr.Button
     regenerate: gr.Button
     edit: gr.Button
+    carry_on: gr.Button  # Continue: an answer cut at Max tokens goes on
     settings: gr.Button
 
 
@@ -59,9 +60,10 @@ def build() -> ChatView:
         next_btn = gr.Button("Answer ›", size="sm", elem_id="next-answer", min_width=60, interactive=False)
         regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate", interactive=False)
         edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit", interactive=False)
+        continue_btn = gr.Button("Continue", size="sm", elem_id="continue", interactive=False)
         settings_btn = gr.Button("Settings", size="sm", elem_id="open-settings")
     return ChatView(chatbot, copy_texts, action, action_go, compose, prev_btn, next_btn, regen_btn, edit_btn,
-                    settings_btn)
+                    continue_btn, settings_btn)
 
 
 class Replies:
@@ -110,14 +112,14 @@ class Replies:
             yield from self.stream_reply(request, cid, message.sampling, turn=turn)
 
     def stream_reply(self, request: gr.Request, cid: str, sampling: Sampling,
-                     earlier: list | None = None, turn: Turn | None = None) -> Iterator[tuple]:
+                     earlier: list | None = None, turn: Turn | None = None, begun: str = "") -> Iterator[tuple]:
         """Called with the conversation's `turn` held; `earlier`: the answers a regenerate keeps. While the
         page shows another chat, the answer goes on and is saved, but only the chat list (which it
         reorders) and the status change there. When the page goes away (a reload, a closed tab) the answer
         goes on too, on a thread of its own, and a page that opens the chat follows it (`follow`)."""
         core, w = self.core, self.w
         shown = core.display(self.store.get(cid))
-        answer = core.answer(cid, sampling, earlier)
+        answer = core.answer(cid, sampling, earlier or None, begun)
         handed = False
         try:
             for reply in answer:
@@ -177,6 +179,21 @@ class Replies:
             kept = versions.drop_reply(self.store, conv.id)  # ‹ › shows them again
             self.w.opened(request, conv.id)
             yield from self.stream_reply(request, conv.id, sampling_of(values, self.w.defaults), kept, turn)
+
+    def carry_on(self, request: gr.Request, cid: str | None, *values: float) -> Iterator[tuple]:
+        """Continue: the last answer, cut at Max tokens, goes on from where it stopped (kept in its place)."""
+        conv = self.store.get(cid) if cid else None
+        last = conv.messages[-1] if conv is not None and conv.messages else None
+        if last is None or last.role != "assistant" or last.stats.get("finish_reason") != "length":
+            gr.Warning("only an answer cut at Max tokens can be continued; Regenerate answers again.")
+            yield (gr.skip(),) * 8
+            return
+        with self.core.turn(conv.id) as turn:
+            kept = versions.drop_reply(self.store, conv.id)
+            shown = min(int(last.stats.get("version", len(kept) - 1)), len(kept) - 1)
+            self.w.opened(request, conv.id)
+            yield from self.stream_reply(request, conv.id, sampling_of(values, self.w.defaults),
+                                         kept[:shown] + kept[shown + 1:], turn, begun=last.content)
 
     def edit_message(self, edit: gr.EditData, request: gr.Request, cid: str | None, sys_prompt: str,
                      *values: Any) -> Iterator[tuple]:
@@ -266,6 +283,7 @@ def wire(w: Window, view: ChatView) -> Replies:
     composing.wire(view.compose, w)
     view.regenerate.click(replies.regenerate, [conv_id, *sliders], w.reply_outputs,
                           api_name=False, concurrency_limit=8)
+    view.carry_on.click(replies.carry_on, [conv_id, *sliders], w.reply_outputs, api_name=False, concurrency_limit=8)
     # The last pencil shown: a waiting message's are hidden (page.py), it is not stored to be edited yet.
     view.edit.click(replies.edit_last, [conv_id], None, api_name=False,
                     js="(cid) => { const pencils = [...document.querySelectorAll(\"#chat button[aria-label='Edit']\")]"
