@@ -283,8 +283,10 @@ class ChatCore:
         left_out = len(conv.messages[-1].stats.get("left_out", []))
         engine, writer = self.runtime.engine, self.model_name()  # a switch mid-answer does not rename it
         submitted = time.perf_counter()
-        stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=self.bounded(sampling).params(),
-                                       forced=begun))
+        params = self.bounded(sampling).params()
+        if begun:  # the engine counts what the answer begins with in its limit: Max tokens more, from there
+            params.max_tokens = (params.max_tokens or 0) + self.count_tokens(begun)
+        stream = engine.submit(Request(messages=self.engine_messages(conv), sampling=params, forced=begun))
         self.active[conv_id] = stream
         parts: list[str] = [begun]
         stats: Stats | None = None

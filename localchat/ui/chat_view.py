@@ -194,6 +194,10 @@ class Replies:
             self.w.opened(request, conv.id)
             yield from self.stream_reply(request, conv.id, sampling_of(values, self.w.defaults),
                                          kept[:shown] + kept[shown + 1:], turn, begun=last.content)
+            now = self.store.get(conv.id)
+            if now is not None and now.messages and now.messages[-1].role == "user":  # refused: no room left
+                self.store.append(conv.id, "assistant", last.content, last.stats)  # the cut answer stays
+                yield self.w.view(conv.id)[0], *(gr.skip(),) * 6, self.w.view(conv.id)[1]
 
     def edit_message(self, edit: gr.EditData, request: gr.Request, cid: str | None, sys_prompt: str,
                      *values: Any) -> Iterator[tuple]:
