@@ -128,13 +128,15 @@ def stats_dict(stats: Stats | None, n_ctx: int) -> dict[str, Any]:
 
 
 def stats_line(stats: dict[str, Any]) -> str:
-    """"TTFT 80 ms · 42 tokens at 140.2 tokens/s · 1.3 s in all · context 312 / 8,192" for under a reply: the rate
-    is the writing's alone and the time from Send to the last token comes apart from it ("11 tokens in 55.8 s ·
-    8.2 tokens/s" read as a contradiction when most of the wait was reading the prompt)."""
+    """"smollm2-135m · TTFT 80 ms · 42 tokens at 140.2 tokens/s · 1.3 s in all · context 312 / 8,192" for under a
+    reply, the model's name first when it was kept with the reply. The rate is the writing's alone, and the time
+    from Send to the last token stands apart from it: "11 tokens in 55.8 s · 8.2 tokens/s" read as a contradiction
+    when most of the wait was reading the prompt."""
     if not stats.get("completion_tokens"):  # stopped before the first token: no rate to speak of
         return ""
-    items = [f"TTFT {stats['ttft_ms']:,.0f} ms",
-             f"{stats['completion_tokens']:,} tokens at {stats['tokens_per_s']:.1f} tokens/s"]
+    items = [str(stats["model"])] if stats.get("model") else []  # which model wrote it, as the window named it
+    items += [f"TTFT {stats['ttft_ms']:,.0f} ms",
+              f"{stats['completion_tokens']:,} tokens at {stats['tokens_per_s']:.1f} tokens/s"]
     if "total_s" in stats:
         items.append(f"{stats['total_s']:.1f} s in all")
     if "spec_acceptance" in stats:
@@ -152,9 +154,8 @@ def finish_note(finish_reason: str) -> str:
 
 
 def reply_note(stats: dict[str, Any]) -> str:
-    """The footer's note: the model that wrote the reply, how it ended, and the early turns left out for it."""
-    notes = (str(stats.get("model", "")), finish_note(stats.get("finish_reason", "")),
-             left_out_note(int(stats.get("left_out", 0))))
+    """The footer's note: how the reply ended, and the early turns left out for it."""
+    notes = (finish_note(stats.get("finish_reason", "")), left_out_note(int(stats.get("left_out", 0))))
     return " · ".join(x for x in notes if x)
 
 
