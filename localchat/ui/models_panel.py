@@ -168,7 +168,7 @@ class ModelsPanel:
         """Load the chosen model in the background; the current one answers until the new one is ready."""
         core = self.core
         if not name or name == core.runtime.model or time.monotonic() - self._failed.get(name, -60) < 10:
-            yield gr.skip(), core.status(), gr.skip()
+            yield gr.skip(), core.status(), gr.skip(), gr.skip()
             return
         # The name comes from the client: only a model this window lists may load.
         if name not in {value for _, value in self.choices()}:
@@ -192,16 +192,18 @@ class ModelsPanel:
             read = f"{share:.0%} read, " if share else ""
             yield gr.skip(), (f"Loading **{shown}**{f' ({size_text(size)})' if size else ''}… {read}"
                               f"{time.monotonic() - started:.0f} s so far; the current model answers meanwhile."), \
-                gr.skip()
+                gr.skip(), gr.skip()
             loader.join(POLL_S)
         if failure:
             self._failed[name] = time.monotonic()
             gr.Warning(f"{shown} did not load, so the current model stays: {failure[0]}")
         else:
             gr.Info(f"Now answering with {shown} (loaded in {time.monotonic() - started:.1f} s).")
-        # The local files again: a file that crashed the model runner is marked there now.
+        # Both tables again: the loaded file is marked in them, and a file that crashed the model runner is marked
+        # in the local files.
+        rows = catalog_rows(self.catalog(), machine(), self.downloads, self.loaded())
         yield gr.update(choices=self.choices(), value=core.runtime.model), core.status(), \
-            local_table(local_models(), self.loaded())
+            local_table(local_models(), self.loaded()), catalog_table(rows)
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -221,8 +223,8 @@ class ModelsPanel:
         self.importer.upload(self.import_file, [self.importer], [self.note, self.local, model, self.importer],
                              api_name=False, concurrency_limit=1)
         # The status line shows the load as it goes: no spinner over it.
-        model.input(self.switch, [model], [model, status, self.local], api_name=False, concurrency_limit=1,
-                    show_progress="hidden")
+        model.input(self.switch, [model], [model, status, self.local, self.table], api_name=False,
+                    concurrency_limit=1, show_progress="hidden")
         # Another tab's download shows here too, and keeps moving while it runs.
         demo.load(lambda: self.choice_update(), None, [self.choice], api_name=False).then(
             self.follow, None, shown, **quiet)
