@@ -8,26 +8,14 @@ import functools
 import html
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import gradio as gr
-from gradio.utils import NamedString
 
 from ..errors import LocalchatError
 from .chat import ChatCore
 from .uploads import ACCEPTED, discard_received, named_only, store_upload
 from .window import Window
-
-
-class AttachButton(gr.UploadButton):
-    """Gradio's upload button whose file picker offers the kinds localchat reads, but a file of another kind
-    (dropped on the window, or picked with "All files") reaches `attach`, which says in one line what it
-    reads: Gradio's own refusal listed every one of ~120 extensions."""
-
-    is_template = True  # drawn by the upload button's own front end
-
-    def _process_single_file(self, f: Any) -> Any:
-        return NamedString(f.path) if self.type == "filepath" else super()._process_single_file(f)
 
 
 @dataclass(slots=True)
@@ -45,7 +33,7 @@ def build_composer() -> Composer:
     attached = gr.HTML("", elem_id="attachments", padding=False)
     reading = gr.Markdown("", elem_id="reading")
     with gr.Row(equal_height=True, elem_id="composer"):
-        attach = AttachButton("Attach", file_count="multiple", file_types=ACCEPTED, scale=0, min_width=70,
+        attach = gr.UploadButton("Attach", file_count="multiple", file_types=ACCEPTED, scale=0, min_width=70,
                                  elem_id="attach", variant="secondary")
         # A narrow minimum: at phone width the box, Attach, Send and Stop still share one row.
         message = gr.Textbox(placeholder="Message (Enter sends, Esc stops)", show_label=False, scale=8, lines=1,

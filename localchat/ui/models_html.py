@@ -28,6 +28,7 @@ STYLE = """<style>
 .lc-table tr.lc-best { background: var(--color-accent-soft); }
 .lc-badge { font-size: 0.75em; padding: 0 0.35em; border-radius: 0.5em; background: var(--color-accent);
   color: white; white-space: nowrap; }
+.lc-loaded { background: #15803d; }  /* green, white text at 5:1: the file answering now */
 .lc-no { color: var(--body-text-color-subdued); }
 .lc-bad { color: var(--error-text-color, #b91c1c); font-size: 0.85em; white-space: normal; }
 .lc-path { font-family: var(--font-mono); font-size: 0.85em; word-break: break-all; min-width: 24rem;
@@ -69,7 +70,7 @@ def catalog_table(rows: list[CatalogRow]) -> str:
             + f"<td title='{escape(row.verdict.detail)}' class='{'' if fits else 'lc-no'}'>{escape(said)}{badge}</td>"
             + _cell(rate(tps) if tps else "–", "lc-num")
             + _cell(rate(row.measured) if row.measured else "not tuned", "lc-num" if row.measured else "lc-no")
-            + (f"<td><span class='lc-badge' data-loaded='1'>{LOADED}</span></td>" if row.here == LOADED
+            + (f"<td><span class='lc-badge lc-loaded' data-loaded='1'>{LOADED}</span></td>" if row.here == LOADED
                else _cell(row.here, "" if row.here != "not here" else "lc-no")) + "</tr>")
     return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>")
@@ -101,7 +102,7 @@ def _local_name(model: LocalModel, bad: str | None, loaded: bool = False) -> str
     """A local file's name cell, marked when it is the one answering, with why it does not load when it crashed
     the model runner (bad_files.py)."""
     if loaded:
-        return f"<td>{escape(file_label(model))} <span class='lc-badge' data-loaded='1'>{LOADED}</span></td>"
+        return f"<td>{escape(file_label(model))} <span class='lc-badge lc-loaded' data-loaded='1'>{LOADED}</span></td>"
     if bad is None:
         return _cell(file_label(model))
     return (f"<td>{escape(file_label(model))}<br><span class='lc-bad' data-bad='1'>does not load: {escape(bad)}"

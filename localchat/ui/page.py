@@ -208,6 +208,30 @@ document.addEventListener("drop", (event) => {
   input.dispatchEvent(new Event("change", { bubbles: true }));
 });
 
+// Files of a kind localchat does not read are left out of an attach (picked or dropped) with one line saying so
+// under the message box: Gradio's own refusal listed all of its ~120 extensions.
+document.addEventListener("change", (event) => {
+  const input = event.target;
+  if (!input.matches?.("input[type=file]") || !input.closest("#composer") || !input.accept) return;
+  const accepted = input.accept.split(",").map((x) => x.trim().toLowerCase());
+  const files = [...input.files], kept = files.filter((f) => accepted.some((x) => f.name.toLowerCase().endsWith(x)));
+  let note = document.getElementById("lc-file-note");
+  note?.remove();
+  if (kept.length === files.length) return;
+  note = document.createElement("div");
+  note.id = "lc-file-note";
+  note.className = "lc-refusal";
+  note.setAttribute("role", "alert");
+  const left = files.filter((f) => !kept.includes(f)).map((f) => f.name).join(", ");
+  note.textContent = `Not attached: ${left}. localchat reads PDF, Word (DOCX), text, Markdown, HTML and source `
+    + "files; save it as one of those, or paste its text.";
+  document.getElementById("composer")?.after(note);
+  const chosen = new DataTransfer();
+  kept.forEach((f) => chosen.items.add(f));
+  input.files = chosen.files;
+  if (!kept.length) event.stopImmediatePropagation();
+}, true);
+
 // A confirmation opens beside what asked for it (the sidebar's Delete, the chat's trash icon), kept on screen.
 document.addEventListener("click", (event) => {
   const asker = event.target.closest?.("#delete, #chat button[aria-label='Clear']");
@@ -223,7 +247,7 @@ function localchatClamp(input) {
   const low = parseFloat(input.min), high = parseFloat(input.max), value = parseFloat(input.value);
   const block = input.closest(".block");
   let note = block?.querySelector(".lc-clamped");
-  if (Number.isNaN(value) || (value >= low && value <= high)) return note?.remove();
+  if (Number.isNaN(value) || (value >= low && value <= high)) return;
   const clamped = Math.min(Math.max(value, low), high);
   input.value = String(clamped);
   input.dispatchEvent(new Event("input", { bubbles: true }));
@@ -245,6 +269,11 @@ for (const kind of ["change", "blur"]) {
     if (event.target.matches?.("input[type=number][max]")) localchatClamp(event.target);
   }, true);
 }
+document.addEventListener("input", (event) => {  // the user types again: the note has said its piece
+  if (event.isTrusted && event.target.matches?.("input[type=number][max]")) {
+    event.target.closest(".block")?.querySelector(".lc-clamped")?.remove();
+  }
+}, true);
 
 // The chat list is one Tab stop (the chat open, or the first), and the arrow keys move through it: Gradio makes
 // each chat a radio group of its own, so 29 chats took 29 Tab presses on the way to the message box.
