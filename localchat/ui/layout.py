@@ -63,7 +63,18 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                                      "document.querySelector('#message textarea')?.focus(); "
                                      "return [last, window.innerWidth]; }").then(
             replies.follow, [conv_id], w.chat_outputs, api_name=False, show_progress="hidden")  # a reload mid-answer
+    no_dead_clicks(demo)
     return demo
+
+
+def no_dead_clicks(demo: gr.Blocks) -> None:
+    """Every button's click counts. Gradio's default for a click ("once") drops one made while the same
+    button's event is still ending: its toast or its output already shows, so a person (or a test) clicks again
+    at once, and on a busy machine that click is lost, silently, the server never hearing of it. The last click
+    made meanwhile runs once the event has ended instead."""
+    for fn in demo.fns.values():
+        if fn.trigger_mode == "once" and fn.targets and all(event == "click" for _, event in fn.targets):
+            fn.trigger_mode = "always_last"
 
 
 def on_page_load(w: Window, last: str | None, px: float | None, request: gr.Request) -> tuple:
