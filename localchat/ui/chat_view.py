@@ -162,6 +162,7 @@ class Replies:
     def follow(self, cid: str | None, request: gr.Request) -> Iterator[tuple]:
         """A page opened on a chat that is answering (a reload mid-answer): the answer as it goes, to its end."""
         if not cid or not self.w.underway.answering(cid):
+            yield gr.skip(), gr.skip()  # the chat as the page load drew it (an event that yields nothing empties it)
             return
         while self.w.underway.answering(cid) and self.w.shows(request, cid):
             yield self.w.view(cid)
