@@ -83,7 +83,7 @@ footer { display: none !important; }
 #lc-drop-zone { position: fixed; inset: 0.5rem; z-index: 1200; display: none; align-items: center;
   justify-content: center; border: 3px dashed var(--color-accent); border-radius: var(--radius-xl);
   background: color-mix(in srgb, var(--background-fill-primary) 85%, transparent); pointer-events: none;
-  font-size: 1.3em; font-weight: 600; color: var(--body-text-color); }
+  font-size: 1.3em; font-weight: 600; color: var(--body-text-color); text-align: center; padding: 1em; }
 #lc-drop-zone.lc-shown { display: flex; }
 .lc-refusal { margin: 0.4em 0; padding: 0.4em 0.7em; border-left: 3px solid #b91c1c; color: #b91c1c; }
 .dark .lc-refusal { color: #fca5a5; border-color: #fca5a5; }
