@@ -54,7 +54,7 @@ def build() -> ChatView:
     action = gr.Textbox(elem_id="action", elem_classes="lc-hidden", show_label=False, container=False)
     action_go = gr.Button("Act", elem_id="action-go", elem_classes="lc-hidden")
     compose = composing.build_composer()
-    with gr.Row():
+    with gr.Row(elem_id="answer-buttons"):
         # Off until a chat is open (layout.py turns them on): with none there is nothing they could act on.
         prev_btn = gr.Button("‹ Answer", size="sm", elem_id="previous-answer", min_width=60, interactive=False)
         next_btn = gr.Button("Answer ›", size="sm", elem_id="next-answer", min_width=60, interactive=False)

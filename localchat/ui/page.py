@@ -95,6 +95,9 @@ footer { display: none !important; }
   #composer > .form:has(#message) { order: -1; flex: 1 1 100% !important; min-width: 100% !important; }
   #send, #stop, #attach { flex: 1 1 0 !important; min-width: 3.5em !important; padding: 0.4em; font-size: 0.9em; }
   #chat { height: 60vh !important; }
+  /* The answer buttons three to a row: one to a row pushed Settings below the fold. */
+  #answer-buttons { flex-wrap: wrap; gap: 0.3em; }
+  #answer-buttons > button { flex: 1 1 30% !important; min-width: 0 !important; font-size: 0.8em; }
 }
 """
 
