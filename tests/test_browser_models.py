@@ -151,7 +151,7 @@ def test_the_catalog_shows_each_quant_with_its_size_the_planners_verdict_and_the
     expect(row).to_contain_text(re.compile(r"fits: cpu, \dk context"))
     expect(row).to_contain_text(re.compile(r"\d+ tok/s"))
     expect(row).to_contain_text("not tuned")
-    expect(row).to_contain_text("downloaded")  # our models folder holds it
+    expect(row).to_contain_text("loaded now")  # our models folder holds it, and the window answers with it
     expect(page.locator("#catalog")).to_contain_text("best here")
     big = catalog_row(page, "qwen2.5-32b", "Q8_0")
     expect(big).to_contain_text("does not fit")  # 35 GB of weights on this machine

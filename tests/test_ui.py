@@ -355,13 +355,13 @@ def test_the_status_panel_gives_the_models_own_size(ui: RunningUI):
     assert "135M parameters" in status and "256M" not in status
 
 
-def test_the_stats_line_gives_the_answers_tokens_and_total_time_and_a_cut():
+def test_the_stats_line_gives_the_answers_tokens_its_rate_and_the_whole_wait_apart_and_a_cut():
     from localchat.ui.render import finish_note
 
     stats = {"prompt_tokens": 30, "cached_tokens": 0, "completion_tokens": 42, "ttft_ms": 80.0,
              "tokens_per_s": 140.2, "n_ctx": 8192, "total_s": 1.32, "finish_reason": "length"}
     shown = reply_markdown("1, 2, 3", stats, "", finish_note("length"))
-    assert "cut at max tokens · TTFT 80 ms · 42 tokens in 1.3 s · 140.2 tokens/s · context 72 / 8,192" in shown
+    assert "cut at max tokens · TTFT 80 ms · 42 tokens at 140.2 tokens/s · 1.3 s in all · context 72 / 8,192" in shown
     stopped = reply_markdown("", stats | {"completion_tokens": 0}, "", finish_note("cancelled"))
     assert stopped == "…\n\n*stopped*"
 

@@ -14,6 +14,7 @@ import uvicorn
 from localchat.runtime.engine import Engine, EngineConfig
 from localchat.runtime.worker import WorkerConfig
 from localchat.api.app import bind_socket, url_of
+from localchat.runners.pool import Runners
 from localchat.ui.chat import Runtime, Sampling
 from localchat.ui.store import Store
 
@@ -50,8 +51,9 @@ class RunningUI:
 
 
 def start_ui(model_path: Path, store_path: Path, api_key: str | None = None,
-             system_prompt: str = "", defaults: Sampling = DEFAULTS) -> Iterator[RunningUI]:
-    """Yield a running app (window + API) and stop it afterwards."""
+             system_prompt: str = "", defaults: Sampling = DEFAULTS, by_name: bool = False) -> Iterator[RunningUI]:
+    """Yield a running app (window + API) and stop it afterwards; `by_name`: the API loads other models here by
+    name, each on an engine of its own, as `localchat` does (runners/pool.py)."""
     from localchat.ui.web import create_ui_app
 
     def load(path: str, n_ctx: int | None = None, progress=None) -> Engine:
@@ -60,7 +62,8 @@ def start_ui(model_path: Path, store_path: Path, api_key: str | None = None,
 
     runtime = Runtime(load(str(model_path)), str(model_path), load)
     store = Store(store_path)
-    app = create_ui_app(runtime, store, api_key, defaults, system_prompt=system_prompt)
+    runners = Runners(lambda path: load(str(path)), lambda path: path.stat().st_size, 60.0) if by_name else None
+    app = create_ui_app(runtime, store, api_key, defaults, system_prompt=system_prompt, runners=runners)
     sock = bind_socket("127.0.0.1", None, 17860)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -77,4 +80,6 @@ def start_ui(model_path: Path, store_path: Path, api_key: str | None = None,
         server.should_exit = True
         thread.join(timeout=15)
         runtime.engine.close()
+        if runners is not None:
+            runners.close()
         store.close()

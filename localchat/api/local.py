@@ -78,6 +78,13 @@ class LocalService:
         self._servable = ServableIndex()
         if runners is not None:
             self._servable.refresh()
+        # Models the window served before its switch to this one (by name): a file the server started with may
+        # lie outside every folder the index scans, and must stay a model a request can name.
+        self._earlier: dict[str, Path] = {}
+
+    def served_before(self, name: str, path: Path) -> None:
+        """`name` (its file at `path`) was the served model until a switch: it stays listed and loadable."""
+        self._earlier[name] = Path(path)
 
     def _path(self) -> Path | None:
         return _path_of(self.engine)
@@ -186,7 +193,8 @@ class LocalService:
 
     def _others(self) -> dict[str, Path]:
         """The chat model files here a request may name besides the served model."""
-        return {name: path for name, path in self._servable.names().items() if name not in self.aliases}
+        return {name: path for name, path in (self._earlier | self._servable.names()).items()
+                if name not in self.aliases}
 
     def _elsewhere(self, name: str | None) -> bool:
         """Whether `name` asks for a model other than the served one, which this server loads by name."""
@@ -254,6 +262,8 @@ class LocalService:
             raise RequestError(f"{generation.thinking_param}: this model does not think (its chat template writes "
                                f"no thinking); leave {generation.thinking_param} out.", generation.thinking_param)
         switches = switches_for(style, generation.thinking, generation.template_kwargs)
+        # Rendered here, the chat reaches the engine as a prompt: the fallback template's markers end it.
+        sampling.stop = list(dict.fromkeys([*sampling.stop, *engine.template.stops]))
         schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in generation.tools or []}
 
         # The template renders here, within the request's time budget: tools go in beside messages.

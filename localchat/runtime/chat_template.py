@@ -28,6 +28,10 @@ CHATML = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+# The fallback's own markers: a model that was never taught them (a base model) writes them as text and goes
+# on to play the next turn too, so an answer stops at either.
+CHATML_STOPS = ("<|im_end|>", "<|im_start|>")
+
 ROLES = {"system", "user", "assistant", "tool"}
 
 MAX_OUTPUT_SLACK = 1_000_000  # characters of template text a render may add to the messages'
@@ -67,8 +71,9 @@ class ChatTemplate:
 
     def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
         if not source:
-            log.info("the model has no chat template; using ChatML")
+            log.info("the model has no chat template (a base model, or a conversion that left it out); using ChatML")
         self.source = source or CHATML
+        self.fallback = not source  # no template of its own: a base model, most likely, not tuned to chat
         env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
         # As transformers' tojson: a template may ask for its own keys, indent and separators (GLM 4.5+).
         env.filters["tojson"] = lambda value, indent=None, ensure_ascii=False, separators=None, sort_keys=False: \
@@ -80,8 +85,14 @@ class ChatTemplate:
         except TemplateError as exc:
             log.warning("the model's chat template does not compile (%s); using ChatML", exc)
             self._template = env.from_string(CHATML)
+            self.fallback = True
         self.bos_token = bos_token
         self.eos_token = eos_token
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """Strings that end an answer whatever the request asks: the fallback's markers when it is used."""
+        return CHATML_STOPS if self.fallback else ()
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                tools: list[dict[str, Any]] | None = None, switches: dict[str, Any] | None = None) -> Prompt:

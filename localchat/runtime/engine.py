@@ -216,10 +216,13 @@ class Engine:
                 + (f", or raise n_ctx (the model was trained for {self.worker.n_ctx_train})."
                    if self.worker.n_ctx_train > self.n_ctx else ".")
             )
+        # A chat rendered with the fallback template ends at its markers (the model does not know them).
+        stops = self.template.stops if request.messages is not None else ()
         request_id = request.id or f"req-{next(_ids)}"
         stream = Stream(request_id, self.cancel, sink)
         seq = Sequence(id=request_id, tokens=tokens, max_tokens=max_tokens, stream=stream,
-                       output=TextOutput(list(params.stop)), ignore_eos=params.ignore_eos,
+                       output=TextOutput(list(dict.fromkeys([*params.stop, *stops]))),
+                       ignore_eos=params.ignore_eos,
                        speculate=request.speculate, num_logprobs=params.logprobs, num_forced=len(forced))
         seq.sampler = self.worker.new_sampler(params)
         for token in forced:

@@ -21,7 +21,7 @@ from ..runtime.engine import Request
 from ..runtime.overflow import Fitted, fit, without
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, Stream, TextDelta
 from . import render, versions
-from .session import Runtime, Sampling, settings_of
+from .session import Runtime, Sampling, max_answer_tokens, settings_of
 from .store import Conversation, Message, Store
 from .thinking_view import Budgeted, ThinkingView, switches, with_thinking
 from .uploads import read_upload
@@ -45,6 +45,20 @@ def title_of(message: str) -> str:
     """A conversation's title: its first user message, on one line, shortened."""
     line = " ".join(message.split())
     return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1].rstrip() + "…"
+
+
+class Turn:
+    """A conversation's turn, held (ChatCore.turn)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock, self.handed_over = lock, False
+
+    def hand_over(self) -> None:
+        """Whoever finishes the answer ends the turn (`end`), not the handler that took it."""
+        self.handed_over = True
+
+    def end(self) -> None:
+        self._lock.release()
 
 
 class ChatCore:
@@ -109,7 +123,7 @@ class ChatCore:
         messages = self.engine_messages(conv) if conv is not None else []
         n_ctx = self.runtime.engine.n_ctx
         history = self.runtime.engine.prompt_tokens(Request(messages=messages or [{"role": "user", "content": ""}]))
-        budget = document_budget(n_ctx, len(history), max_tokens)
+        budget = document_budget(n_ctx, len(history), min(max_tokens, max_answer_tokens(n_ctx)))
         # The meter asks with no question: it needs only whole-or-not, not the chunks' vectors.
         embedder = shared_models().default() if question.strip() else None
         return select(question, docs, budget, self.count_tokens, embedder=embedder, vectors=self.vectors,
@@ -240,11 +254,18 @@ class ChatCore:
         self.store.append(conv_id, "user", message, stats | (extra or {}))
         return conv_id
 
+    def bounded(self, sampling: Sampling) -> Sampling:
+        """`sampling` with Max tokens within what the loaded context allows (a chat's stored limit may be from a
+        longer context than the model has now)."""
+        room = max_answer_tokens(self.runtime.engine.n_ctx)
+        return sampling if sampling.max_tokens <= room else dataclasses.replace(sampling, max_tokens=room)
+
     def fitted(self, conv: Conversation, turn: str, sampling: Sampling) -> Fitted:
         """The chat with `turn` next as the model will read it: the early turns the chat's overflow setting
         leaves out so it and its answer fit (never a turn with attached documents), or refused before it is
         kept (ContextOverflowError)."""
         engine = self.runtime.engine
+        sampling = self.bounded(sampling)
         asked = [m for m in conv.messages if m.role == "user"]
         first = 0 if not conv.messages or conv.messages[0].role == "user" else 1  # an imported chat may not
         messages = self.engine_messages(conv, whole=True) + [{"role": "user", "content": turn}]
@@ -259,23 +280,32 @@ class ChatCore:
 
     # -- generation -----------------------------------------------------------------------
 
-    def answer(self, conv_id: str, sampling: Sampling, versions: list[dict[str, Any]] | None = None) -> Iterator[str]:
+    def answer(self, conv_id: str, sampling: Sampling, versions: list[dict[str, Any]] | None = None,
+               begun: str = "") -> Iterator[str]:
         """Stream the reply to the conversation's last user turn as growing markdown; saves it at the end.
 
         `versions`: the earlier answers to the same turn (regenerate); the new one is kept beside them.
+        `begun`: what the answer already says (an answer cut at Max tokens, continued): it goes on from there.
         """
         conv = self.store.get(conv_id)
         assert conv is not None and conv.messages and conv.messages[-1].role == "user"
         included = conv.messages[-1].stats.get("included", "")
         passages = conv.messages[-1].stats.get("passages")
         left_out = len(conv.messages[-1].stats.get("left_out", []))
-        engine = self.runtime.engine
+        engine, writer = self.runtime.engine, self.model_name()  # a switch mid-answer does not rename it
         submitted = time.perf_counter()
-        # Rendered here, with this chat's thinking switch; the answer's thinking is read apart as it streams.
+        params = self.bounded(sampling).params()
+        if begun:  # the engine counts what the answer begins with in its limit: Max tokens more, from there
+            params.max_tokens = (params.max_tokens or 0) + self.count_tokens(begun)
+        # Rendered here, with this chat's thinking switch (the answer's thinking is read apart as it streams),
+        # the chat reaches the engine as a prompt: the fallback template's markers end it.
+        params.stop = list(dict.fromkeys([*params.stop, *engine.template.stops]))
         prompt = engine.template.render(self.engine_messages(conv), switches=switches(engine.template.source,
                                                                                      sampling.thinking))
         view = ThinkingView(engine.template.source, prompt)
-        stream = Budgeted(engine.submit, Request(prompt=prompt, sampling=sampling.params()), view,
+        if begun:  # an answer continued: the text so far is its beginning, as the model reads it too
+            view.answer, view.raw = begun, [begun]
+        stream = Budgeted(engine.submit, Request(prompt=prompt, sampling=params, forced=begun), view,
                           sampling.thinking_budget)
         self.active[conv_id] = stream
         stats: Stats | None = None
@@ -316,7 +346,8 @@ class ChatCore:
                 stream.cancel()
             self.active.pop(conv_id, None)
             view.finish(cut=finish == "length")
-            saved = render.stats_dict(stats, engine.n_ctx) | {"finish_reason": finish} | view.saved()
+            saved = {"model": writer} | render.stats_dict(stats, engine.n_ctx) | {"finish_reason": finish} \
+                | view.saved()
             if stats is not None:  # the wait the user saw, from Send to the last token
                 saved["total_s"] = round(time.perf_counter() - submitted, 2)
             if included:
@@ -334,12 +365,18 @@ class ChatCore:
         yield render.reply_markdown(text, saved, included, render.reply_note(saved), passages) + error_note(saved)
 
     @contextlib.contextmanager
-    def turn(self, conv_id: str) -> Iterator[None]:
-        """Hold the conversation for one turn: a message sent while an answer streams waits for it."""
+    def turn(self, conv_id: str) -> Iterator["Turn"]:
+        """Hold the conversation for one turn: a message sent while an answer streams waits for it. The turn
+        may be handed over (`Turn.hand_over`) to a thread that finishes the answer and then ends it."""
         with self._turns_lock:
             lock = self._turns.setdefault(conv_id, threading.Lock())
-        with lock:
-            yield
+        lock.acquire()
+        held = Turn(lock)
+        try:
+            yield held
+        finally:
+            if not held.handed_over:
+                lock.release()
 
     def busy(self, conv_id: str | None) -> bool:
         """Whether an answer of the conversation is in progress."""
@@ -352,14 +389,19 @@ class ChatCore:
         if stream is not None:
             stream.cancel()
 
+    def model_name(self) -> str:
+        """The loaded model as the window names it: a catalog name, or a file's name."""
+        model = self.runtime.model
+        return Path(model).name if model.lower().endswith(".gguf") else model
+
     def status(self) -> str:
         rt = self.runtime
         worker = rt.engine.worker
-        model = Path(rt.model).name if rt.model.lower().endswith(".gguf") else rt.model
+        model = self.model_name()
         weights = worker.describe()
         placed = rt.engine.residences() if hasattr(rt.engine, "residences") else {}
         return render.status_markdown(model, worker.model_path, weights, rt.engine.n_ctx, rt.engine.placement,
-                                      rt.engine.drafter_name, residence.describe_all(placed))
+                                      rt.engine.drafter_name, residence.describe_all(placed), rt.engine.template.fallback)
 
 
 def error_note(stats: dict[str, Any]) -> str:

@@ -4,6 +4,9 @@ a branch's ‹ ›, an answer's versions."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -13,9 +16,15 @@ from ..errors import LocalchatError
 from . import composer as composing
 from . import render
 from . import versions
+from .chat import Turn
 from .session import Sampling
 from .settings_panel import sampling_of
 from .window import Window
+
+
+log = logging.getLogger(__name__)
+
+FOLLOW_S = 0.1  # how often a page that re-attached to an answer redraws it
 
 
 @dataclass(slots=True)
@@ -29,6 +38,7 @@ class ChatView:
     next: gr.Button
     regenerate: gr.Button
     edit: gr.Button
+    carry_on: gr.Button  # Continue: an answer cut at Max tokens goes on
     settings: gr.Button
 
 
@@ -44,14 +54,16 @@ def build() -> ChatView:
     action = gr.Textbox(elem_id="action", elem_classes="lc-hidden", show_label=False, container=False)
     action_go = gr.Button("Act", elem_id="action-go", elem_classes="lc-hidden")
     compose = composing.build_composer()
-    with gr.Row():
-        prev_btn = gr.Button("‹ Answer", size="sm", elem_id="previous-answer", min_width=60)
-        next_btn = gr.Button("Answer ›", size="sm", elem_id="next-answer", min_width=60)
-        regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate")
-        edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit")
+    with gr.Row(elem_id="answer-buttons"):
+        # Off until a chat is open (layout.py turns them on): with none there is nothing they could act on.
+        prev_btn = gr.Button("‹ Answer", size="sm", elem_id="previous-answer", min_width=60, interactive=False)
+        next_btn = gr.Button("Answer ›", size="sm", elem_id="next-answer", min_width=60, interactive=False)
+        regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate", interactive=False)
+        edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit", interactive=False)
+        continue_btn = gr.Button("Continue", size="sm", elem_id="continue", interactive=False)
         settings_btn = gr.Button("Settings", size="sm", elem_id="open-settings")
     return ChatView(chatbot, copy_texts, action, action_go, compose, prev_btn, next_btn, regen_btn, edit_btn,
-                    settings_btn)
+                    continue_btn, settings_btn)
 
 
 class Replies:
@@ -73,7 +85,8 @@ class Replies:
             cid = core.open_conversation(cid, text, sys_prompt, sampling)
         except LocalchatError as exc:
             gr.Warning(str(exc))
-            yield (gr.skip(),) * 8
+            kept = composing.shown(core, docs or [], sampling.max_tokens, cid) + composing.refusal(str(exc))
+            yield *(gr.skip(),) * 4, kept, gr.skip(), gr.skip(), gr.skip()
             return
         self.w.opened(request, cid)  # a Send comes from the chat on screen
         # The question takes over what the read-ahead has read so far, and reads the rest itself.
@@ -82,7 +95,7 @@ class Replies:
         # The box is cleared once, now; the updates that stream the answer leave it alone. Sent mid-answer,
         # the message shows at once under the answer as waiting, with its Cancel.
         yield (self.w.view(cid)[0] if core.busy(cid) else gr.skip()), "", cid, [], "", gr.skip(), gr.skip(), gr.skip()
-        with core.turn(cid):  # a message sent mid-answer waits here for that answer to end
+        with core.turn(cid) as turn:  # a message sent mid-answer waits here for that answer to end
             message = underway.next_message(cid)  # the oldest still waiting: messages go in the order sent
             if message is None:  # cancelled while it waited: its Cancel has shown the chat without it
                 # The event's last update is shown again when it ends: not the chat as it was at Send.
@@ -93,28 +106,39 @@ class Replies:
             except LocalchatError as exc:
                 gr.Warning(str(exc))
                 yield (self.w.view(cid)[0], message.text, cid, message.documents,
-                       composing.shown(core, message.documents, message.sampling.max_tokens, cid), gr.skip(),
-                       gr.skip(), gr.skip())
+                       composing.shown(core, message.documents, message.sampling.max_tokens, cid)
+                       + composing.refusal(str(exc)), gr.skip(), gr.skip(), gr.skip())
                 return
-            yield from self.stream_reply(request, cid, message.sampling)
+            yield from self.stream_reply(request, cid, message.sampling, turn=turn)
 
     def stream_reply(self, request: gr.Request, cid: str, sampling: Sampling,
-                     earlier: list | None = None) -> Iterator[tuple]:
-        """Called with the conversation's turn held; `earlier`: the answers a regenerate keeps. While the
+                     earlier: list | None = None, turn: Turn | None = None, begun: str = "") -> Iterator[tuple]:
+        """Called with the conversation's `turn` held; `earlier`: the answers a regenerate keeps. While the
         page shows another chat, the answer goes on and is saved, but only the chat list (which it
-        reorders) and the status change there."""
+        reorders) and the status change there. When the page goes away (a reload, a closed tab) the answer
+        goes on too, on a thread of its own, and a page that opens the chat follows it (`follow`)."""
         core, w = self.core, self.w
         shown = core.display(self.store.get(cid))
+        answer = core.answer(cid, sampling, earlier or None, begun)
+        handed = False
         try:
-            for reply in core.answer(cid, sampling, earlier):
+            for reply in answer:
                 w.underway.show_answer(cid, reply)  # what any other update of this chat shows meanwhile
                 if w.shows(request, cid):
                     yield (shown + w.tail(cid), gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid, request),
                            gr.skip(), gr.skip())
+        except GeneratorExit:  # Gradio closes the event of a page that went away
+            handed = turn is not None
+            if handed:
+                turn.hand_over()
+                threading.Thread(target=self.finish_unseen, args=(cid, answer, turn), daemon=True,
+                                 name="localchat-unseen-answer").start()
+            raise
         except LocalchatError as exc:  # refused by the engine (a regenerate with more max tokens, say)
             gr.Warning(str(exc))
         finally:
-            w.underway.end_answer(cid)
+            if not handed:
+                w.underway.end_answer(cid)
         if not w.shows(request, cid):
             other = w.showing.get(request.session_hash)
             yield *(gr.skip(),) * 5, w.conversations(other, request), core.status(), gr.skip()
@@ -123,16 +147,58 @@ class Replies:
         chat, copy = w.view(cid)
         yield chat, gr.skip(), cid, gr.skip(), gr.skip(), w.conversations(cid, request), core.status(), copy
 
+    def finish_unseen(self, cid: str, answer: Iterator[str], turn: Turn) -> None:
+        """The rest of an answer whose page went away: shown to any page that opens the chat, then saved (by
+        `answer` itself); the chat's turn ends with it, so a message sent meanwhile waits for it as ever."""
+        try:
+            for reply in answer:
+                self.w.underway.show_answer(cid, reply)
+        except LocalchatError as exc:
+            log.warning("an answer whose page had gone away failed: %s", exc)
+        finally:
+            self.w.underway.end_answer(cid)
+            turn.end()
+
+    def follow(self, cid: str | None, request: gr.Request) -> Iterator[tuple]:
+        """A page opened on a chat that is answering (a reload mid-answer): the answer as it goes, to its end."""
+        if not cid or not self.w.underway.answering(cid):
+            yield gr.skip(), gr.skip()  # the chat as the page load drew it (an event that yields nothing empties it)
+            return
+        while self.w.underway.answering(cid) and self.w.shows(request, cid):
+            yield self.w.view(cid)
+            time.sleep(FOLLOW_S)
+        if self.w.shows(request, cid):
+            yield self.w.view(cid)  # the saved answer, numbers included
+
     def regenerate(self, request: gr.Request, cid: str | None, *values: float) -> Iterator[tuple]:
         conv = self.store.get(cid) if cid else None
         if conv is None or not any(m.role == "user" for m in conv.messages):
             gr.Warning("nothing to regenerate yet; send a message first.")
             yield (gr.skip(),) * 8
             return
-        with self.core.turn(conv.id):
+        with self.core.turn(conv.id) as turn:
             kept = versions.drop_reply(self.store, conv.id)  # ‹ › shows them again
             self.w.opened(request, conv.id)
-            yield from self.stream_reply(request, conv.id, sampling_of(values, self.w.defaults), kept)
+            yield from self.stream_reply(request, conv.id, sampling_of(values, self.w.defaults), kept, turn)
+
+    def carry_on(self, request: gr.Request, cid: str | None, *values: float) -> Iterator[tuple]:
+        """Continue: the last answer, cut at Max tokens, goes on from where it stopped (kept in its place)."""
+        conv = self.store.get(cid) if cid else None
+        last = conv.messages[-1] if conv is not None and conv.messages else None
+        if last is None or last.role != "assistant" or last.stats.get("finish_reason") != "length":
+            gr.Warning("only an answer cut at Max tokens can be continued; Regenerate answers again.")
+            yield (gr.skip(),) * 8
+            return
+        with self.core.turn(conv.id) as turn:
+            kept = versions.drop_reply(self.store, conv.id)
+            shown = min(int(last.stats.get("version", len(kept) - 1)), len(kept) - 1)
+            self.w.opened(request, conv.id)
+            yield from self.stream_reply(request, conv.id, sampling_of(values, self.w.defaults),
+                                         kept[:shown] + kept[shown + 1:], turn, begun=last.content)
+            now = self.store.get(conv.id)
+            if now is not None and now.messages and now.messages[-1].role == "user":  # refused: no room left
+                self.store.append(conv.id, "assistant", last.content, last.stats)  # the cut answer stays
+                yield self.w.view(conv.id)[0], *(gr.skip(),) * 6, self.w.view(conv.id)[1]
 
     def edit_message(self, edit: gr.EditData, request: gr.Request, cid: str | None, sys_prompt: str,
                      *values: Any) -> Iterator[tuple]:
@@ -151,7 +217,7 @@ class Replies:
             return
         sampling = sampling_of(values, self.w.defaults)
         core.stop(cid)
-        with core.turn(conv.id):
+        with core.turn(conv.id) as turn:
             try:
                 core.edit_turn(conv.id, index, text, sys_prompt or "", sampling)
             except LocalchatError as exc:
@@ -159,7 +225,7 @@ class Replies:
                 yield *view(conv.id)[:1], *(gr.skip(),) * 6, view(conv.id)[1]
                 return
             self.w.opened(request, conv.id)
-            yield from self.stream_reply(request, conv.id, sampling)
+            yield from self.stream_reply(request, conv.id, sampling, turn=turn)
 
     def show_version(self, cid: str | None, step: int) -> tuple:
         if cid:
@@ -209,8 +275,8 @@ class Replies:
             gr.Warning("there is no message to edit yet.")
 
 
-def wire(w: Window, view: ChatView) -> None:
-    """The chat's events and the composer's."""
+def wire(w: Window, view: ChatView) -> Replies:
+    """The chat's events and the composer's; returns the handlers (the page load follows an answer with them)."""
     replies = Replies(w)
     conv_id, settings_inputs, sliders = w.conv_id, w.panel.inputs, w.panel.controls
     # The engine batches concurrent chats, so several tabs may stream at once; within one chat a
@@ -222,6 +288,7 @@ def wire(w: Window, view: ChatView) -> None:
     composing.wire(view.compose, w)
     view.regenerate.click(replies.regenerate, [conv_id, *sliders], w.reply_outputs,
                           api_name=False, concurrency_limit=8)
+    view.carry_on.click(replies.carry_on, [conv_id, *sliders], w.reply_outputs, api_name=False, concurrency_limit=8)
     # The last pencil shown: a waiting message's are hidden (page.py), it is not stored to be edited yet.
     view.edit.click(replies.edit_last, [conv_id], None, api_name=False,
                     js="(cid) => { const pencils = [...document.querySelectorAll(\"#chat button[aria-label='Edit']\")]"
@@ -235,3 +302,4 @@ def wire(w: Window, view: ChatView) -> None:
     view.next.click(lambda cid: replies.show_version(cid, +1), [conv_id], w.chat_outputs, api_name=False)
     view.chatbot.edit(replies.edit_message, [conv_id, *settings_inputs], w.reply_outputs, api_name=False,
                       concurrency_limit=8)
+    return replies

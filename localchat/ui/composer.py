@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import html
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -13,7 +14,7 @@ import gradio as gr
 
 from ..errors import LocalchatError
 from .chat import ChatCore
-from .uploads import ACCEPTED, discard_received, store_upload
+from .uploads import ACCEPTED, discard_received, named_only, store_upload
 from .window import Window
 
 
@@ -59,18 +60,26 @@ def shown(core: ChatCore, docs: list[str], max_tokens: float, conv_id: str | Non
     return chips(core.attachment_counts(docs)) + f'<div id="meter" class="lc-meter">{meter}</div>'
 
 
+def refusal(text: str) -> str:
+    """A message the window refused to send, and why, kept under the message box until the next change (a
+    toast fades while the user is still reading the chat)."""
+    return f'<div id="refusal" class="lc-refusal" role="alert">Not sent: {html.escape(text)}</div>'
+
+
 def attach(core: ChatCore, uploaded: list[str] | None, docs: list[str], max_tokens: float,
            conv_id: str | None) -> tuple[list[str], str, None]:
     """Files from the attach button (or dropped on the chat), stored and checked; (the attached files, their
     chips and meter, an emptied attach button)."""
     docs = list(docs)
     for path in uploaded or []:
+        stored = None
         try:
             stored = store_upload(path)  # Gradio took it only from its upload folder (web.py)
             core.documents([str(stored)])  # type and content check now, not at send time
             docs.append(str(stored))
         except LocalchatError as exc:
-            gr.Warning(str(exc))
+            said = named_only(str(exc), path, Path(path).name)
+            gr.Warning(named_only(said, stored, stored.name) if stored is not None else said)
         finally:
             discard_received(path)
     return docs, shown(core, docs, max_tokens, conv_id), None

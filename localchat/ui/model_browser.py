@@ -133,9 +133,13 @@ class CatalogRow:
     best: bool = False
 
 
-def catalog_rows(catalog: dict[str, ModelFacts], hardware: HardwareInfo, downloads: Downloads) -> list[CatalogRow]:
+LOADED = "loaded now"  # what the tables say of the file the window answers with
+
+
+def catalog_rows(catalog: dict[str, ModelFacts], hardware: HardwareInfo, downloads: Downloads,
+                 loaded: Path | None = None) -> list[CatalogRow]:
     """One row per catalog file: sizes per quant, the planner's verdict and speed, the measured speed, whether
-    it is here."""
+    it is here (`loaded`: the file answering now, wherever it lies; known by its name, as the API knows it)."""
     profile = shown_profile(hardware)
     wants = wants_for(profile)
     best = best_plan(hardware, catalog, wants)
@@ -146,7 +150,8 @@ def catalog_rows(catalog: dict[str, ModelFacts], hardware: HardwareInfo, downloa
             rows.append(CatalogRow(choice, model.name, quant, model_file.format,
                                    size_text(model_file.size, model_file.verified),
                                    verdict(hardware, catalog, key, quant, wants), measured_speed(profile, key, quant),
-                                   downloads.here(choice, model_file),
+                                   LOADED if loaded is not None and loaded.name == model_file.file
+                                   else downloads.here(choice, model_file),
                                    best is not None and (best.model, best.quant) == (key, quant)))
     return rows
 

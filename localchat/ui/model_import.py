@@ -10,7 +10,7 @@ from ..errors import LocalchatError, ModelLoadError
 from ..models.gguf_info import read_gguf
 from ..models.importers import is_gguf
 from ..paths import PRIVATE_FILE_MODE, models_dir
-from .uploads import received_dir, safe_name
+from .uploads import named_only, received_dir, safe_name
 
 IMPORTED = "imported"  # the subfolder of the models folder that holds imported files
 # The window's upload limit, set by what an import may bring: a 4-bit 405B model is ~230 GB. Documents
@@ -38,7 +38,7 @@ def _import(source: Path, original_name: str | None) -> Path:
     try:
         info = read_gguf(source)
     except (LocalchatError, OSError, ValueError) as exc:
-        raise ModelLoadError(f"{name} is not a readable GGUF model ({exc}).") from None
+        raise ModelLoadError(f"{name} is not a readable GGUF model ({named_only(str(exc), source, name)}).") from None
     if not info.n_layer:
         raise ModelLoadError(f"{name} holds no model layers; it is not a language model.")
     folder = models_dir() / IMPORTED

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 from html import escape
+from pathlib import Path
 
 from ..models import bad_files
 from ..models.importers import LocalModel
 from ..units import rate_text
-from .model_browser import FOUND_IN, CatalogRow, Download, file_label, percent, size_text
+from .model_browser import FOUND_IN, LOADED, CatalogRow, Download, file_label, percent, size_text
 
 # Scoped to the panel; the theme's own colours keep it readable in dark mode.
 USABLE_TPS = 1.0  # below a token a second a model that fits is still no use for a chat
@@ -27,6 +28,7 @@ STYLE = """<style>
 .lc-table tr.lc-best { background: var(--color-accent-soft); }
 .lc-badge { font-size: 0.75em; padding: 0 0.35em; border-radius: 0.5em; background: var(--color-accent);
   color: white; white-space: nowrap; }
+.lc-loaded { background: #15803d; }  /* green, white text at 5:1: the file answering now */
 .lc-no { color: var(--body-text-color-subdued); }
 .lc-bad { color: var(--error-text-color, #b91c1c); font-size: 0.85em; white-space: normal; }
 .lc-path { font-family: var(--font-mono); font-size: 0.85em; word-break: break-all; min-width: 24rem;
@@ -68,24 +70,39 @@ def catalog_table(rows: list[CatalogRow]) -> str:
             + f"<td title='{escape(row.verdict.detail)}' class='{'' if fits else 'lc-no'}'>{escape(said)}{badge}</td>"
             + _cell(rate(tps) if tps else "–", "lc-num")
             + _cell(rate(row.measured) if row.measured else "not tuned", "lc-num" if row.measured else "lc-no")
-            + _cell(row.here, "" if row.here != "not here" else "lc-no") + "</tr>")
+            + (f"<td><span class='lc-badge lc-loaded' data-loaded='1'>{LOADED}</span></td>" if row.here == LOADED
+               else _cell(row.here, "" if row.here != "not here" else "lc-no")) + "</tr>")
     return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
-def local_table(models: list[LocalModel]) -> str:
-    """The GGUF files found on this machine and where."""
+def local_table(models: list[LocalModel], loaded: Path | None = None) -> str:
+    """The GGUF files found on this machine and where; the file answering now (`loaded`) first and marked,
+    listed even when it lies outside the folders searched (a path given with --model)."""
+    if loaded is not None and loaded.suffix.lower() == ".gguf":
+        try:
+            real = loaded.resolve()
+            this = next((m for m in models if m.path.resolve() == real), None) \
+                or LocalModel(loaded.name, loaded, loaded.stat().st_size, "path")
+            models = [this, *(m for m in models if m is not this)]
+        except OSError:  # gone from the disk meanwhile: the rows found stand alone
+            loaded = None
     if not models:
         return "<p class='lc-no'>No GGUF files found here yet.</p>"
     bad = bad_files.reasons()
-    body = "".join(f"<tr>{_local_name(m, bad(m.path))}{_cell(FOUND_IN.get(m.source, m.source))}"
+    now = loaded.resolve() if loaded is not None else None
+    body = "".join(f"<tr>{_local_name(m, bad(m.path), m.path.resolve() == now)}"
+                   f"{_cell(FOUND_IN.get(m.source, m.source))}"
                    f"{_cell(size_text(m.size), 'lc-num')}{_cell(str(m.path), 'lc-path')}</tr>" for m in models)
     return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr><th>File</th><th>Found in</th>"
             f"<th>Size</th><th>Path</th></tr></thead><tbody>{body}</tbody></table></div>")
 
 
-def _local_name(model: LocalModel, bad: str | None) -> str:
-    """A local file's name cell, with why it does not load when it crashed the model runner (bad_files.py)."""
+def _local_name(model: LocalModel, bad: str | None, loaded: bool = False) -> str:
+    """A local file's name cell, marked when it is the one answering, with why it does not load when it crashed
+    the model runner (bad_files.py)."""
+    if loaded:
+        return f"<td>{escape(file_label(model))} <span class='lc-badge lc-loaded' data-loaded='1'>{LOADED}</span></td>"
     if bad is None:
         return _cell(file_label(model))
     return (f"<td>{escape(file_label(model))}<br><span class='lc-bad' data-bad='1'>does not load: {escape(bad)}"

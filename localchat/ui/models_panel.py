@@ -27,11 +27,13 @@ log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often a running download or load redraws its progress
 
 
-def model_choices(current: str, catalog: Callable[[], dict[str, ModelFacts]] = load_catalog) -> list[tuple[str, str]]:
-    """The model picker's entries: the current model, every GGUF file found (localchat's models folder, the
-    hub cache, LM Studio, Ollama) and the catalog's files present here; each file once, under the first
+def model_choices(current: str, catalog: Callable[[], dict[str, ModelFacts]] = load_catalog,
+                  earlier: list[str] | tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """The model picker's entries: the current model, the models served before it (`earlier`: the one the
+    server started with may be a file no folder below holds), every GGUF file found (localchat's models folder,
+    the hub cache, LM Studio, Ollama) and the catalog's files present here; each file once, under the first
     name found for it (a catalog name and the path of its file load the same model)."""
-    names = [current]
+    names = [current, *earlier]
     files: dict[str, Path] = {}  # a catalog name -> its file here
     try:
         names += [str(m.path) for m in local_models()]
@@ -96,12 +98,21 @@ class ModelsPanel:
 
     def refreshed(self) -> tuple:
         """The catalog table, the local files and the model picker, as they are now."""
-        return catalog_table(catalog_rows(self.catalog(), machine(), self.downloads)), *self.local_files()
+        rows = catalog_rows(self.catalog(), machine(), self.downloads, self.loaded())
+        return catalog_table(rows), *self.local_files()
 
     def local_files(self) -> tuple:
         """The local files table and the model picker (the catalog table plans every row: not for these)."""
-        return local_table(local_models()), gr.update(choices=model_choices(self.core.runtime.model, self.catalog),
+        return local_table(local_models(), self.loaded()), gr.update(choices=self.choices(),
                                                       value=self.core.runtime.model)
+
+    def loaded(self) -> Path:
+        """The file the window answers with now."""
+        return Path(self.core.runtime.engine.worker.model_path)
+
+    def choices(self) -> list[tuple[str, str]]:
+        """The model picker's entries (model_choices) for the model loaded now."""
+        return model_choices(self.core.runtime.model, self.catalog, self.core.runtime.earlier)
 
     def job_of(self, choice: str | None) -> str:
         # The name comes from the client: only a listed file (the catalog's, or one a hub search found).
@@ -157,10 +168,10 @@ class ModelsPanel:
         """Load the chosen model in the background; the current one answers until the new one is ready."""
         core = self.core
         if not name or name == core.runtime.model or time.monotonic() - self._failed.get(name, -60) < 10:
-            yield gr.skip(), core.status(), gr.skip()
+            yield gr.skip(), core.status(), gr.skip(), gr.skip()
             return
         # The name comes from the client: only a model this window lists may load.
-        if name not in {value for _, value in model_choices(core.runtime.model, self.catalog)}:
+        if name not in {value for _, value in self.choices()}:
             raise gr.Error("that model is not in the list; choose one of the listed models, or start localchat "
                            "with --model to use another file.", print_exception=False)
         shown = Path(name).name
@@ -181,15 +192,18 @@ class ModelsPanel:
             read = f"{share:.0%} read, " if share else ""
             yield gr.skip(), (f"Loading **{shown}**{f' ({size_text(size)})' if size else ''}… {read}"
                               f"{time.monotonic() - started:.0f} s so far; the current model answers meanwhile."), \
-                gr.skip()
+                gr.skip(), gr.skip()
             loader.join(POLL_S)
         if failure:
             self._failed[name] = time.monotonic()
             gr.Warning(f"{shown} did not load, so the current model stays: {failure[0]}")
         else:
             gr.Info(f"Now answering with {shown} (loaded in {time.monotonic() - started:.1f} s).")
-        # The local files again: a file that crashed the model runner is marked there now.
-        yield gr.update(value=core.runtime.model), core.status(), local_table(local_models())
+        # Both tables again: the loaded file is marked in them, and a file that crashed the model runner is marked
+        # in the local files.
+        rows = catalog_rows(self.catalog(), machine(), self.downloads, self.loaded())
+        yield gr.update(choices=self.choices(), value=core.runtime.model), core.status(), \
+            local_table(local_models(), self.loaded()), catalog_table(rows)
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -209,8 +223,8 @@ class ModelsPanel:
         self.importer.upload(self.import_file, [self.importer], [self.note, self.local, model, self.importer],
                              api_name=False, concurrency_limit=1)
         # The status line shows the load as it goes: no spinner over it.
-        model.input(self.switch, [model], [model, status, self.local], api_name=False, concurrency_limit=1,
-                    show_progress="hidden")
+        model.input(self.switch, [model], [model, status, self.local, self.table], api_name=False,
+                    concurrency_limit=1, show_progress="hidden")
         # Another tab's download shows here too, and keeps moving while it runs.
         demo.load(lambda: self.choice_update(), None, [self.choice], api_name=False).then(
             self.follow, None, shown, **quiet)

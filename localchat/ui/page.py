@@ -4,7 +4,10 @@ from __future__ import annotations
 
 CSS = """
 #chat { flex-grow: 1; }
-#meter, #reading { font-size: 0.9em; margin-top: 0.3em; color: var(--body-text-color-subdued); }
+/* Quiet text that still reads: the theme's subdued grey is 2.4:1 on white, under AA's 4.5:1 for text this small. */
+:root { --lc-quiet-text: var(--neutral-600); }
+.dark { --lc-quiet-text: var(--neutral-300); }
+#meter, #reading { font-size: 0.9em; margin-top: 0.3em; color: var(--lc-quiet-text); }
 footer { display: none !important; }
 /* Toasts open below the drawers' toggles (at the window's top edges, 16 to 48 px down), never over them: the
    settings drawer stays one click away while a toast shows. Gradio puts the first toast at this plus 12 px. */
@@ -25,9 +28,9 @@ footer { display: none !important; }
   border: 1px solid var(--border-color-primary); border-radius: 999px; background: var(--background-fill-secondary);
   font-size: 0.9em; }
 .lc-chip-name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; max-width: 22em; }
-.lc-chip-tokens { color: var(--body-text-color-subdued); white-space: nowrap; }
+.lc-chip-tokens { color: var(--lc-quiet-text); white-space: nowrap; }
 .lc-chip-remove { border: none; background: none; cursor: pointer; font-size: 1.1em; line-height: 1; padding: 0 0.3em;
-  color: var(--body-text-color-subdued); }
+  color: var(--lc-quiet-text); }
 .lc-chip-remove:hover { color: var(--body-text-color); }
 /* The chat's "localchat" label takes a row of its own above the messages, its trash icon beside it: Gradio floats
    both over the scrolling messages, so they sat on the chat's first line and on whatever scrolled under them. */
@@ -47,7 +50,7 @@ footer { display: none !important; }
   border: 1px solid var(--border-color-primary); background: var(--background-fill-primary); font-style: normal; }
 /* A cited passage under a reply: its place, which opens to the text the reply was given. */
 #chat details.passage { margin: 0.2em 0; font-size: 0.9em; }
-#chat details.passage summary { cursor: pointer; color: var(--body-text-color-subdued); }
+#chat details.passage summary { cursor: pointer; color: var(--lc-quiet-text); }
 #chat .passage-text { border-left: 3px solid var(--border-color-primary); padding: 0.3em 0.8em; margin: 0.3em 0;
   max-height: 16em; overflow-y: auto; white-space: normal; }
 /* A thinking model's thinking above its answer: subdued, open while it streams, then one line to open. */
@@ -71,6 +74,25 @@ footer { display: none !important; }
 .lc-tune-steps li.lc-tune-ended span { color: var(--error-text-color, #c00); }
 .lc-tune-progress pre { font-size: 0.85em; white-space: pre-wrap; margin: 0.3em 0; max-height: 20em; overflow-y: auto; }
 .lc-tune-log summary { cursor: pointer; color: var(--body-text-color-subdued); }
+/* A confirmation opens beside what asked for it (the page script sets where), above the sidebar and the chat, on
+   any screen: inside the sidebar it opened off screen whenever the sidebar was closed (a phone). */
+#delete-confirm { position: fixed; z-index: 1100; top: var(--lc-ask-top, 30vh); left: var(--lc-ask-left, 8px);
+  width: min(20rem, calc(100vw - 16px)); padding: 0.8em; border: 1px solid var(--border-color-primary);
+  border-radius: var(--radius-lg); background: var(--background-fill-primary); box-shadow: var(--shadow-drop-lg); }
+/* What cannot be undone looks it: red, with white text (6.5:1), never the grey of "Keep it". */
+#delete-yes { background: #b91c1c !important; border-color: #991b1b !important; color: #fff !important; }
+#delete-yes:hover { background: #991b1b !important; }
+#delete, #delete-preset { color: #b91c1c !important; }
+.dark #delete, .dark #delete-preset { color: #fca5a5 !important; }
+/* Files dragged over the window: where they go. */
+#lc-drop-zone { position: fixed; inset: 0.5rem; z-index: 1200; display: none; align-items: center;
+  justify-content: center; border: 3px dashed var(--color-accent); border-radius: var(--radius-xl);
+  background: color-mix(in srgb, var(--background-fill-primary) 85%, transparent); pointer-events: none;
+  font-size: 1.3em; font-weight: 600; color: var(--body-text-color); text-align: center; padding: 1em; }
+#lc-drop-zone.lc-shown { display: flex; }
+.lc-refusal { margin: 0.4em 0; padding: 0.4em 0.7em; border-left: 3px solid #b91c1c; color: #b91c1c; }
+.dark .lc-refusal { color: #fca5a5; border-color: #fca5a5; }
+.lc-clamped { font-size: 0.85em; color: var(--lc-quiet-text); margin: 0.2em 0; }
 /* A phone: the message box takes the composer's first row whole, its placeholder on one line, and Attach, Send
    and Stop share the row under it; the chat takes the height. */
 @media (max-width: 600px) {
@@ -78,6 +100,9 @@ footer { display: none !important; }
   #composer > .form:has(#message) { order: -1; flex: 1 1 100% !important; min-width: 100% !important; }
   #send, #stop, #attach { flex: 1 1 0 !important; min-width: 3.5em !important; padding: 0.4em; font-size: 0.9em; }
   #chat { height: 60vh !important; }
+  /* The answer buttons three to a row: one to a row pushed Settings below the fold. */
+  #answer-buttons { flex-wrap: wrap; gap: 0.3em; }
+  #answer-buttons > button { flex: 1 1 30% !important; min-width: 0 !important; font-size: 0.8em; }
 }
 """
 
@@ -157,18 +182,142 @@ function localchatToggleSettings() {
   document.querySelector("#settings-panel .toggle-button")?.click();
 }
 
-// Files dropped anywhere on the chat are attached as if chosen with the attach button.
+// Files dropped anywhere in the window are attached as if chosen with the attach button, and while files are
+// dragged over it the window shows that it takes them (elsewhere Chromium would open the file and leave the app).
+// The Models panel's importer takes its own drops.
+const LC_OWN_DROPS = "#import-gguf";
+function localchatDropZone(shown) {
+  let zone = document.getElementById("lc-drop-zone");
+  if (!zone && shown) {
+    zone = document.createElement("div");
+    zone.id = "lc-drop-zone";
+    zone.textContent = "Drop files here to attach them to your message";
+    document.body.appendChild(zone);
+  }
+  zone?.classList.toggle("lc-shown", shown);
+}
+function localchatDragsFiles(event) {
+  return [...(event.dataTransfer?.types || [])].includes("Files") && !event.target.closest?.(LC_OWN_DROPS);
+}
 document.addEventListener("dragover", (event) => {
-  if (event.target.closest && event.target.closest("#chat")) event.preventDefault();
+  if (!localchatDragsFiles(event)) return localchatDropZone(false);
+  event.preventDefault();
+  localchatDropZone(true);
 });
+document.addEventListener("dragleave", (event) => { if (!event.relatedTarget) localchatDropZone(false); });
 document.addEventListener("drop", (event) => {
-  if (!event.target.closest || !event.target.closest("#chat") || !event.dataTransfer?.files.length) return;
+  localchatDropZone(false);
+  if (!localchatDragsFiles(event) || !event.dataTransfer.files.length) return;
   event.preventDefault();
   const input = document.querySelector("#attach input[type=file]")
     || document.querySelector("#attach")?.parentElement?.querySelector("input[type=file]");
   if (!input) return;
   input.files = event.dataTransfer.files;
   input.dispatchEvent(new Event("change", { bubbles: true }));
+});
+
+// Files of a kind localchat does not read are left out of an attach (picked or dropped) with one line saying so
+// under the message box: Gradio's own refusal listed all of its ~120 extensions.
+document.addEventListener("change", (event) => {
+  const input = event.target;
+  if (!input.matches?.("input[type=file]") || !input.closest("#composer") || !input.accept) return;
+  const accepted = input.accept.split(",").map((x) => x.trim().toLowerCase());
+  const files = [...input.files], kept = files.filter((f) => accepted.some((x) => f.name.toLowerCase().endsWith(x)));
+  let note = document.getElementById("lc-file-note");
+  note?.remove();
+  if (kept.length === files.length) return;
+  note = document.createElement("div");
+  note.id = "lc-file-note";
+  note.className = "lc-refusal";
+  note.setAttribute("role", "alert");
+  const left = files.filter((f) => !kept.includes(f)).map((f) => f.name).join(", ");
+  note.textContent = `Not attached: ${left}. localchat reads PDF, Word (DOCX), text, Markdown, HTML and source `
+    + "files; save it as one of those, or paste its text.";
+  document.getElementById("composer")?.after(note);
+  const chosen = new DataTransfer();
+  kept.forEach((f) => chosen.items.add(f));
+  input.files = chosen.files;
+  if (!kept.length) event.stopImmediatePropagation();
+}, true);
+
+// A confirmation opens beside what asked for it (the sidebar's Delete, the chat's trash icon), kept on screen.
+document.addEventListener("click", (event) => {
+  const asker = event.target.closest?.("#delete, #chat button[aria-label='Clear']");
+  if (!asker) return;
+  const box = asker.getBoundingClientRect(), root = document.documentElement.style;
+  root.setProperty("--lc-ask-top", `${Math.round(Math.max(8, Math.min(box.bottom + 6, innerHeight - 160)))}px`);
+  root.setProperty("--lc-ask-left", `${Math.round(Math.max(8, Math.min(box.right - 320, innerWidth - 328)))}px`);
+}, true);
+
+// A number typed out of a slider's range is brought into it, saying so in the window's words (Gradio would
+// refuse it with "Value 5 is greater than maximum value 2." and a traceback in the log).
+function localchatClamp(input) {
+  const low = parseFloat(input.min), high = parseFloat(input.max), value = parseFloat(input.value);
+  const block = input.closest(".block");
+  let note = block?.querySelector(".lc-clamped");
+  if (Number.isNaN(value) || (value >= low && value <= high)) return;
+  const clamped = Math.min(Math.max(value, low), high);
+  input.value = String(clamped);
+  input.dispatchEvent(new Event("input", { bubbles: true }));
+  const name = (block?.querySelector("[data-testid=block-info]")?.textContent || "This setting")
+    .replace(/\s*\(.*\)\s*$/, "");
+  if (!note && block) {
+    note = document.createElement("div");
+    note.className = "lc-clamped";
+    note.setAttribute("role", "status");
+    block.querySelector(".head")?.after(note);
+  }
+  if (note) note.textContent = `${name} goes from ${low} to ${high}, so ${value} was set to ${clamped}.`;
+}
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && event.target.matches?.("input[type=number][max]")) localchatClamp(event.target);
+}, true);
+for (const kind of ["change", "blur"]) {
+  document.addEventListener(kind, (event) => {
+    if (event.target.matches?.("input[type=number][max]")) localchatClamp(event.target);
+  }, true);
+}
+document.addEventListener("input", (event) => {  // the user types again: the note has said its piece
+  if (event.isTrusted && event.target.matches?.("input[type=number][max]")) {
+    event.target.closest(".block")?.querySelector(".lc-clamped")?.remove();
+  }
+}, true);
+
+// The chat list is one Tab stop (the chat open, or the first), and the arrow keys move through it: Gradio makes
+// each chat a radio group of its own, so 29 chats took 29 Tab presses on the way to the message box.
+function localchatRoveChats() {
+  const radios = [...document.querySelectorAll("#conversations input[type=radio]")];
+  const current = radios.find((r) => r.checked) || radios[0];
+  for (const radio of radios) radio.tabIndex = radio === current ? 0 : -1;
+}
+new MutationObserver(() => requestAnimationFrame(localchatRoveChats))
+  .observe(document.documentElement, { childList: true, subtree: true });
+document.addEventListener("keydown", (event) => {
+  const radio = event.target.closest?.("#conversations input[type=radio]");
+  const step = { ArrowDown: 1, ArrowRight: 1, ArrowUp: -1, ArrowLeft: -1 }[event.key];
+  if (!radio || !step) return;
+  event.preventDefault();
+  const radios = [...document.querySelectorAll("#conversations input[type=radio]")];
+  const next = radios[(radios.indexOf(radio) + step + radios.length) % radios.length];
+  next.focus();
+  next.click();
+}, true);
+
+// On a phone the sidebar and the settings drawer cover the chat: picking a chat or starting one closes the
+// sidebar, and a tap outside an open drawer closes it.
+const LC_NARROW_PX = 800;
+function localchatCloseDrawers(except) {
+  if (innerWidth >= LC_NARROW_PX) return;
+  for (const drawer of document.querySelectorAll(".sidebar.open")) {
+    if (drawer !== except) drawer.querySelector(".toggle-button")?.click();
+  }
+}
+document.addEventListener("click", (event) => {
+  const target = event.target;
+  if (!target.closest || innerWidth >= LC_NARROW_PX) return;
+  if (target.closest("#conversations label, #new-chat")) return setTimeout(() => localchatCloseDrawers(null), 0);
+  if (target.closest(".sidebar, #open-settings, #delete-confirm, .toast-wrap")) return;
+  localchatCloseDrawers(null);
 });
 
 // Dark and light follow the OS until the user picks one with the toggle; the pick is remembered.

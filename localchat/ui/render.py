@@ -128,11 +128,17 @@ def stats_dict(stats: Stats | None, n_ctx: int) -> dict[str, Any]:
 
 
 def stats_line(stats: dict[str, Any]) -> str:
-    """"TTFT 80 ms · 42 tokens in 1.3 s · 140.2 tokens/s · context 312 / 8,192" for under a reply."""
+    """"smollm2-135m · TTFT 80 ms · 42 tokens at 140.2 tokens/s · 1.3 s in all · context 312 / 8,192" for under a
+    reply, the model's name first when it was kept with the reply. The rate is the writing's alone, and the time
+    from Send to the last token stands apart from it: "11 tokens in 55.8 s · 8.2 tokens/s" read as a contradiction
+    when most of the wait was reading the prompt."""
     if not stats.get("completion_tokens"):  # stopped before the first token: no rate to speak of
         return ""
-    answer = f"{stats['completion_tokens']:,} tokens" + (f" in {stats['total_s']:.1f} s" if "total_s" in stats else "")
-    items = [f"TTFT {stats['ttft_ms']:,.0f} ms", answer, f"{stats['tokens_per_s']:.1f} tokens/s"]
+    items = [str(stats["model"])] if stats.get("model") else []  # which model wrote it, as the window named it
+    items += [f"TTFT {stats['ttft_ms']:,.0f} ms",
+              f"{stats['completion_tokens']:,} tokens at {stats['tokens_per_s']:.1f} tokens/s"]
+    if "total_s" in stats:
+        items.append(f"{stats['total_s']:.1f} s in all")
     if "spec_acceptance" in stats:
         items.append(f"speculative acceptance {stats['spec_acceptance']:.0%} ({stats['spec_drafter']})")
     if stats.get("cached_tokens"):
@@ -197,9 +203,14 @@ def prefill_line(done: int, total: int, started: float, first_done: int, now: fl
     return line + " — Stop cancels."
 
 
+BASE_MODEL_NOTE = ("a base model: its file has no chat template, so it was not tuned to chat; it continues "
+                   "text rather than answering (an instruct or chat version of it answers)")
+
+
 def status_markdown(model: str, path: Path, description: str, n_ctx: int, placement: str,
-                    speculation: str, devices: str = "") -> str:
-    """The status panel: model, file and quant, context, placement (planned, then as llama.cpp did it), memory."""
+                    speculation: str, devices: str = "", base_model: bool = False) -> str:
+    """The status panel: model, file and quant, context, placement (planned, then as llama.cpp did it), memory;
+    `base_model`: the file has no chat template (the window uses ChatML's markers, and stops at them)."""
     import psutil
 
     server = psutil.Process(os.getpid())
@@ -216,5 +227,5 @@ def status_markdown(model: str, path: Path, description: str, n_ctx: int, placem
     rows = [("Model", model), ("Weights", description), ("File", f"{path.name} ({size})"),
             ("Context", f"{n_ctx:,} tokens"), ("Placement", placement), ("Device", devices or "?"),
             ("Speculation", speculation),
-            ("Memory", f"{size_text(rss)} resident")]
+            ("Memory", f"{size_text(rss)} resident")] + ([("Note", BASE_MODEL_NOTE)] if base_model else [])
     return "\n".join(f"- **{k}:** {plain(v)}" for k, v in rows)

@@ -24,6 +24,9 @@ class Runtime:
     service: Any = None  # the API's LocalService, which serves the same engine
     lock: threading.Lock = field(default_factory=threading.Lock)
     loading: float | None = None  # while a switch loads: the share of the new model's file read so far
+    # The models served before this one, oldest first: a file given with --model may lie outside every folder
+    # the picker scans, and switching away must not make it unreachable until a restart.
+    earlier: list[str] = field(default_factory=list)
 
     def switch(self, model: str, n_ctx: int | None = None) -> None:
         """Load `model` (with `n_ctx` tokens of context, or its settings' own) and make it the one every
@@ -38,15 +41,24 @@ class Runtime:
                 engine = self.load(model, n_ctx=n_ctx, progress=lambda share: setattr(self, "loading", share))
             finally:
                 self.loading = None
-            old, self.engine, self.model = self.engine, engine, model
+            old, left, self.engine, self.model = self.engine, self.model, engine, model
+            self.earlier = [m for m in self.earlier if m != model] + ([left] if left != model else [])
             if self.service is not None:
                 from ..api.local import served_name
 
                 self.service.engine, self.service.model_name = engine, served_name(model)
+                self.service.served_before(served_name(left), old.worker.model_path)
         old.close_when_done()
 
 
 WINDOW_MAX_TOKENS = 512  # a new chat's answer limit unless the server was given --max-tokens
+MAX_TOKENS_STEP = 16  # the Max tokens slider's step
+
+
+def max_answer_tokens(n_ctx: int) -> int:
+    """The most Max tokens may be with `n_ctx` tokens of context: three quarters of it, so the chat keeps a
+    quarter (a limit the size of the whole context refused every message: "0 tokens left")."""
+    return max(MAX_TOKENS_STEP, n_ctx * 3 // 4 // MAX_TOKENS_STEP * MAX_TOKENS_STEP)
 _ENGINE_DEFAULTS = SamplingParams()
 
 

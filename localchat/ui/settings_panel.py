@@ -18,7 +18,7 @@ from ..runtime.thinking import thinking_style
 from ..runtime.sampling import LIMITS
 from .chat import ChatCore
 from .presets import Preset, Presets
-from .session import SHOWN_SETTINGS, THINKING, Sampling, settings_of
+from .session import MAX_TOKENS_STEP, SHOWN_SETTINGS, THINKING, Sampling, max_answer_tokens, settings_of
 
 MIN_CONTEXT = 64  # the n_ctx setting's own lower bound (config.py)
 OVERFLOW_CHOICES = [("Leave out the oldest turns", "rolling"),
@@ -67,7 +67,7 @@ class SettingsPanel:
 
 def build_settings_panel(defaults: Sampling, system_prompt: str, core: ChatCore, saved: Presets) -> SettingsPanel:
     """The drawer's components (inside the Blocks being built); it starts closed."""
-    d = defaults
+    d, n_ctx_now = defaults, core.runtime.engine.n_ctx
     with gr.Sidebar(open=False, position="right", width=340, elem_id="settings-panel") as drawer:
         gr.Markdown("**Settings for this chat**")
         with gr.Group(elem_id="presets"):
@@ -84,7 +84,9 @@ def build_settings_panel(defaults: Sampling, system_prompt: str, core: ChatCore,
         sliders = {
             "temperature": slider("temperature", "Temperature (0: greedy)", 0, 2, 0.05, d.temperature),
             "top_p": slider("top_p", "Top p", 0, 1, 0.05, d.top_p),
-            "max_tokens": slider("max_tokens", "Max tokens", 16, 4096, 16, d.max_tokens),
+            # Its end follows the loaded context (window.py moves it with each chat opened and each reload).
+            "max_tokens": slider("max_tokens", "Max tokens", MAX_TOKENS_STEP, max_answer_tokens(n_ctx_now),
+                                 MAX_TOKENS_STEP, min(d.max_tokens, max_answer_tokens(n_ctx_now))),
             "top_k": slider("top_k", "Top k (0: off)", 0, 200, 1, d.top_k),
             "min_p": slider("min_p", "Min p", 0, 1, 0.01, d.min_p),
             "repeat_penalty": slider("repeat_penalty", "Repeat penalty (1: off)", 0.5, 2, 0.05, d.repeat_penalty),
@@ -136,8 +138,8 @@ def wire_settings_panel(panel: SettingsPanel, core: ChatCore, saved: Presets, de
     panel.reload.click(functools.partial(resize, core), [panel.n_ctx], [panel.n_ctx, panel.note, status],
                        api_name=False, concurrency_limit=1)
     # The status changes with every load (a model switch, the wizard, a new context): so does the context box.
-    status.change(functools.partial(follow_load, core), [panel.shown_ctx],
-                  [panel.n_ctx, panel.note, panel.shown_ctx], api_name=False)
+    status.change(functools.partial(follow_load, core), [panel.shown_ctx, panel.control("max_tokens")],
+                  [panel.n_ctx, panel.note, panel.shown_ctx, panel.control("max_tokens")], api_name=False)
     gr.on([system.blur, seed.blur, *(x.input if isinstance(x, gr.Dropdown) else x.release
                                      for x in sliders if x is not seed)], save_settings,
           [conv_id, *panel.inputs], None, api_name=False)
@@ -165,6 +167,8 @@ def wire_presets(panel: SettingsPanel, saved: Presets, defaults: Sampling, conv_
         if preset is None:
             return (gr.skip(),) * (len(shown) + 2)
         values = [preset.settings.get(n, getattr(defaults, n)) for n in SHOWN_SETTINGS]
+        at = SHOWN_SETTINGS.index("max_tokens")  # saved with a longer context, maybe: within the one loaded now
+        values[at] = min(values[at], max_answer_tokens(panel_context()))
         default = saved.default()
         n_ctx = gr.skip()
         if preset.n_ctx and preset.n_ctx != panel_context():  # the box says it; Reload applies it
@@ -230,11 +234,15 @@ def context_note(core: ChatCore) -> str:
             + ". A reload keeps every chat; an answer in progress finishes on the current load.")
 
 
-def follow_load(core: ChatCore, shown: int | None) -> tuple:
-    """(box, note, shown) after the status changed: new only when the loaded context did (a model switch, the
-    wizard, a reload), so a length being typed is not overwritten by the status of every answer."""
+def follow_load(core: ChatCore, shown: int | None, max_tokens: float | None) -> tuple:
+    """(box, note, shown, Max tokens) after the status changed: new only when the loaded context did (a model
+    switch, the wizard, a reload), so a length being typed is not overwritten by the status of every answer;
+    Max tokens' slider ends where the new context allows."""
     n_ctx = core.runtime.engine.n_ctx
-    return (gr.skip(),) * 3 if n_ctx == shown else (n_ctx, context_note(core), n_ctx)
+    if n_ctx == shown:
+        return (gr.skip(),) * 4
+    room = max_answer_tokens(n_ctx)
+    return n_ctx, context_note(core), n_ctx, gr.update(maximum=room, value=min(int(max_tokens or room), room))
 
 
 def resize(core: ChatCore, n_ctx: float | None) -> Iterator[tuple]:

@@ -36,11 +36,13 @@ def build(store: Store, conv_id: gr.State) -> Sidebar:
     search = gr.Textbox(placeholder="Search chats", show_label=False, elem_id="search", container=False)
     no_match = gr.Markdown("", visible=False, elem_id="search-empty")
     convs = gr.Radio(label="Conversations", choices=[], elem_id="conversations")
+    # Off until a chat is open, as the answer buttons are.
     rename_box = gr.Textbox(placeholder="Rename this chat (Enter saves)", show_label=False, elem_id="rename",
-                            container=False)
-    delete_btn = gr.Button("Delete this chat", size="sm", elem_id="delete")
-    with gr.Column(visible=False, elem_id="delete-confirm") as confirm:
-        gr.Markdown("Delete this chat for good?")
+                            container=False, interactive=False)
+    delete_btn = gr.Button("Delete this chat", size="sm", elem_id="delete", interactive=False)
+    # Rendered outside the sidebar (layout.py), beside whichever Delete asked (page.py): a phone's sidebar is closed.
+    with gr.Column(visible=False, elem_id="delete-confirm", render=False) as confirm:
+        gr.Markdown("Delete this chat for good? This cannot be undone.")
         with gr.Row():
             delete_yes = gr.Button("Delete", variant="stop", size="sm", elem_id="delete-yes")
             delete_no = gr.Button("Keep it", size="sm", elem_id="delete-cancel")

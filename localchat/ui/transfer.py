@@ -34,7 +34,8 @@ def to_markdown(conv: Conversation) -> str:
     if conv.system_prompt:
         lines += [f"*System prompt:* {conv.system_prompt}", ""]
     for m in conv.messages:
-        lines += [f"## {'You' if m.role == 'user' else 'localchat'}", "", m.content, ""]
+        writer = f"localchat ({m.stats['model']})" if isinstance(m.stats.get("model"), str) else "localchat"
+        lines += [f"## {'You' if m.role == 'user' else writer}", "", m.content, ""]
         if m.role == "assistant" and m.stats.get("included"):
             lines += [f"*Included: {m.stats['included']}*", ""]
     return "\n".join(lines)

@@ -51,6 +51,8 @@ def build_transfer(store: Store, conv_id: gr.State, convs: gr.Radio,
         gr.Info(f"Imported {len(ids)} chat{'s' if len(ids) != 1 else ''}.")
         return conversations(cid)
 
+    # One click: the file is offered for download as soon as it is made (its link stays, to save it again).
     for button, kind in ((as_markdown, "markdown"), (as_json, "json"), (every, "all")):
-        button.click(lambda cid, kind=kind: export(cid, kind), [conv_id], [exported], api_name=False)
+        button.click(lambda cid, kind=kind: export(cid, kind), [conv_id], [exported], api_name=False).then(
+            None, None, None, js="() => document.querySelector('#exported a[download]')?.click()")
     upload.upload(take, [upload, conv_id], [convs], api_name=False)

@@ -71,6 +71,11 @@ class Underway:
         with self._lock:
             self._answers[conv_id] = {"role": "assistant", "content": content}
 
+    def answering(self, conv_id: str) -> bool:
+        """Whether chat `conv_id` has an answer streaming."""
+        with self._lock:
+            return conv_id in self._answers
+
     def end_answer(self, conv_id: str) -> None:
         with self._lock:
             self._answers.pop(conv_id, None)

@@ -63,6 +63,17 @@ def too_large(name: str, size: int) -> DocumentTooLargeError:
                                  "limit; attach a smaller file or only the part you need.")
 
 
+def named_only(message: str, path: str | Path, name: str) -> str:
+    """`message` with the server's path of an upload (and the folder it was received in) given as the file's
+    name: what a browser is told names no folder of the server."""
+    path = Path(path)
+    for shown in dict.fromkeys((str(path.resolve()), str(path))):
+        message = message.replace(shown, name)
+    for folder in dict.fromkeys((str(path.parent.resolve()), str(path.parent))):
+        message = message.replace(folder + os.sep, "").replace(folder, "")
+    return message
+
+
 def discard_received(path: str | Path) -> None:
     """Delete what the browser sent once it was attached (copied) or refused: a refused 50 MB+ upload
     must not stay on disk. Only a file in the received folder is touched."""

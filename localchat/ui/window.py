@@ -14,10 +14,13 @@ from .chat import ChatCore
 from .models_panel import model_choices
 from .pre_read import PreReader
 from .presets import Presets
-from .session import SHOWN_SETTINGS, Sampling
+from .session import SHOWN_SETTINGS, Sampling, max_answer_tokens
 from .settings_panel import SettingsPanel, starting
 from .store import Message, Store
 from .underway import Underway, Waiting
+
+
+INTERRUPTED = "No answer: it was interrupted (localchat stopped while answering). Regenerate answers it."
 
 
 def when(timestamp: float, now: float | None = None) -> str:
@@ -108,7 +111,15 @@ class Window:
     def view(self, cid: str | None) -> tuple[list[dict[str, str]], str]:
         """The chat and its copy texts: what is stored, then what is under way (`tail`)."""
         conv = self.store.get(cid) if cid else None
-        return self.core.display(conv) + self.tail(cid), sources(conv)
+        return self.core.display(conv) + self.interrupted(conv) + self.tail(cid), sources(conv)
+
+    def interrupted(self, conv: Any) -> list[dict[str, str]]:
+        """A chat whose last message has no answer and none coming: the server stopped while it answered (an answer
+        is kept when it ends). Said, with what answers it, rather than left looking cut off."""
+        if conv is None or not conv.messages or conv.messages[-1].role != "user" or self.core.busy(conv.id) \
+                or self.underway.answering(conv.id):
+            return []
+        return [{"role": "assistant", "content": f"*{INTERRUPTED}*"}]
 
     def tail(self, cid: str | None) -> list[dict[str, str]]:
         """The answer streaming in chat `cid`, then its messages waiting, each with its Cancel."""
@@ -122,10 +133,19 @@ class Window:
         """The chat `cid` opened (`chat_state`'s values)."""
         conv = self.store.get(cid) if cid else None
         if conv is None:  # a new chat: the default preset's settings, or the server's
-            return [], "[]", None, *starting(self.presets, self.defaults, self.system_prompt), [], ""
+            system, *values = starting(self.presets, self.defaults, self.system_prompt)
+            return [], "[]", None, system, *self.controls(values), [], ""
         s = conv.settings
         return (*self.view(conv.id), conv.id, conv.system_prompt,
-                *(s.get(name, getattr(self.defaults, name)) for name in SHOWN_SETTINGS), [], "")
+                *self.controls([s.get(name, getattr(self.defaults, name)) for name in SHOWN_SETTINGS]), [], "")
+
+    def controls(self, values: list[Any]) -> list[Any]:
+        """A chat's settings as the drawer's controls take them: Max tokens within the loaded context, its
+        slider's end moved with the context (a chat kept from a longer context asked for more than it holds)."""
+        room = max_answer_tokens(self.core.runtime.engine.n_ctx)
+        at = SHOWN_SETTINGS.index("max_tokens")
+        wanted = values[at] if isinstance(values[at], (int, float)) else room
+        return [*values[:at], gr.update(maximum=room, value=min(wanted, room)), *values[at + 1:]]
 
     def new_chat(self, request: gr.Request | None = None) -> tuple:
         """A new chat opened, then the chat list (as the page's search finds it) with none chosen."""
@@ -133,4 +153,5 @@ class Window:
 
     def picker(self) -> dict[str, Any]:
         """The model picker: the models found here, the loaded one chosen."""
-        return gr.update(choices=model_choices(self.core.runtime.model), value=self.core.runtime.model)
+        runtime = self.core.runtime
+        return gr.update(choices=model_choices(runtime.model, earlier=runtime.earlier), value=runtime.model)

@@ -18,6 +18,9 @@ from .wizard_progress import progress_html
 from .window import Window
 
 
+WIZARD = "Hardware wizard"  # the accordion's title
+
+
 @dataclass(slots=True)
 class Wizard:
     box: gr.Accordion
@@ -36,8 +39,8 @@ class WizardProgress:
 
 def build() -> Wizard:
     """The wizard's accordion (inside the sidebar being built)."""
-    # Open where the machine is not tuned (checked again on every page load).
-    with gr.Accordion("Hardware wizard", open=tuned_summary()[0] is None, elem_id="tune") as box:
+    # Closed; its title says whether the machine is tuned (checked again on every page load: layout.py).
+    with gr.Accordion(WIZARD, open=False, elem_id="tune") as box:
         note = gr.Markdown(elem_id="tune-note")
         # Off unless asked: a better model can be gigabytes, fetched without another question.
         download = gr.Checkbox(False, label="May download a better model (can be several GB)",
