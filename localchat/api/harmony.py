@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from ..runtime.thinking import Thought
+from ..runtime.thinking import Thought, merged
 from .markers import Marker, MarkerStream
 from .tool_parser import ArgsDelta, CallStart, Piece, ToolCall, new_call_id
 
@@ -46,7 +46,7 @@ class HarmonyParser:
         self._out = []
         for item in self._stream.feed(text):
             self._item(item)
-        return _merged(self._out)
+        return merged(self._out)
 
     def finish(self, cut: bool = False) -> list[Piece]:
         """The end of the answer: a call's body ended by the stop token is whole unless max_tokens cut it."""
@@ -55,7 +55,7 @@ class HarmonyParser:
             self._item(item)
         if self._body == "call" and not cut:
             self._end_call()
-        return _merged(self._out)
+        return merged(self._out)
 
     def _item(self, item: str) -> None:
         if isinstance(item, Marker) and item in (START, CHANNEL) and self._header is None:
@@ -109,16 +109,3 @@ class HarmonyParser:
         call = ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
         self._out += [CallStart(len(self.calls), call.id, name), ArgsDelta(len(self.calls), call.arguments)]
         self.calls.append(call)
-
-
-def _merged(pieces: list[Piece]) -> list[Piece]:
-    merged: list[Piece] = []
-    for piece in pieces:
-        last = merged[-1] if merged else None
-        if isinstance(piece, Thought) and isinstance(last, Thought):
-            last.text += piece.text
-        elif isinstance(piece, str) and isinstance(last, str):
-            merged[-1] = last + piece
-        elif not (isinstance(piece, str) and not piece):
-            merged.append(piece)
-    return merged

@@ -16,7 +16,7 @@ leading white space after the thinking goes, as every engine's parser does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +91,7 @@ class ThinkingSplitter:
         while self._held:
             if not self._step(out):
                 break
-        return _merged(out)
+        return merged(out)
 
     def finish(self) -> list[Thought | str]:
         """The end of the text: what was held back is what it is (a cut marker is dropped: it was never
@@ -104,7 +104,7 @@ class ThinkingSplitter:
             out.append(held)
         elif self._state == _THINKING and held.strip() and not _is_marker_start(held.strip(), (self.style.close,)):
             self._thought(out, held.rstrip())
-        return _merged(out)
+        return merged(out)
 
     # Each step consumes what it can from _held; False: it needs more text.
     def _step(self, out: list[Thought | str]) -> bool:
@@ -163,14 +163,16 @@ def _partial_suffix(text: str, marker: str) -> int:
     return 0
 
 
-def _merged(pieces: list[Thought | str]) -> list[Thought | str]:
-    merged: list[Thought | str] = []
+def merged(pieces: list[Any]) -> list[Any]:
+    """Pieces of an answer with neighbouring thoughts and neighbouring texts joined, empty texts dropped
+    (other pieces, such as a tool call's parts, pass as they are)."""
+    joined: list[Any] = []
     for piece in pieces:
-        last = merged[-1] if merged else None
+        last = joined[-1] if joined else None
         if isinstance(piece, Thought) and isinstance(last, Thought):
             last.text += piece.text
         elif isinstance(piece, str) and isinstance(last, str):
-            merged[-1] = last + piece
-        elif piece:
-            merged.append(piece)
-    return merged
+            joined[-1] = last + piece
+        elif not (isinstance(piece, str) and not piece):
+            joined.append(piece)
+    return joined
