@@ -117,6 +117,7 @@ def on_demand(settings_for: Callable[[str], Settings]):
             return path.stat().st_size
 
     base = settings_for(None)
+    room: dict = {}
     if base.n_gpu_layers:  # the models go to the GPUs: their room is the GPUs' free memory, read live
         from .hardware import HardwareInfo
         from .planning.fit import budget
@@ -126,9 +127,8 @@ def on_demand(settings_for: Callable[[str], Settings]):
             free = [g.memory_free for g in usable(HardwareInfo()).gpus] or [free_memory()]
             return sum(free) if base.placement == "layer-split" else max(free)
 
-        return Runners(lambda path: open_supervised(settings_of(path)), needs, base.keep_alive * 60.0,
-                       free=gpu_free, room=lambda free: budget(free, "gpu"))
-    return Runners(lambda path: open_supervised(settings_of(path)), needs, base.keep_alive * 60.0)
+        room = {"free": gpu_free, "room": lambda free: budget(free, "gpu")}
+    return Runners(lambda path: open_supervised(settings_of(path)), needs, base.keep_alive * 60.0, **room)
 
 
 def arrange_workers(settings: Settings, worker, path, draft):

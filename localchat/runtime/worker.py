@@ -77,14 +77,14 @@ class Worker:
         if self.config.deterministic and self.config.n_gpu_layers:
             log.warning("--deterministic holds for the CPU kernels; layers offloaded to a GPU round as its "
                         "kernels do, which may depend on the batch")
-        self.model = self._load_model(on_progress)
+        self.model, load_lines = self._load_model(on_progress)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
         self.max_threads = self.config.n_threads or default_threads()
         with llama_log.captured() as context_lines:
             self.ctx, cparams = self._new_context()
-        self.residence = self._placed(context_lines)
+        self.residence = self._placed(load_lines + context_lines)
         self.threads = (self.max_threads, self.max_threads)  # (single-token steps, batches)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.fingerprint = self._fingerprint(cparams)
@@ -107,15 +107,12 @@ class Worker:
         mparams.use_extra_bufts = not self.config.deterministic
         return mparams
 
-    def _load_model(self, on_progress: Callable[[float], None] | None) -> llama_cpp.llama_model_p:
-        """The model, loaded from the file on the config's GPUs (fewer layers after an out-of-memory); one
-        llama.cpp cannot load is a ModelLoadError (the CPU backend released)."""
+    def _load_model(self, on_progress: Callable[[float], None] | None) -> tuple[llama_cpp.llama_model_p, list[str]]:
+        """The model, loaded from the file on the config's GPUs (fewer layers after an out-of-memory), and what
+        llama.cpp logged of that load; one llama.cpp cannot load is a ModelLoadError (the CPU backend released)."""
         self._pinned: list = []  # arrays llama.cpp keeps pointers to, alive as long as the worker
         self.gpus, why_none = offload.devices_for(self.config)
-        if why_none:
-            log.warning("%s layers were meant for a GPU; they run on the CPU: %s",
-                        "all" if self.config.n_gpu_layers < 0 else self.config.n_gpu_layers, why_none)
-        self.why_cpu = why_none
+        self.why_cpu = why_none  # said once the load is placed (_placed)
         n_gpu_layers = self.config.n_gpu_layers
         while True:
             mparams = self._model_params(n_gpu_layers)
@@ -126,7 +123,6 @@ class Worker:
             llama_log.recent_problems.clear()
             with llama_log.captured() as lines:
                 model = llama_cpp.llama_model_load_from_file(str(self.model_path).encode(), mparams)
-            self._load_lines = lines
             fewer = None if model or not self.gpus else offload.fewer_layers(lines, n_gpu_layers)
             if model or fewer is None:
                 break
@@ -141,12 +137,12 @@ class Worker:
                 f"could not load {self.model_path} ({reason}). The file may be truncated or corrupt: "
                 "download it again (`localchat pull`), or pick another model."
             )
-        return model
+        return model, lines
 
-    def _placed(self, context_lines: list[str]) -> residence.Residence:
-        """Where the layers and buffers went, as llama.cpp did it; a plan for a GPU that landed on the CPU says so."""
-        found = residence.read(self._load_lines + context_lines)
-        self._load_lines = []
+    def _placed(self, lines: list[str]) -> residence.Residence:
+        """Where the layers and buffers went, read from what llama.cpp logged of the load and the context; a
+        plan for a GPU that landed on the CPU says so (and why, when no GPU was usable)."""
+        found = residence.read(lines)
         if self.config.n_gpu_layers and not found.on_gpu():
             log.warning("%s was planned for a GPU and runs on the CPU (%s)", self.model_path.name,
                         self.why_cpu or "llama.cpp placed no layer on a GPU")
