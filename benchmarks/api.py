@@ -18,13 +18,13 @@ import time
 import uvicorn
 from openai import OpenAI
 
-from localchat.bench_report import Report
-from localchat.workloads import document
-from localchat.runtime.engine import Engine, EngineConfig, Request
-from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.worker import WorkerConfig, default_threads
 from localchat.api.app import bind_socket, create_app, url_of
 from localchat.api.local import LocalService
+from localchat.bench_report import Report
+from localchat.runtime.engine import Engine, EngineConfig, Request
+from localchat.runtime.sampling import SamplingParams
+from localchat.runtime.workers.worker import WorkerConfig, default_threads
+from localchat.workloads import document
 
 
 def start_server(engine: Engine) -> tuple[str, uvicorn.Server]:

@@ -20,7 +20,7 @@ from localchat.bench_report import Report, isolated
 from localchat.hardware import HardwareInfo
 from localchat.planning.fit import ModelSize
 from localchat.planning.placements import arrange
-from localchat.runtime.worker import WorkerConfig
+from localchat.runtime.workers.worker import WorkerConfig
 from localchat.tune.placements import keep_placement, measure_placement
 
 

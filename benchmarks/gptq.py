@@ -23,7 +23,7 @@ from localchat.models.derive import requantize
 from localchat.models.resolve import resolve_model
 from localchat.paths import models_dir
 from localchat.runtime.engine import Engine, EngineConfig, Request
-from localchat.runtime.worker import WorkerConfig
+from localchat.runtime.workers.worker import WorkerConfig
 from localchat.workloads import document, greedy
 
 DATA = Path(__file__).parent.parent / "tests" / "data"

@@ -14,10 +14,10 @@ import argparse
 import statistics
 from pathlib import Path
 
+from localchat.runtime.constraints.grammar import grammar_from_json_schema
 from localchat.runtime.engine import Engine, EngineConfig, Request
-from localchat.runtime.grammar import grammar_from_json_schema
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.worker import WorkerConfig, default_threads
+from localchat.runtime.workers.worker import WorkerConfig, default_threads
 
 PROMPT = "List forty fruits as a JSON object with one key, \"items\", holding an array of their names."
 SCHEMA = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}, "minItems": 60}},

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from localchat.bench import _engine, latency_beside_prefill
 from localchat.bench_report import Report, isolated
-from localchat.workloads import document, greedy
 from localchat.runtime.engine import Request
+from localchat.workloads import document, greedy
 
 BUDGETS = (0, 4, 8, 16, 32, 64, 128)  # 0: adaptive
 
@@ -36,8 +36,8 @@ def state_costs(path: Path, doc_tokens: int) -> dict[str, float]:
     """The KV state of a read document on disk: its size, and the time to save and restore it."""
     import tempfile
 
-    from localchat.runtime.kv_disk import KVDiskCache
-    from localchat.runtime.worker import BatchRow, Worker, WorkerConfig
+    from localchat.runtime.kv.kv_disk import KVDiskCache
+    from localchat.runtime.workers.worker import BatchRow, Worker, WorkerConfig
 
     worker = Worker(path, WorkerConfig(n_ctx=doc_tokens + 1024, n_seq_max=2, n_threads=2))
     try:

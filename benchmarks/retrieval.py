@@ -22,7 +22,7 @@ from localchat.ingest.vectors import VectorStore
 from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL
 from localchat.models.resolve import resolve_model
 from localchat.runtime.backends import kernels
-from localchat.runtime.embedder import Embedder
+from localchat.runtime.workers.embedder import Embedder
 
 SET = Path(__file__).resolve().parent.parent / "tests" / "data" / "retrieval"
 

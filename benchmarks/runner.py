@@ -19,7 +19,7 @@ from localchat.config import Settings
 from localchat.runners.supervisor import SupervisedEngine
 from localchat.runtime.engine import Request
 from localchat.runtime.events import TextDelta
-from localchat.runtime.worker import default_threads
+from localchat.runtime.workers.worker import default_threads
 from localchat.workloads import greedy
 
 

@@ -155,7 +155,7 @@ def report(outcomes: list[Outcome]) -> str:
 def main() -> int:
     from localchat.models.resolve import resolve_model
     from localchat.runtime.engine import Engine, EngineConfig
-    from localchat.runtime.worker import WorkerConfig, default_threads
+    from localchat.runtime.workers.worker import WorkerConfig, default_threads
 
     sys.path.insert(0, str(Path(__file__).parent))
     from api import start_server  # the API benchmark's in-process server

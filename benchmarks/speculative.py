@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 
 from localchat.bench_report import Report, isolated
+from localchat.runtime.backends.step_costs import StepCosts
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.acceptance import expected_tokens
-from localchat.runtime.speculative import SpecConfig
-from localchat.runtime.step_costs import StepCosts
-from localchat.runtime.worker import BatchRow, Worker, WorkerConfig, default_threads
+from localchat.runtime.speculation.acceptance import expected_tokens
+from localchat.runtime.speculation.speculative import SpecConfig
+from localchat.runtime.workers.worker import BatchRow, Worker, WorkerConfig, default_threads
 
 REPORT = """In the spring of 1891 the river authority published its rules for the lower harbour.
 Rule one: every vessel longer than twelve metres must report to the harbour office before mooring.

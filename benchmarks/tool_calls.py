@@ -16,7 +16,7 @@ from openai import OpenAI
 
 from localchat.bench_report import Report
 from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig, default_threads
+from localchat.runtime.workers.worker import WorkerConfig, default_threads
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from api import start_server  # noqa: E402  (the API benchmark's in-process server)

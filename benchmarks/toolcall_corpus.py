@@ -33,7 +33,7 @@ from canitoolcall.results import Observation, ParsedToolCall, ParseResult, Statu
 from localchat.api.reader import reader_for
 from localchat.api.tool_formats import detect_format
 from localchat.api.tool_parser import ArgsDelta, CallStart
-from localchat.runtime.thinking import Thought, thinking_style
+from localchat.runtime.templates.thinking import Thought, thinking_style
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "tests" / "data" / "templates"
 # Each corpus family and the real template of one of its reference models (or the nearest one vendored).

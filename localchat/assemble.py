@@ -15,7 +15,7 @@ from .errors import ModelLoadError
 from .units import size_text
 
 if TYPE_CHECKING:
-    from .runtime.worker import WorkerConfig
+    from .runtime.workers.worker import WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def model_file(name: str) -> Path:
 
 def worker_config(settings: Settings) -> WorkerConfig:
     """The worker's knobs from the settings: every field the two share (both use llama.cpp's names)."""
-    from .runtime.worker import WorkerConfig
+    from .runtime.workers.worker import WorkerConfig
 
     shared = {f.name for f in fields(WorkerConfig)} & {f.name for f in fields(Settings)}
     return WorkerConfig(**{name: getattr(settings, name) for name in sorted(shared)})

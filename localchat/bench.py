@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+from .bench_report import Report, isolated
 from .runtime.engine import Engine, EngineConfig, Request
 from .runtime.events import TextDelta
-from .runtime.worker import WorkerConfig, default_threads
-from .bench_report import Report, isolated
+from .runtime.workers.worker import WorkerConfig, default_threads
 from .units import rate_text
 from .workloads import document, greedy, mixed_workload
 

@@ -7,7 +7,7 @@ import os
 import platform
 from pathlib import Path
 
-from .runtime.worker import default_threads
+from .runtime.workers.worker import default_threads
 from .units import size_text
 
 

@@ -11,8 +11,16 @@ from . import gptq
 from .models.catalog import load_catalog
 from .models.download import cached_file
 from .models.importers import local_models
-from .ui.model_browser import (FOUND_IN, CatalogRow, Downloads, catalog_rows, choice_of, file_label, machine,
-                               size_text)
+from .ui.models.model_browser import (
+    FOUND_IN,
+    CatalogRow,
+    Downloads,
+    catalog_rows,
+    choice_of,
+    file_label,
+    machine,
+    size_text,
+)
 
 BEST = "*"
 

@@ -206,8 +206,8 @@ def _start_server(state: dict[str, Any]) -> str:
     import uvicorn
 
     from .api.app import bind_socket, url_of
-    from .ui.chat import Runtime
-    from .ui.store import Store
+    from .ui.chat.core import Runtime
+    from .ui.chat.store import Store
     from .ui.web import create_ui_app
 
     # A throwaway store: the selftest must not add conversations to the user's own.

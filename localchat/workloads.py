@@ -158,7 +158,7 @@ def planner_ladders() -> dict[str, tuple[str, dict[str, Path]]]:
     262k vocabulary) and its own."""
     from .models.derive import requantize
     from .models.resolve import resolve_model
-    from .runtime import llama_log
+    from .runtime.workers import llama_log
 
     llama_log.install()  # the quantizer's per-tensor lines go to our (quiet) logger, not the terminal
     smollm2, gemma = resolve_model("smollm2-135m"), gemma_270m()
@@ -178,8 +178,8 @@ def synthetic_1b(source: Path) -> Path:
 
 def bench_files(quick: bool = False) -> dict[str, Path]:
     """The files the runtime benchmark compares, by label."""
-    from .models.resolve import resolve_model
     from .models.derive import requantize
+    from .models.resolve import resolve_model
 
     q4 = resolve_model("smollm2-135m")
     files = {"SmolLM2-135M Q4_1": q4, "SmolLM2-135M Q4_K_M": requantize(q4, "Q4_K_M"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import llama_cpp
 
-from localchat.runtime.worker import Worker
+from localchat.runtime.workers.worker import Worker
 
 
 def seq_pos_max(worker: Worker, seq_id: int) -> int:

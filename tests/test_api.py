@@ -13,15 +13,15 @@ import httpx
 import openai
 import pytest
 import uvicorn
+from ui_server import serve_in_thread, stop_servers
 
-from localchat.cli import main
-from localchat.errors import ConfigError
-from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
 from localchat.api.app import ServeOptions, bind_socket, create_app
 from localchat.api.local import LocalService
 from localchat.api.proxy import ProxyService
-from ui_server import serve_in_thread, stop_servers
+from localchat.cli import main
+from localchat.errors import ConfigError
+from localchat.runtime.engine import Engine, EngineConfig
+from localchat.runtime.workers.worker import WorkerConfig
 
 MODEL = "smollm2-135m"
 KEY = "test-key-5f2a"

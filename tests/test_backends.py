@@ -11,7 +11,7 @@ from pathlib import Path
 
 from localchat import paths
 from localchat.runtime.backends import kernels
-from localchat.runtime.worker import Worker, WorkerConfig
+from localchat.runtime.workers.worker import Worker, WorkerConfig
 
 
 def test_the_wheel_carries_fast_and_exact_variants():

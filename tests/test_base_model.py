@@ -10,11 +10,11 @@ import gguf
 import pytest
 from gguf.scripts.gguf_new_metadata import copy_with_new_metadata
 
-from localchat.runtime.chat_template import CHATML_STOPS
+from localchat.runtime.constraints.grammar import Grammar
 from localchat.runtime.engine import Engine, EngineConfig, Request
-from localchat.runtime.grammar import Grammar
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.worker import WorkerConfig
+from localchat.runtime.templates.chat_template import CHATML_STOPS
+from localchat.runtime.workers.worker import WorkerConfig
 
 
 def without_template(source: Path, target: Path) -> Path:
@@ -52,9 +52,9 @@ def test_an_answer_that_writes_the_fallbacks_markers_as_text_ends_there(engine: 
 
 
 def test_the_window_says_it_is_a_base_model(base_model: Path, model_path: Path, tmp_path):
-    from localchat.ui.chat import ChatCore
-    from localchat.ui.session import Runtime
-    from localchat.ui.store import Store
+    from localchat.ui.chat.core import ChatCore
+    from localchat.ui.chat.session import Runtime
+    from localchat.ui.chat.store import Store
 
     def load(path: str, n_ctx: int | None = None, progress=None) -> Engine:
         return Engine.load(path, EngineConfig(worker=WorkerConfig(n_ctx=n_ctx or 1024, n_threads=1)))

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from browser_kit import ARTIFACTS, LONG, WIDE, expect, needs_chromium, open_window
 from ui_server import RunningUI, start_ui
 
@@ -782,7 +781,7 @@ def test_the_settings_drawer_offers_every_sampling_setting_beside_the_chat(page,
 
 
 def test_settings_saved_as_a_preset_start_new_chats_and_set_a_chat_when_picked(page, ui: RunningUI):
-    from localchat.ui.presets import Presets
+    from localchat.ui.chat.presets import Presets
 
     page.set_viewport_size({"width": 1400, "height": 900})
     open_settings(page)
@@ -981,7 +980,7 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     monkeypatch.setenv("LOCALCHAT_HOME", str(home))
     # The load check has tests of its own (test_tune.py); here other programs on a shared machine must not
     # stop the wizard the window runs.
-    from localchat.ui import tuning
+    from localchat.ui.wizard import tuning
 
     plain = tuning.tune_command
     monkeypatch.setattr(tuning, "tune_command", lambda *a, **k: [*plain(*a, **k), "--allow-busy"])
@@ -1032,8 +1031,8 @@ def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_mode
     # corrected by that measurement, now puts it.
     from localchat.models.catalog import load_catalog
     from localchat.tune.profile import load_profile
-    from localchat.ui.model_browser import best_plan, machine, wants_for
-    from localchat.ui.models_html import rate
+    from localchat.ui.models.model_browser import best_plan, machine, wants_for
+    from localchat.ui.models.models_html import rate
 
     profile = load_profile()
     expect(tuned_row).not_to_contain_text("not tuned", timeout=60_000)

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from browser_kit import ARTIFACTS, LONG, WIDE, expect, needs_chromium, open_window
-from localchat.runtime.grammar import Grammar
-from localchat.runtime.sampling import SamplingParams
 from thinking_model import ANSWER, thinking_copy
 from ui_server import DEFAULTS, RunningUI, start_ui
+
+from localchat.runtime.constraints.grammar import Grammar
+from localchat.runtime.sampling import SamplingParams
 
 pytestmark = needs_chromium
 

@@ -187,7 +187,7 @@ def test_models_lists_downloaded_first_with_the_windows_verdicts(model_path: Pat
 
     from localchat import cli, gptq
     from localchat.models.catalog import load_catalog
-    from localchat.ui.model_browser import Downloads, catalog_rows, machine
+    from localchat.ui.models.model_browser import Downloads, catalog_rows, machine
 
     assert cli.main(["models"]) == 0
     shown = capsys.readouterr().out
@@ -317,9 +317,9 @@ def test_a_logged_user_error_is_one_line_and_a_bug_keeps_its_traceback():
 
 
 def test_window_and_api_take_sampling_defaults_and_requests_still_win(model_path: Path):
-    from localchat.cli import _sampling, build_parser
-    from localchat.ui.chat import Sampling
     from localchat.api.schemas import ChatBody
+    from localchat.cli import _sampling, build_parser
+    from localchat.ui.chat.core import Sampling
 
     for command in ("serve", "ui"):
         args = build_parser().parse_args([command, "--temperature", "0", "--top-k", "7", "--max-tokens", "9"])

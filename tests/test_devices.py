@@ -11,7 +11,7 @@ from localchat.errors import PlacementError
 from localchat.hardware import GPUInfo, HardwareInfo
 from localchat.planning.fit import ModelSize
 from localchat.planning.placements import arrange
-from localchat.runtime.worker import WorkerConfig
+from localchat.runtime.workers.worker import WorkerConfig
 
 GiB = 1 << 30
 BASE = WorkerConfig(n_ctx=8192, n_threads=8)

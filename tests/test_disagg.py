@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
+from kv_cells import seq_pos_max
 
 from localchat.errors import KVHandoverError
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.events import PrefillProgress, TextDelta
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.worker import Worker, WorkerConfig
-from kv_cells import seq_pos_max
+from localchat.runtime.workers.worker import Worker, WorkerConfig
 
 N_CTX = 4096
 

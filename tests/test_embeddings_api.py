@@ -10,6 +10,7 @@ from typing import Iterator
 import httpx
 import openai
 import pytest
+from ui_server import serve_in_thread, stop_servers
 
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
@@ -17,8 +18,7 @@ from localchat.api.proxy import ProxyService
 from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL
 from localchat.runners.embedding import shared_models
 from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
-from ui_server import serve_in_thread, stop_servers
+from localchat.runtime.workers.worker import WorkerConfig
 
 MODEL = "smollm2-135m"
 KEY = "embed-key-7c1d"

@@ -6,13 +6,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from kv_cells import seq_pos_max
 
 from localchat.errors import ContextOverflowError, ModelLoadError, RequestError
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.events import Done, PrefillProgress, Stats, TextDelta
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.worker import GGML_TYPE_Q8_0, WorkerConfig
-from kv_cells import seq_pos_max
+from localchat.runtime.workers.worker import GGML_TYPE_Q8_0, WorkerConfig
 
 N_CTX = 2048
 QUESTIONS = [

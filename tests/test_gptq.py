@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch", reason="the gptq extra is not installed")
 pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 
+from gptq_checkpoint import RECIPE, calibration_of, dense_smollm2, smollm2_gptq4  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from gptq_checkpoint import RECIPE, calibration_of, dense_smollm2, smollm2_gptq4  # noqa: E402
 from localchat.errors import ModelLoadError  # noqa: E402
 from localchat.gptq import derive  # noqa: E402
 from localchat.gptq.format import PARTS, dequantize  # noqa: E402
@@ -24,7 +24,7 @@ from localchat.paths import models_dir  # noqa: E402
 from localchat.runtime.engine import Engine, EngineConfig, Request  # noqa: E402
 from localchat.runtime.events import Done, PrefillProgress, TextDelta  # noqa: E402
 from localchat.runtime.sampling import SamplingParams  # noqa: E402
-from localchat.runtime.worker import BatchRow, WorkerConfig  # noqa: E402
+from localchat.runtime.workers.worker import BatchRow, WorkerConfig  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 PROMPTS = ["Name the capital city of France.", "Write a haiku about the sea.", "List three colors.",
@@ -152,7 +152,7 @@ def reference_greedy(config: dict, w: dict[str, torch.Tensor], ids: list[int], n
 
 
 def test_tokenizer_matches_the_gguf_vocabulary(dense_folder: Path, model_path: Path):
-    from localchat.runtime.worker import Worker
+    from localchat.runtime.workers.worker import Worker
 
     tok = CheckpointTokenizer(dense_folder, json.loads((dense_folder / "config.json").read_text()))
     gguf = Worker(model_path, WorkerConfig(n_ctx=256, n_seq_max=1))

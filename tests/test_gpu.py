@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ui_server import serve_in_thread
 
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
@@ -30,8 +31,7 @@ from localchat.config import Settings
 from localchat.runners.supervisor import SupervisedEngine
 from localchat.runtime.backends.cpu_variants import lib_dir
 from localchat.runtime.backends.residence import describe_all
-from localchat.ui import render
-from ui_server import serve_in_thread
+from localchat.ui.chat import render
 
 ROOT = Path(__file__).resolve().parents[1]
 # Mesa 22.3's lavapipe (Debian 12) crashes now and then (SIGSEGV in its queue thread) when ggml's fused

@@ -14,15 +14,15 @@ import llama_cpp
 import pytest
 
 from localchat.errors import RequestError
+from localchat.runtime.constraints.grammar import Grammar, new_grammar_sampler
+from localchat.runtime.constraints.resample import MAX_RESAMPLES, SchemaUnmetError
+from localchat.runtime.constraints.schema_grammar import grammar_from_json_schema
+from localchat.runtime.constraints.schema_rules import FORMATS
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.events import Stats, TextDelta
-from localchat.runtime.grammar import Grammar, new_grammar_sampler
-from localchat.runtime.schema_grammar import grammar_from_json_schema
-from localchat.runtime.resample import MAX_RESAMPLES, SchemaUnmetError
-from localchat.runtime.schema_rules import FORMATS
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.speculative import SpecConfig
-from localchat.runtime.worker import WorkerConfig
+from localchat.runtime.speculation.speculative import SpecConfig
+from localchat.runtime.workers.worker import WorkerConfig
 
 SCHEMA = {
     "type": "object",

@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
-
 from hub_server import FakeHub, serve_to_hub_client
+
 from localchat.hardware import HardwareInfo
 from localchat.models.catalog import load_catalog
 from localchat.models.hub_search import MAX_FILES, plain_gguf_name, plain_repo_id, quant_of, search_gguf
-from localchat.ui.hub_results import hub_rows
-from localchat.ui.hub_search_panel import hub_table
-from localchat.ui.model_browser import Downloads
+from localchat.ui.components.hub_search_panel import hub_table
+from localchat.ui.models.hub_results import hub_rows
+from localchat.ui.models.model_browser import Downloads
 
 REPO, FILE = "someone/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"
 HUGE = "SmolLM2-135M-Instruct.F16.gguf"  # listed at 900 GB: it cannot fit anywhere

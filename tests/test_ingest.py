@@ -9,9 +9,19 @@ from pathlib import Path
 import pytest
 
 from localchat.errors import LocalchatError
-from localchat.ingest import (BrokenDocumentError, DocumentError, DocumentTooLargeError,
-                              EmptyDocumentError, EncryptedDocumentError, UnsupportedDocumentError,
-                              build_prompt, chunk_document, estimate_tokens, extract, select)
+from localchat.ingest import (
+    BrokenDocumentError,
+    DocumentError,
+    DocumentTooLargeError,
+    EmptyDocumentError,
+    EncryptedDocumentError,
+    UnsupportedDocumentError,
+    build_prompt,
+    chunk_document,
+    estimate_tokens,
+    extract,
+    select,
+)
 
 FACT = "The vault access code is 4711-BLUE."
 _FILLER = ("river market garden window morning paper station harbor pencil forest engine ladder "
@@ -261,7 +271,7 @@ def test_each_kind_is_read_by_its_names_and_the_window_and_the_help_offer_it(tmp
 
     from localchat.cli import build_parser
     from localchat.ingest import KINDS
-    from localchat.ui.uploads import ACCEPTED
+    from localchat.ui.documents.uploads import ACCEPTED
 
     word = docx.Document()
     word.add_paragraph("Kind check.")

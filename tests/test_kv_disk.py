@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from localchat.runtime.engine import Engine, EngineConfig, Request
-from localchat.runtime.kv_disk import KVDiskCache
+from localchat.runtime.kv.kv_disk import KVDiskCache
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.worker import WorkerConfig
+from localchat.runtime.workers.worker import WorkerConfig
 
 IDENTITY = "model 0123456789abcdef, KV q8_0/q8_0"
 
@@ -55,7 +55,7 @@ def test_corrupt_truncated_and_foreign_files_are_discarded_with_a_log_line(tmp_p
     other.close()
     (foreign,) = other.folder.glob("*.kv")
     foreign = foreign.rename(cache.folder / foreign.name)  # another model's state, in this model's folder
-    caplog.set_level(logging.WARNING, logger="localchat.runtime.kv_disk")
+    caplog.set_level(logging.WARNING, logger="localchat.runtime.kv.kv_disk")
     reopened = KVDiskCache(tmp_path, IDENTITY, max_bytes=1 << 20, min_tokens=4)
     assert not foreign.exists() and "another model" in caplog.text
     assert reopened.lookup(list(range(2000, 2050)) + [7]) is None

@@ -219,7 +219,7 @@ def test_planning_loads_no_llama_cpp():
     assert not [m for m, found in loading.items() if "llama_cpp" in found], (
         "planning/ modules that load llama.cpp (through the localchat modules they import): "
         + ", ".join(sorted(m for m, found in loading.items() if "llama_cpp" in found)))
-    assert "llama_cpp" in _loads("localchat.runtime.worker")  # the check sees what a worker loads
+    assert "llama_cpp" in _loads("localchat.runtime.workers.worker")  # the check sees what a worker loads
 
 
 def test_device_code_lives_in_runtime_backends():

@@ -10,17 +10,17 @@ import time
 from pathlib import Path
 
 import pytest
-
 from hub_server import FakeHub, serve_to_hub_client
+
 from localchat.errors import ModelLoadError
 from localchat.hardware import HardwareInfo
 from localchat.models.catalog import ModelFile, load_catalog
 from localchat.planning.planner import Wants
 from localchat.tune.profile import Profile
-from localchat.ui.model_browser import CatalogRow, Downloads, measured_speed, verdict
-from localchat.ui.models_html import catalog_table
-from localchat.ui.model_import import import_gguf
-from localchat.ui.uploads import received_dir
+from localchat.ui.documents.uploads import received_dir
+from localchat.ui.models.model_browser import CatalogRow, Downloads, measured_speed, verdict
+from localchat.ui.models.model_import import import_gguf
+from localchat.ui.models.models_html import catalog_table
 
 REPO, FILE = "org/SmolLM2-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf"
 LAPTOP = HardwareInfo(os="Linux", machine="x86_64", cpu_model="test CPU", physical_cores=4, logical_cores=8,

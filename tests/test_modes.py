@@ -11,7 +11,7 @@ from localchat.models.derive import requantize
 from localchat.runtime.backends import kernels
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.worker import BatchRow, Worker, WorkerConfig
+from localchat.runtime.workers.worker import BatchRow, Worker, WorkerConfig
 from localchat.workloads import document
 
 N_CTX = 4096

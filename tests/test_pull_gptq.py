@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from gptq_checkpoint import WEIGHTS, checkpoint, hub, smollm2_gptq4  # noqa: F401  (fixtures)
 from hub_server import COMMIT, FakeHub
+
 from localchat import cli
 from localchat.errors import DownloadError, ModelNotFoundError
 from localchat.models.catalog import load_catalog
@@ -47,7 +47,7 @@ def test_pull_fetches_every_file_of_the_checkpoint_with_progress_and_finds_it_ag
 def test_the_pulled_checkpoint_loads_on_the_torch_worker(hub: FakeHub):
     from localchat.runtime.engine import Engine, EngineConfig, Request
     from localchat.runtime.sampling import SamplingParams
-    from localchat.runtime.worker import WorkerConfig
+    from localchat.runtime.workers.worker import WorkerConfig
 
     folder = resolve_model("qwen2.5-0.5b:gptq-int4")
     config = EngineConfig(worker=WorkerConfig(n_ctx=256, n_batch=64, n_seq_max=1, n_threads=2), adapt_threads=False)

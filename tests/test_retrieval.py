@@ -10,11 +10,11 @@ import pytest
 from localchat.errors import RequestError
 from localchat.ingest import Document, Section, VectorStore, select
 from localchat.ingest.recall import load_question_set, recall_at, remembering
-from localchat.models.wheels import sha256_of
 from localchat.models.embedding import DEFAULT_EMBEDDING_MODEL, load_embedding_catalog
+from localchat.models.wheels import sha256_of
 from localchat.runners.embedding import EmbeddingModels
 from localchat.runtime.backends import kernels
-from localchat.runtime.embedder import Embedder
+from localchat.runtime.workers.embedder import Embedder
 
 SET = Path(__file__).parent / "data" / "retrieval"
 

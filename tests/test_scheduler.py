@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localchat.runtime.kv_slots import KVSlots, Remove, common_prefix
+from localchat.runtime.kv.kv_slots import KVSlots, Remove, common_prefix
 from localchat.runtime.scheduler import Scheduler, StepBudget
 from localchat.runtime.sequence import Sequence
 

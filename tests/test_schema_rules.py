@@ -13,11 +13,19 @@ import pytest
 
 from localchat.api.structured import check_schema, schema_grammar
 from localchat.errors import RequestError
-from localchat.runtime.int_range import integer_bounds, integer_range
-from localchat.runtime.regex_subset import gbnf_pattern
-from localchat.runtime.schema_check import SchemaCheck, offsets_of
-from localchat.runtime.schema_grammar import schema_gbnf_text
-from localchat.runtime.schema_rules import ANNOTATIONS, CHECK, GRAMMAR, KEYWORDS, PARTLY, REFUSED, markdown_table
+from localchat.runtime.constraints.int_range import integer_bounds, integer_range
+from localchat.runtime.constraints.regex_subset import gbnf_pattern
+from localchat.runtime.constraints.schema_check import SchemaCheck, offsets_of
+from localchat.runtime.constraints.schema_grammar import schema_gbnf_text
+from localchat.runtime.constraints.schema_rules import (
+    ANNOTATIONS,
+    CHECK,
+    GRAMMAR,
+    KEYWORDS,
+    PARTLY,
+    REFUSED,
+    markdown_table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = json.loads((ROOT / "tests/data/schema_corpus.json").read_text())
@@ -27,7 +35,7 @@ def test_the_readme_table_is_the_list_in_the_code():
     readme = (ROOT / "README.md").read_text()
     table = readme.split("<!-- schema-rules:begin -->\n")[1].split("<!-- schema-rules:end -->")[0]
     assert table.strip() == markdown_table().strip(), \
-        "the README's table is out of date: paste `python -m localchat.runtime.schema_rules` between its markers"
+        "the README's table is out of date: paste `python -m localchat.runtime.constraints.schema_rules` between its markers"
 
 
 # For each keyword, a schema where the grammar enforces it whole (None: there is none) and one where

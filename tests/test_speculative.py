@@ -9,14 +9,14 @@ import pytest
 
 from localchat.errors import DraftIncompatibleError
 from localchat.models.derive import random_weights_like, requantize
+from localchat.runtime.backends.step_costs import StepCosts
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.sequence import Sequence
-from localchat.runtime.prompt_lookup import NgramIndex, PromptLookup
-from localchat.runtime.acceptance import expected_tokens, expected_tokens_by_position
-from localchat.runtime.speculative import Drafter, SpecConfig, SpecState, Speculator
-from localchat.runtime.step_costs import StepCosts
-from localchat.runtime.worker import WorkerConfig
+from localchat.runtime.speculation.acceptance import expected_tokens, expected_tokens_by_position
+from localchat.runtime.speculation.prompt_lookup import NgramIndex, PromptLookup
+from localchat.runtime.speculation.speculative import Drafter, SpecConfig, SpecState, Speculator
+from localchat.runtime.workers.worker import WorkerConfig
 
 QUOTE = ("The harbour master wrote: 'The northern pier closes at dusk on Fridays, and boats "
          "must anchor east of the red buoy until the tide turns.'")
@@ -216,8 +216,8 @@ def test_seeded_step_costs_replace_the_start_up_timing(model_path):
 
 
 def test_every_drafter_implements_the_whole_protocol(model_path):
-    from localchat.runtime.draft_model import DraftModel
-    from localchat.runtime.worker import Worker
+    from localchat.runtime.speculation.draft_model import DraftModel
+    from localchat.runtime.workers.worker import Worker
 
     members = [name for name in dir(Drafter) if not name.startswith("_")] + list(Drafter.__annotations__)
     target = Worker(model_path, WorkerConfig(n_ctx=256, n_threads=1))

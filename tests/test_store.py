@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from localchat.ui.store import Store
+from localchat.ui.chat.store import Store
 
 
 def test_conversations_persist_across_restarts(tmp_path: Path):
@@ -48,7 +48,7 @@ def test_truncate_update_delete(tmp_path: Path):
 
 WRITER = """
 import sys
-from localchat.ui.store import Store
+from localchat.ui.chat.store import Store
 store = Store(__import__("pathlib").Path(sys.argv[1]))
 conv = store.create("busy")
 print(conv, flush=True)
@@ -90,8 +90,8 @@ def test_search_finds_titles_and_messages_and_replace_rewrites_one_message(tmp_p
 
 
 def test_an_edited_turn_keeps_each_branch_and_a_switch_brings_one_back_whole(tmp_path: Path):
-    from localchat.ui.store import Message
-    from localchat.ui.versions import branch_marker, fork, show_branch
+    from localchat.ui.chat.store import Message
+    from localchat.ui.chat.versions import branch_marker, fork, show_branch
 
     store = Store(tmp_path / "c.sqlite3")
     conv = store.create()

@@ -14,9 +14,9 @@ from localchat.api.thinking import after_thinking, check_thinking, switches_for
 from localchat.api.tool_formats import detect_format
 from localchat.api.tool_parser import ArgsDelta, CallStart
 from localchat.errors import RequestError
-from localchat.runtime.chat_template import ChatTemplate
-from localchat.runtime.grammar import Grammar
-from localchat.runtime.thinking import ThinkingSplitter, Thought, opened_by_prompt, thinking_style
+from localchat.runtime.constraints.grammar import Grammar
+from localchat.runtime.templates.chat_template import ChatTemplate
+from localchat.runtime.templates.thinking import ThinkingSplitter, Thought, opened_by_prompt, thinking_style
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 MARKERS = ("<think>", "</think>", "[THINK]", "[/THINK]", "<|channel>", "<channel|>", "<|channel|>", "<|message|>",

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
-from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
-from localchat.ui.chat import ChatCore
-from localchat.ui.session import Runtime
-from localchat.ui.store import Store
 from thinking_model import thinking_copy
 from ui_server import DEFAULTS
+
+from localchat.runtime.engine import Engine, EngineConfig
+from localchat.runtime.workers.worker import WorkerConfig
+from localchat.ui.chat.core import ChatCore
+from localchat.ui.chat.session import Runtime
+from localchat.ui.chat.store import Store
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 core taken by another program (measured: 2 threads on 2 cores with one busy run at half the speed
 of 1 thread). The engine's use of it runs in the real-runtime tests; its speed is a benchmark."""
 
-from localchat.runtime.threads import EXPLORE_MAX_S, ThreadTuner, width_class
+from localchat.runtime.backends.threads import EXPLORE_MAX_S, ThreadTuner, width_class
 
 
 def step_seconds(threads: int, busy_cores: int, cores: int = 8, width: int = 1) -> float:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from localchat.errors import RequestError
-from localchat.ui.store import Store
-from localchat.ui.transfer import import_json, to_json, to_markdown
+from localchat.ui.chat.store import Store
+from localchat.ui.chat.transfer import import_json, to_json, to_markdown
 
 
 def a_chat_with_a_branch(store: Store) -> str:
@@ -77,7 +77,7 @@ def test_an_imported_file_cannot_point_a_later_question_at_a_local_file(tmp_path
 
 
 def test_a_reply_whose_imported_numbers_are_partial_is_shown_with_its_text(tmp_path: Path):
-    from localchat.ui.chat import ChatCore
+    from localchat.ui.chat.core import ChatCore
 
     store = Store(tmp_path / "e.sqlite3")
     doc = {"format": "localchat-chats", "version": 1, "chats": [{"title": "odd", "messages": [

@@ -14,7 +14,7 @@ from localchat.hardware import HardwareInfo
 from localchat.tune.measure import capture_buffers
 from localchat.tune.profile import current_profile, fingerprint, load_profile, profile_is_current, profile_path
 from localchat.tune.wizard import run_wizard
-from localchat.ui.wizard_progress import STEPS, Progress, progress_html
+from localchat.ui.wizard.wizard_progress import STEPS, Progress, progress_html
 
 
 def cpu_only(ram_gb: int = 16) -> HardwareInfo:
@@ -119,7 +119,7 @@ def test_chart_is_a_png_with_either_library(tmp_path, monkeypatch: pytest.Monkey
 
 
 def test_acceptance_from_inverts_the_planners_expected_tokens() -> None:
-    from localchat.runtime.acceptance import expected_tokens
+    from localchat.runtime.speculation.acceptance import expected_tokens
     from localchat.tune.draft import acceptance_from
 
     for alpha in (0.1, 0.5, 0.8, 0.95):

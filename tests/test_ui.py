@@ -8,18 +8,18 @@ from typing import Iterator
 import httpx
 import pytest
 from gradio_client import Client
+from ui_server import RunningUI, start_ui
 
 from localchat.ingest import DocumentError
-from localchat.ui.render import inert, reply_markdown
-from localchat.ui.uploads import MAX_UPLOAD_BYTES, read_upload, safe_name, store_upload
-from ui_server import RunningUI, start_ui
+from localchat.ui.chat.render import inert, reply_markdown
+from localchat.ui.documents.uploads import MAX_UPLOAD_BYTES, read_upload, safe_name, store_upload
 
 KEY = "ui-test-key-81c3"
 
 
 def test_messages_sent_mid_answer_go_oldest_first_and_a_cancelled_one_never_goes():
-    from localchat.ui.session import Sampling
-    from localchat.ui.underway import Underway
+    from localchat.ui.chat.session import Sampling
+    from localchat.ui.chat.underway import Underway
 
     underway = Underway()
     first, second, third = (underway.queue("c", text, [], "", Sampling()) for text in ("one", "<b>two</b>", "three"))
@@ -57,7 +57,7 @@ def test_upload_names_cannot_leave_their_folder(name: str, expected: str):
 
 
 def test_uploads_are_stored_checked_and_limited(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    monkeypatch.setattr("localchat.ui.documents.uploads.uploads_dir", lambda: tmp_path / "uploads")
     note = tmp_path / "note.txt"
     note.write_text("The vault code is 7341.\n")
     stored = store_upload(note, "../../note.txt")
@@ -119,14 +119,14 @@ def test_a_key_protects_window_and_api(model_path: Path, tmp_path: Path):
 
 
 def test_prefill_line_gives_an_eta():
-    from localchat.ui.render import prefill_line
+    from localchat.ui.chat.render import prefill_line
 
     line = prefill_line(1024, 4096, started=10.0, first_done=0, now=12.0)
     assert "1,024 / 4,096 tokens (25%)" in line and "about 6 s left" in line
 
 
 def test_stop_cancels_and_keeps_the_partial_answer(ui: RunningUI):
-    from localchat.ui.chat import ChatCore, Sampling
+    from localchat.ui.chat.core import ChatCore, Sampling
 
     core = ChatCore(ui.runtime, ui.store)
     sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=200)
@@ -143,7 +143,7 @@ def test_stop_cancels_and_keeps_the_partial_answer(ui: RunningUI):
 
 
 def test_a_message_after_stop_reuses_the_chat_read_so_far(ui: RunningUI):
-    from localchat.ui.chat import ChatCore, Sampling
+    from localchat.ui.chat.core import ChatCore, Sampling
 
     core = ChatCore(ui.runtime, ui.store)
     sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=300)
@@ -163,10 +163,10 @@ def test_a_message_after_stop_reuses_the_chat_read_so_far(ui: RunningUI):
 
 def test_an_attached_document_is_read_before_the_question_and_a_detach_ends_the_read(ui: RunningUI, tmp_path: Path,
                                                                                     monkeypatch):
-    from localchat.ui.chat import ChatCore, Sampling
-    from localchat.ui.pre_read import PreReader
+    from localchat.ui.chat.core import ChatCore, Sampling
+    from localchat.ui.documents.pre_read import PreReader
 
-    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    monkeypatch.setattr("localchat.ui.documents.uploads.uploads_dir", lambda: tmp_path / "uploads")
     core = ChatCore(ui.runtime, ui.store)
     reader = PreReader(core)
     sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=16)
@@ -191,7 +191,7 @@ def test_an_attached_document_is_read_before_the_question_and_a_detach_ends_the_
 
 
 def test_the_live_speed_never_says_zero_while_text_streams(ui: RunningUI):
-    from localchat.ui.chat import ChatCore, Sampling
+    from localchat.ui.chat.core import ChatCore, Sampling
 
     core = ChatCore(ui.runtime, ui.store)
     sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=24)
@@ -202,7 +202,7 @@ def test_the_live_speed_never_says_zero_while_text_streams(ui: RunningUI):
 
 
 def test_the_model_picker_lists_each_file_once(model_path: Path):
-    from localchat.ui.models_panel import model_choices
+    from localchat.ui.components.models_panel import model_choices
 
     # The file in localchat's models folder is also the catalog's smollm2-135m: one entry, not two.
     for current in (str(model_path), "smollm2-135m"):
@@ -212,7 +212,7 @@ def test_the_model_picker_lists_each_file_once(model_path: Path):
 
 
 def test_stop_while_reading_shows_only_stopped(ui: RunningUI):
-    from localchat.ui.chat import ChatCore, Sampling
+    from localchat.ui.chat.core import ChatCore, Sampling
 
     core = ChatCore(ui.runtime, ui.store)
     sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=32)
@@ -231,9 +231,9 @@ def test_stop_while_reading_shows_only_stopped(ui: RunningUI):
 
 def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(ui: RunningUI, tmp_path: Path,
                                                                               monkeypatch):
-    from localchat.ui.chat import ChatCore, Sampling
+    from localchat.ui.chat.core import ChatCore, Sampling
 
-    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    monkeypatch.setattr("localchat.ui.documents.uploads.uploads_dir", lambda: tmp_path / "uploads")
     core = ChatCore(ui.runtime, ui.store)
     sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=48)
     room = ui.runtime.engine.n_ctx - 512  # what the meter used to compare with
@@ -252,9 +252,9 @@ def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(u
 
 def test_every_follow_up_about_a_long_document_retrieves_its_own_passages(ui: RunningUI, tmp_path: Path,
                                                                          monkeypatch):
-    from localchat.ui.chat import ChatCore, Sampling
+    from localchat.ui.chat.core import ChatCore, Sampling
 
-    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    monkeypatch.setattr("localchat.ui.documents.uploads.uploads_dir", lambda: tmp_path / "uploads")
     monkeypatch.setattr("localchat.ingest.fit.PASSAGE_SHARE", 0.1)  # fewer passages to read: a quicker test
     core = ChatCore(ui.runtime, ui.store)
     sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=4)
@@ -289,7 +289,7 @@ def test_every_follow_up_about_a_long_document_retrieves_its_own_passages(ui: Ru
 
 def test_a_chat_that_outgrows_the_context_leaves_out_early_turns_and_says_so(ui: RunningUI):
     from localchat.errors import ContextOverflowError
-    from localchat.ui.chat import ChatCore, Sampling
+    from localchat.ui.chat.core import ChatCore, Sampling
 
     core = ChatCore(ui.runtime, ui.store)
     n_ctx, filler = ui.runtime.engine.n_ctx, " ".join(f"item{j}" for j in range(60))
@@ -332,9 +332,9 @@ def test_a_chat_that_outgrows_the_context_leaves_out_early_turns_and_says_so(ui:
 
 
 def test_the_chip_the_meter_and_the_reply_count_a_document_alike(ui: RunningUI, tmp_path: Path, monkeypatch):
-    from localchat.ui.chat import ChatCore, Sampling
+    from localchat.ui.chat.core import ChatCore, Sampling
 
-    monkeypatch.setattr("localchat.ui.uploads.uploads_dir", lambda: tmp_path / "uploads")
+    monkeypatch.setattr("localchat.ui.documents.uploads.uploads_dir", lambda: tmp_path / "uploads")
     core = ChatCore(ui.runtime, ui.store)
     doc = tmp_path / "notes.md"
     doc.write_text("\n\n".join(f"## Part {i}\n\nThe crate of part {i} weighs {i * 3} kilograms." for i in range(12)))
@@ -349,14 +349,14 @@ def test_the_chip_the_meter_and_the_reply_count_a_document_alike(ui: RunningUI, 
 
 
 def test_the_status_panel_gives_the_models_own_size(ui: RunningUI):
-    from localchat.ui.chat import ChatCore
+    from localchat.ui.chat.core import ChatCore
 
     status = ChatCore(ui.runtime, ui.store).status()
     assert "135M parameters" in status and "256M" not in status
 
 
 def test_the_stats_line_gives_the_answers_tokens_its_rate_and_the_whole_wait_apart_and_a_cut():
-    from localchat.ui.render import finish_note
+    from localchat.ui.chat.render import finish_note
 
     stats = {"prompt_tokens": 30, "cached_tokens": 0, "completion_tokens": 42, "ttft_ms": 80.0,
              "tokens_per_s": 140.2, "n_ctx": 8192, "total_s": 1.32, "finish_reason": "length"}
@@ -377,8 +377,8 @@ def test_a_switch_keeps_the_current_model_answering_and_reports_the_load(model_p
     from localchat.runtime.engine import Engine, EngineConfig, Request
     from localchat.runtime.events import TextDelta
     from localchat.runtime.sampling import SamplingParams
-    from localchat.runtime.worker import WorkerConfig
-    from localchat.ui.session import Runtime
+    from localchat.runtime.workers.worker import WorkerConfig
+    from localchat.ui.chat.session import Runtime
 
     shares: list[float] = []
 
@@ -408,7 +408,7 @@ def test_a_switch_keeps_the_current_model_answering_and_reports_the_load(model_p
 
 def test_an_edit_box_gives_back_the_message_as_typed():
     # The edit box starts with what the chat shows (escaped); saving it unchanged must not store "&lt;".
-    from localchat.ui.render import from_inert
+    from localchat.ui.chat.render import from_inert
 
     for typed in ["is 3 < 4 && 5 > 2?", "see ![a](http://x/a.png)", "`a &lt; b` and <b>bold</b>",
                   "```\n<html>&amp;\n```\nthen & <", "&lt; typed as such"]:

@@ -11,12 +11,12 @@ from typing import Iterator
 import httpx
 import uvicorn
 
-from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
 from localchat.api.app import bind_socket, url_of
 from localchat.runners.pool import Runners
-from localchat.ui.chat import Runtime, Sampling
-from localchat.ui.store import Store
+from localchat.runtime.engine import Engine, EngineConfig
+from localchat.runtime.workers.worker import WorkerConfig
+from localchat.ui.chat.core import Runtime, Sampling
+from localchat.ui.chat.store import Store
 
 # Greedy and short: the answers are deterministic and the tests stay quick on two cores.
 DEFAULTS = Sampling(temperature=0.0, top_p=1.0, max_tokens=48)

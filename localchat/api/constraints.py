@@ -3,7 +3,7 @@ grammar that follow from them for this model's template.
 
 Whatever is accepted is enforced: calls and structured answers are sampled under a grammar from
 their schemas, and what a grammar cannot express is checked on the finished answer, which the engine
-resamples until it passes (runtime/resample.py).
+resamples until it passes (runtime/constraints/resample.py).
 """
 
 from __future__ import annotations
@@ -15,13 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, RequestError
-from ..runtime.grammar import Grammar
-from ..runtime.schema_check import SchemaCheck
-from .structured import MAX_SCHEMA_BYTES, check_schema, schema_grammar
+from ..runtime.constraints.grammar import Grammar
+from ..runtime.constraints.schema_check import SchemaCheck
 from .family_grammar import harmony_gbnf, section_gbnf
+from .structured import MAX_SCHEMA_BYTES, check_schema, schema_grammar
 from .tool_families import SectionFormat
-from .tool_formats import (HARMONY, ToolFormat, call_gbnf, call_head, call_text, describe_tools, detect_format,
-                           short_id, tool_schema)
+from .tool_formats import (
+    HARMONY,
+    ToolFormat,
+    call_gbnf,
+    call_head,
+    call_text,
+    describe_tools,
+    detect_format,
+    short_id,
+    tool_schema,
+)
 
 MAX_TOOLS = 128
 MAX_TOOLS_BYTES = 256_000

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.schema_grammar import Converter, gbnf_of
+from ..runtime.constraints.schema_grammar import Converter, gbnf_of
 from .tool_families import SectionFormat
 from .tool_formats import MAX_PARALLEL, tool_schema
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from ..runtime.thinking import Thought, merged
+from ..runtime.templates.thinking import Thought, merged
 from .markers import Marker, MarkerStream
 from .tool_parser import ArgsDelta, CallStart, Piece, ToolCall, new_call_id
 

@@ -22,12 +22,12 @@ from ..errors import ContextOverflowError, ModelNotFoundError, RequestError
 from ..models.servable_index import ServableIndex
 from ..runners.pool import Runners
 from ..runtime.backends import residence
-from ..runtime.chat_template import check_prompt_size
 from ..runtime.engine import Engine, Request
 from ..runtime.overflow import fit
 from ..runtime.sampling import SamplingParams
-from ..runtime.template_sandbox import Budget
-from ..runtime.thinking import thinking_style
+from ..runtime.templates.chat_template import check_prompt_size
+from ..runtime.templates.template_sandbox import Budget
+from ..runtime.templates.thinking import thinking_style
 from .bridge import StreamBridge, wait_for_disconnect
 from .constraints import constrain, grammar_of, raw_grammar, response_grammar
 from .embeddings import embed, embedding_info

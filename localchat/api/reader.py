@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Union
 
-from ..runtime.thinking import ThinkingSplitter, ThinkingStyle, Thought, closed_by_prompt, opened_by_prompt
+from ..runtime.templates.thinking import ThinkingSplitter, ThinkingStyle, Thought, closed_by_prompt, opened_by_prompt
 from .harmony import HarmonyParser
 from .markers import Marker, MarkerStream
 from .section_parser import SectionParser

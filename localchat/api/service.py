@@ -21,8 +21,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..errors import EngineError
 from ..runtime.events import Done, Failed, PrefillProgress, Stats, TextDelta, TokenLogprob
 from ..runtime.sampling import SamplingParams
+from ..runtime.templates.thinking import Thought
 from .bridge import StreamBridge, wait_for_disconnect
-from ..runtime.thinking import Thought
 from .reader import OutputReader, Piece
 from .tool_parser import ToolCall
 

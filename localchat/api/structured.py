@@ -15,10 +15,10 @@ from typing import Any
 import regex
 
 from ..errors import RequestError
-from ..runtime.grammar import Grammar
-from ..runtime.schema_grammar import grammar_from_json_schema
-from ..runtime.schema_check import schema_problem
-from ..runtime.schema_rules import MAX_REPEAT
+from ..runtime.constraints.grammar import Grammar
+from ..runtime.constraints.schema_check import schema_problem
+from ..runtime.constraints.schema_grammar import grammar_from_json_schema
+from ..runtime.constraints.schema_rules import MAX_REPEAT
 
 MAX_SCHEMA_BYTES = 64_000  # one schema as JSON
 MAX_DEPTH = 24  # nested schemas

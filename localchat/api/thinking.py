@@ -9,9 +9,9 @@ import dataclasses
 from typing import Any
 
 from ..errors import RequestError
-from ..runtime.grammar import Grammar, regex_literal
-from ..runtime.schema_check import SchemaCheck
-from ..runtime.thinking import ThinkingStyle, closed_by_prompt, opened_by_prompt
+from ..runtime.constraints.grammar import Grammar, regex_literal
+from ..runtime.constraints.schema_check import SchemaCheck
+from ..runtime.templates.thinking import ThinkingStyle, closed_by_prompt, opened_by_prompt
 
 LEVELS = ("low", "medium", "high")
 

@@ -13,9 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime.schema_grammar import Converter, gbnf_of
+from ..runtime.constraints.schema_grammar import Converter, gbnf_of
 from .tool_families import SectionFormat, detect_section_format
-
 
 MAX_PARALLEL = 8  # calls in one answer: a small model may otherwise repeat a call until max_tokens
 

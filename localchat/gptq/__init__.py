@@ -1,5 +1,5 @@
 """GPTQ checkpoints: their format, loader, torch model and kernels, quantizer (the optional `gptq` extra:
-torch, safetensors, tokenizers). The torch worker that runs them is runtime/torch_worker.py.
+torch, safetensors, tokenizers). The torch worker that runs them is runtime/workers/torch_worker.py.
 
 This module imports neither torch nor the other extras, so the engine can ask is_gptq_folder()
 of any path and a listing can say what is missing without paying for the import.

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError, ModelNotFoundError
-from ..runtime.gguf_types import GGML_TYPES
+from ..runtime.workers.gguf_types import GGML_TYPES
 from .gguf_info import GGUFInfo
 
 CATALOG_FILE = Path(__file__).resolve().parent.parent / "models.yaml"
@@ -141,7 +141,7 @@ class ModelFacts:
 
     def kv_bytes(self, n_ctx: int, type_kv: str = "f16", n_layers: int | None = None) -> int:
         """KV cache bytes of `n_layers` layers (all by default) at n_ctx tokens. A sliding-window layer holds
-        all n_ctx cells too: the runtime keeps llama.cpp's full-size cache for them (runtime/worker.py,
+        all n_ctx cells too: the runtime keeps llama.cpp's full-size cache for them (runtime/workers/worker.py,
         swa_full), so that prefixes are reused and drafts rolled back; it attends over its window only
         (attended_cells). Measured on gemma-3-270m at 4k: 72 MiB, the full cache, where a cache of the window
         plus one ubatch would be 27."""

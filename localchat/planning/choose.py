@@ -14,7 +14,7 @@ from .fit import ModelSize
 from .placements import SINGLE, Arrangement, arrange, placement_of
 
 if TYPE_CHECKING:
-    from ..runtime.worker import WorkerConfig
+    from ..runtime.workers.worker import WorkerConfig
 
 log = logging.getLogger(__name__)
 

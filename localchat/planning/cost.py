@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts
-from ..runtime.acceptance import expected_tokens
+from ..runtime.speculation.acceptance import expected_tokens
 from ..units import rate_text
 from .fit import N_UBATCH, budget, fits, gpu_budget, usage
 from .placements import Parts, layout_named, layouts, takes_draft

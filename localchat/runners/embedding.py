@@ -39,7 +39,7 @@ def _serve(conn: Any, path: Path, n_threads: int) -> None:
     """The runner's main: load the model, then answer calls until told to close or the server goes away."""
     outbox = Outbox(conn)
     outbox.beat()  # from the start: importing and loading take a while, and a frozen runner must be seen
-    from ..runtime.embedder import Embedder
+    from ..runtime.workers.embedder import Embedder
 
     try:
         embedder = Embedder(path, n_threads)

@@ -29,10 +29,10 @@ import time
 from typing import Any, Callable
 
 from ..errors import EngineError, LocalchatError
-from ..runtime.chat_template import ChatTemplate
+from ..runtime.constraints.resample import Resampled, checked
 from ..runtime.engine import Request
 from ..runtime.events import Done, Failed, Stream, TextDelta
-from ..runtime.resample import Resampled, checked
+from ..runtime.templates.chat_template import ChatTemplate
 from .liveness import SILENCE_S
 from .runner_process import Call, InFlight, LoadCrashError, RunnerProcess, ended, killed_from_outside, start_runner
 

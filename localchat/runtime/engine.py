@@ -15,23 +15,23 @@ from typing import Any, Callable
 
 from .. import gptq
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
-from .chat_template import ChatTemplate
-from .disagg import PDSplit
-from .draft_model import DraftModel
+from .backends.step_costs import StepCosts
+from .backends.step_meter import StepMeter
+from .constraints.resample import Resampled, checked
 from .events import Failed, PrefillProgress, Stream
-from .kv_disk import Hit, KVDiskCache
-from .kv_state import limits_of
-from .prompt_lookup import PromptLookup
-from .resample import Resampled, checked
+from .kv.kv_disk import Hit, KVDiskCache
+from .kv.kv_state import limits_of
 from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .sequence import KVHandover, Sequence
-from .speculative import Drafter, SpecConfig, Speculator
-from .step_costs import StepCosts
+from .speculation.draft_model import DraftModel
+from .speculation.prompt_lookup import PromptLookup
+from .speculation.speculative import Drafter, SpecConfig, Speculator
 from .step import StepRunner
-from .step_meter import StepMeter
+from .templates.chat_template import ChatTemplate
 from .text_output import TextOutput
-from .worker import Worker, WorkerConfig
+from .workers.disagg import PDSplit
+from .workers.worker import Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def _open_target(model_path: str | Path, config: EngineConfig) -> Worker:
     if not gptq.is_gptq_folder(model_path):
         return Worker(model_path, config.worker, config.on_load_progress)
     gptq.require_extra(model_path)
-    from .torch_worker import TorchWorker  # here: torch is imported only for a checkpoint
+    from .workers.torch_worker import TorchWorker  # here: torch is imported only for a checkpoint
 
     return TorchWorker(model_path, config.worker)
 

@@ -10,7 +10,7 @@ import llama_cpp
 import numpy as np
 
 from ..errors import RequestError
-from .grammar import Grammar, GrammarSampler
+from .constraints.grammar import Grammar, GrammarSampler
 
 
 @dataclass(slots=True)

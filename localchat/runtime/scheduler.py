@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from itertools import count
 
 from ..errors import EngineError
-from .kv_slots import KVOp, KVSlots
+from .kv.kv_slots import KVOp, KVSlots
 from .sequence import Sequence
 
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import time
 
-from .disagg import load_handover
+from .backends.step_meter import StepMeter
 from .events import Done, PrefillProgress, TextDelta
-from .kv_disk import KVDiskCache
-from .kv_slots import Import, KVOp
+from .kv.kv_disk import KVDiskCache
+from .kv.kv_slots import Import, KVOp
 from .scheduler import Row, Scheduler, Step
 from .sequence import Sequence
-from .speculative import Speculator
-from .step_meter import StepMeter
-from .worker import BatchRow, Worker
+from .speculation.speculative import Speculator
+from .workers.disagg import load_handover
+from .workers.worker import BatchRow, Worker
 
 
 class StepRunner:

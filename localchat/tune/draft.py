@@ -7,7 +7,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..runtime.acceptance import expected_tokens
+from ..runtime.speculation.acceptance import expected_tokens
 
 PROMPTS = ("Write a short story about a lighthouse keeper.", "Explain how rain forms, step by step.")
 # Drafting a fixed length every step gives every drafted position a fair trial; the adaptive
@@ -76,8 +76,8 @@ def measure_draft(path: str | Path, draft_path: str | Path, n_ctx: int = 4096, n
                   n_gpu_layers: int = 0, n_tokens: int = 64) -> DraftMeasurement:
     """Greedy chats on `path` plain, with the draft (adaptive) and with the draft at k = FORCED_K."""
     from ..runtime.engine import EngineConfig
-    from ..runtime.speculative import SpecConfig
-    from ..runtime.worker import WorkerConfig
+    from ..runtime.speculation.speculative import SpecConfig
+    from ..runtime.workers.worker import WorkerConfig
 
     worker = WorkerConfig(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
     draft = Path(draft_path)

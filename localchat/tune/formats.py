@@ -57,7 +57,7 @@ def run_once(path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int, tokens: 
     """(prefill tok/s, decode tok/s, status) of one prompt of about tokens[0] tokens answered with
     tokens[1], greedy, on a fresh engine; a run still going after `limit` seconds is stopped."""
     from ..runtime.engine import Engine, EngineConfig, Request
-    from ..runtime.worker import WorkerConfig
+    from ..runtime.workers.worker import WorkerConfig
 
     config = EngineConfig(worker=WorkerConfig(n_ctx=n_ctx, n_batch=512, n_seq_max=1, n_threads=n_threads,
                                               n_gpu_layers=n_gpu_layers))

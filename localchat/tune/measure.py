@@ -159,7 +159,7 @@ def measure(path: str | Path, n_ctx: int = 4096, n_threads: int = 0, n_gpu_layer
     import llama_cpp
 
     from ..runtime.engine import Engine, EngineConfig
-    from ..runtime.worker import WorkerConfig, default_threads
+    from ..runtime.workers.worker import WorkerConfig, default_threads
 
     started = time.perf_counter()
     n_threads = n_threads or default_threads()

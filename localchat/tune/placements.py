@@ -14,7 +14,7 @@ from ..hardware import HardwareInfo
 from ..planning.fit import ModelSize
 from ..planning.placements import RUNNABLE, Arrangement, arrange
 from ..runtime.engine import Engine, EngineConfig
-from ..runtime.worker import WorkerConfig
+from ..runtime.workers.worker import WorkerConfig
 from ..workloads import MixedResult, mixed_workload
 
 # A split must cut the streaming chats' worst latency beside a long read by this much...

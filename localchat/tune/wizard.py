@@ -14,13 +14,13 @@ from ..errors import BusyMachineError, LocalchatError, ModelNotFoundError
 from ..hardware import HardwareInfo
 from ..hardware.probe import probe
 from ..models.catalog import ModelFacts, load_catalog
+from ..models.resolve import catalog_draft
+from ..models.sizes import apply_to_entries, refresh_sizes
 from ..planning.cost import DECODE_FILL
 from ..planning.placements import layout_for, placement_of
 from ..planning.planner import Wants, plan
 from ..planning.policy import SPEED_FLOOR, Speeds, Standing, choose
-from ..models.resolve import catalog_draft
-from ..models.sizes import apply_to_entries, refresh_sizes
-from ..runtime.worker import WorkerConfig
+from ..runtime.workers.worker import WorkerConfig
 from ..units import size_text
 from .calibrate import corrections, predict
 from .candidates import Ask, Candidate, candidates_of, gather, print_candidates

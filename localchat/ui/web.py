@@ -10,16 +10,16 @@ from typing import Any, Callable
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 
-from ..runtime.engine import Engine
-from ..runtime.sampling import SamplingParams
 from ..api.app import ServeOptions, _invalid, add_api, bind_socket, is_loopback, url_of
-from .chat import ChatCore, Runtime, Sampling
 from ..api.local import LocalService, served_name
 from ..api.origins import OriginPolicy, install
-from .store import Store
-from .model_import import MAX_IMPORT_BYTES
-from .received import UploadLimits, prune
-from .uploads import received_dir
+from ..runtime.engine import Engine
+from ..runtime.sampling import SamplingParams
+from .chat.core import ChatCore, Runtime, Sampling
+from .chat.store import Store
+from .documents.received import UploadLimits, prune
+from .documents.uploads import received_dir
+from .models.model_import import MAX_IMPORT_BYTES
 
 DEFAULT_UI_PORT = 7860
 UI_USER = "localchat"  # the login name when --api-key protects the window
@@ -36,7 +36,7 @@ def create_ui_app(runtime: Runtime, store: Store, api_key: str | None = None,
     prune(received)  # what an earlier run left
     import gradio as gr
 
-    from .layout import build_ui
+    from .components.layout import build_ui
     from .page import CSS, SCRIPT
 
     service = LocalService(runtime.engine, served_name(runtime.model), defaults.base if defaults else None,

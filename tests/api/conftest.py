@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from ui_server import serve_in_thread
 
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
 from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
-from ui_server import serve_in_thread
+from localchat.runtime.workers.worker import WorkerConfig
 
 MODEL = "smollm2-135m"
 

@@ -15,14 +15,14 @@ import jsonschema
 import ollama
 import openai
 import pytest
+from ui_server import serve_in_thread, stop_servers
 
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
 from localchat.api.proxy import ProxyService
 from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.speculative import SpecConfig
-from localchat.runtime.worker import WorkerConfig
-from ui_server import serve_in_thread, stop_servers
+from localchat.runtime.speculation.speculative import SpecConfig
+from localchat.runtime.workers.worker import WorkerConfig
 
 MODEL = "smollm2-135m"
 QUESTION = [{"role": "user", "content": "Name the capital city of France."}]

@@ -14,13 +14,13 @@ from typing import Iterator
 import jsonschema
 import openai
 import pytest
+from test_agent_api import ASK, TIME, WEATHER, WEATHER_ARGS, streamed_calls
+from ui_server import serve_in_thread
 
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
 from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
-from test_agent_api import ASK, TIME, WEATHER, WEATHER_ARGS, streamed_calls
-from ui_server import serve_in_thread
+from localchat.runtime.workers.worker import WorkerConfig
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 FAMILIES = ["Qwen3-Coder.jinja", "GLM-4.6.jinja", "Kimi-K2-Instruct.jinja", "deepseek-ai-DeepSeek-V3.1.jinja",

@@ -12,8 +12,8 @@ import pytest
 
 from localchat.api.constraints import constrain
 from localchat.api.thinking import switches_for
-from localchat.runtime.chat_template import ChatTemplate
-from localchat.runtime.thinking import closed_by_prompt, opened_by_prompt, thinking_style
+from localchat.runtime.templates.chat_template import ChatTemplate
+from localchat.runtime.templates.thinking import closed_by_prompt, opened_by_prompt, thinking_style
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",

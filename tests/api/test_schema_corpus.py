@@ -11,13 +11,13 @@ from typing import Iterator
 
 import openai
 import pytest
+from ui_server import serve_in_thread
 
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
+from localchat.runtime.constraints.schema_grammar import grammar_from_json_schema
 from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.schema_grammar import grammar_from_json_schema
-from localchat.runtime.worker import WorkerConfig
-from ui_server import serve_in_thread
+from localchat.runtime.workers.worker import WorkerConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from schema_corpus import MODEL, load_corpus, report, run  # noqa: E402

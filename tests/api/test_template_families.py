@@ -12,17 +12,17 @@ import gguf
 import jsonschema
 import openai
 import pytest
-from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
-
 from family_templates import FAMILIES, FORMAT_OF
+from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+from test_agent_api import streamed_calls
+from ui_server import serve_in_thread
+
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
 from localchat.api.tool_formats import detect
 from localchat.models.derive import random_weights_like
 from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
-from test_agent_api import streamed_calls
-from ui_server import serve_in_thread
+from localchat.runtime.workers.worker import WorkerConfig
 
 ARGS = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
                                          "unit": {"enum": ["celsius", "fahrenheit"]}},

@@ -14,13 +14,13 @@ import anthropic
 import ollama
 import openai
 import pytest
+from thinking_model import ANSWER, THOUGHT, thinking_copy
+from ui_server import serve_in_thread
 
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
 from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
-from thinking_model import ANSWER, THOUGHT, thinking_copy
-from ui_server import serve_in_thread
+from localchat.runtime.workers.worker import WorkerConfig
 
 MODEL = "smollm2-thinking"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",

@@ -6,15 +6,14 @@ import json
 import re
 
 import pytest
-
 from family_templates import FAMILIES, FORMAT_OF
+
 from localchat.api.constraints import check_tools, constrain
 from localchat.api.structured import check_schema, schema_grammar
-from localchat.api.tool_formats import FORMATS, GENERIC, HARMONY, call_text, detect
-from localchat.api.tool_formats import ToolFormat
+from localchat.api.tool_formats import FORMATS, GENERIC, HARMONY, ToolFormat, call_text, detect
 from localchat.api.tool_parser import ArgsDelta, CallStart, ToolCall, ToolCallParser
 from localchat.errors import RequestError
-from localchat.runtime.chat_template import CHATML, ChatTemplate
+from localchat.runtime.templates.chat_template import CHATML, ChatTemplate
 
 SMOLLM2 = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>"
            "system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from ui_server import RunningUI, serve_in_thread, start_ui  # noqa: F401 - serve_in_thread for the tests
 
-from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
-from ui_server import RunningUI, serve_in_thread, start_ui  # noqa: F401 - serve_in_thread for the tests
+from localchat.runtime.engine import Engine, EngineConfig
+from localchat.runtime.workers.worker import WorkerConfig
 
 MODEL = "smollm2-135m"
 # Module-scoped, not session-scoped: the default-mode models these servers load must be closed

@@ -25,8 +25,8 @@ def home(tmp_path: Path, monkeypatch) -> Path:
 def test_marks_record_presets_and_profile_survive_any_bytes(home: Path, raw: bytes):
     from localchat.models import bad_files
     from localchat.tune.profile import load_profile, profile_path
+    from localchat.ui.chat.presets import Presets
     from localchat.ui.instance import instance_file, running_instance
-    from localchat.ui.presets import Presets
 
     model = home / "m.gguf"
     model.write_bytes(b"GGUF")
@@ -45,7 +45,7 @@ def test_marks_record_presets_and_profile_survive_any_bytes(home: Path, raw: byt
 
 
 def test_a_conversation_whose_stored_rows_are_not_json_still_opens(tmp_path: Path):
-    from localchat.ui.store import Store
+    from localchat.ui.chat.store import Store
 
     store = Store(tmp_path / "conversations.sqlite3")
     conv_id = store.create("a chat", "", {})
@@ -62,11 +62,11 @@ def test_a_conversation_whose_stored_rows_are_not_json_still_opens(tmp_path: Pat
 def test_a_corrupted_conversations_file_is_moved_aside_and_the_window_opens(tmp_path: Path, caplog):
     import logging
 
-    from localchat.ui.store import Store
+    from localchat.ui.chat.store import Store
 
     path = tmp_path / "conversations.sqlite3"
     path.write_bytes(b"SQLite format 3\0" + os.urandom(8192))
-    caplog.set_level(logging.WARNING, logger="localchat.ui.store")
+    caplog.set_level(logging.WARNING, logger="localchat.ui.chat.store")
     store = Store(path)
     conv_id = store.create("new", "", {})
     assert store.get(conv_id).title == "new"

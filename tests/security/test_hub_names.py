@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-
 from hub_server import FakeHub, serve_to_hub_client
+
 from localchat.errors import DownloadError
 from localchat.models.catalog import ModelFile
 from localchat.models.hub import download_hub_file
-from localchat.ui.model_browser import Downloads
-from localchat.ui.models_html import progress_html
+from localchat.ui.models.model_browser import Downloads
+from localchat.ui.models.models_html import progress_html
 
 REPO, FILE = "org/tiny-GGUF", "tiny.Q8_0.gguf"
 DATA = b"GGUF" + bytes(range(256)) * 64

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from localchat.runtime.engine import Engine, EngineConfig
-from localchat.runtime.worker import WorkerConfig
-from localchat.ui.chat import ChatCore
-from localchat.ui.session import Runtime, Sampling
-from localchat.ui.store import Store
-from localchat.ui.transfer import import_json
+from localchat.runtime.workers.worker import WorkerConfig
+from localchat.ui.chat.core import ChatCore
+from localchat.ui.chat.session import Runtime, Sampling
+from localchat.ui.chat.store import Store
+from localchat.ui.chat.transfer import import_json
 
 
 def imported(store: Store, messages: list[dict]) -> str:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from localchat.runtime.kv_disk import MAGIC, KVDiskCache
-from localchat.runtime.kv_state import StateLimits
+from localchat.runtime.kv.kv_disk import MAGIC, KVDiskCache
+from localchat.runtime.kv.kv_state import StateLimits
 
 IDENTITY = "model 0123456789abcdef, KV f16/f16"
 LIMITS = StateLimits(n_ctx=2048, bytes_per_cell=64)
@@ -93,7 +93,7 @@ def test_files_of_every_bad_kind_at_start_are_deleted_with_one_log_line_each(tmp
     os.mkfifo(folder / "fifo.kv")  # opened as a file, it would wait forever for a writer
     (folder / "link.kv").symlink_to("/dev/zero")
     good = crafted(folder, tokens, honest_header(tokens, state), state)
-    caplog.set_level(logging.WARNING, logger="localchat.runtime.kv_disk")
+    caplog.set_level(logging.WARNING, logger="localchat.runtime.kv.kv_disk")
     cache = KVDiskCache(tmp_path, IDENTITY, 1 << 30, min_tokens=4, limits=LIMITS)
     try:
         assert sorted(p.name for p in folder.iterdir()) == [good.name]
@@ -213,8 +213,8 @@ def test_one_disk_budget_holds_across_models_and_an_old_models_folder_goes(tmp_p
 def test_a_real_state_of_the_small_model_passes_its_checks(model_path: Path):
     """The checks read llama.cpp's own layout: a state exported from a real context passes them, within
     the bound its worker gives."""
-    from localchat.runtime.kv_state import limits_of
-    from localchat.runtime.worker import BatchRow, Worker, WorkerConfig
+    from localchat.runtime.kv.kv_state import limits_of
+    from localchat.runtime.workers.worker import BatchRow, Worker, WorkerConfig
 
     worker = Worker(model_path, WorkerConfig(n_ctx=256, n_threads=1, n_seq_max=2))
     try:
@@ -239,7 +239,7 @@ def test_a_state_another_runners_budget_dropped_meanwhile_is_no_fault(tmp_path: 
         cache.flush()
         hit = cache.lookup(list(range(8)) + [1])
         hit.entry.path.unlink()  # as another runner's budget would
-        caplog.set_level(logging.WARNING, logger="localchat.runtime.kv_disk")
+        caplog.set_level(logging.WARNING, logger="localchat.runtime.kv.kv_disk")
         assert cache.read(hit.entry) is None
         assert cache.lookup(list(range(8)) + [1]) is None and "discarded" not in caplog.text
     finally:
@@ -252,7 +252,7 @@ def test_a_real_state_with_its_positions_zeroed_is_refused_and_the_prompt_read_a
     made to match, is deleted at its first restore, and the answer is the one read from scratch."""
     from localchat.runtime.engine import Engine, EngineConfig, Request
     from localchat.runtime.sampling import SamplingParams
-    from localchat.runtime.worker import WorkerConfig
+    from localchat.runtime.workers.worker import WorkerConfig
 
     document = "\n".join(f"Entry {i}: the depot in sector {i % 9} keeps {i * 17 % 97} barrels." for i in range(80))
     ask = Request(messages=[{"role": "user", "content": document + "\nWhich sector keeps barrels 40?"}],

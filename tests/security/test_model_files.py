@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from localchat.errors import ModelLoadError
-from localchat.runtime.worker import Worker
+from localchat.runtime.workers.worker import Worker
 
 
 def test_a_non_gguf_file_is_refused_without_echoing_its_bytes(tmp_path: Path):

@@ -9,8 +9,8 @@ from pathlib import Path
 import gguf
 import pytest
 
-from localchat.runtime.weights_digest import weights_digest
-from localchat.runtime.worker import Worker, WorkerConfig
+from localchat.runtime.kv.weights_digest import weights_digest
+from localchat.runtime.workers.worker import Worker, WorkerConfig
 
 
 def other_weights(source: Path, target: Path) -> Path:

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from localchat.errors import RequestError
-from localchat.runtime.chat_template import ChatTemplate
-from localchat.ui.render import inert
+from localchat.runtime.templates.chat_template import ChatTemplate
+from localchat.ui.chat.render import inert
 
 HELLO = [{"role": "user", "content": "Hello"}]
 

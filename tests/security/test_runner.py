@@ -15,6 +15,8 @@ from typing import Iterator
 import gguf
 import httpx
 import pytest
+from conftest import MODEL, wait_until
+from ui_server import serve_in_thread
 
 from localchat.api.app import create_app
 from localchat.api.local import LocalService
@@ -25,13 +27,11 @@ from localchat.models import bad_files
 from localchat.models.derive import random_weights_like
 from localchat.models.importers import LocalModel
 from localchat.runners.supervisor import SupervisedEngine
+from localchat.runtime.constraints.grammar import Grammar
 from localchat.runtime.engine import Request
-from localchat.runtime.grammar import Grammar
 from localchat.runtime.sampling import SamplingParams
-from localchat.ui.models_html import local_table
-from localchat.ui.session import Runtime
-from conftest import MODEL, wait_until
-from ui_server import serve_in_thread
+from localchat.ui.chat.session import Runtime
+from localchat.ui.models.models_html import local_table
 
 # The grammar: every token doubles the matcher's stacks (10 tokens 12.8 s, 14 over a minute).
 AMBIGUOUS = 'root ::= s\ns ::= "a" s "b" | "a" s "c"'

@@ -51,8 +51,8 @@ def test_the_api_key_never_reaches_the_log(home: Path, monkeypatch):
 @pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
 def test_data_log_and_instance_files_are_private(home: Path, tmp_path: Path):
     from localchat.paths import cache_dir, config_dir, data_dir, log_dir
-    from localchat.ui.store import Store
-    from localchat.ui.uploads import store_upload
+    from localchat.ui.chat.store import Store
+    from localchat.ui.documents.uploads import store_upload
 
     store = Store()
     store.append(store.create("t"), "user", "private words")

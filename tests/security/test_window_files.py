@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from gradio_wire import call, file_data, handler, result
 
 SECRET = "XK55 the launch code is 55-XK-0391."
@@ -61,13 +60,13 @@ def upload(window, name: str, data: bytes | Path, timeout: float = 120) -> httpx
 
 def received_files() -> list[Path]:
     """The finished uploads waiting in the received folder (each in a folder Gradio names by its checksum)."""
-    from localchat.ui.uploads import received_dir
+    from localchat.ui.documents.uploads import received_dir
 
     return [p for p in received_dir().glob("*/**/*") if p.is_file()]
 
 
 def test_what_the_browser_sent_is_deleted_once_attached_or_refused(window, tmp_path: Path):
-    from localchat.ui.uploads import received_dir
+    from localchat.ui.documents.uploads import received_dir
 
     broken = tmp_path / "report.pdf"
     broken.write_text("this is not a PDF")
@@ -85,7 +84,7 @@ def test_what_the_browser_sent_is_deleted_once_attached_or_refused(window, tmp_p
 
 
 def test_a_document_over_its_limit_is_refused_by_the_upload_itself(window, tmp_path: Path):
-    from localchat.ui.uploads import MAX_UPLOAD_BYTES
+    from localchat.ui.documents.uploads import MAX_UPLOAD_BYTES
 
     big = bytes(MAX_UPLOAD_BYTES + 1)
     answer = upload(window, "big.txt", big)
@@ -98,8 +97,8 @@ def test_a_document_over_its_limit_is_refused_by_the_upload_itself(window, tmp_p
 
 
 def test_uploads_no_event_claims_do_not_pile_up(window):
-    from localchat.ui.received import ABANDONED_S, PARTIAL_IDLE_S, WAITING_BYTES, WAITING_FILES
-    from localchat.ui.uploads import received_dir
+    from localchat.ui.documents.received import ABANDONED_S, PARTIAL_IDLE_S, WAITING_BYTES, WAITING_FILES
+    from localchat.ui.documents.uploads import received_dir
 
     folder = received_dir()
     long_ago = time.time() - ABANDONED_S - 60
@@ -141,8 +140,8 @@ def test_an_upload_that_could_not_be_kept_is_refused_before_its_body(window):
     from urllib.parse import urlsplit
 
     from localchat.models.hub import DISK_MARGIN
-    from localchat.ui.model_import import MAX_IMPORT_BYTES
-    from localchat.ui.uploads import received_dir
+    from localchat.ui.documents.uploads import received_dir
+    from localchat.ui.models.model_import import MAX_IMPORT_BYTES
 
     def head_only(length: str | None) -> str:
         """The answer to an upload's headers alone: the body never comes."""
@@ -195,7 +194,7 @@ def test_the_model_switcher_loads_only_listed_models_and_echoes_no_file(window, 
 
 
 def test_a_link_in_the_upload_folder_that_points_out_is_refused(window, tmp_path: Path):
-    from localchat.ui.uploads import received_dir
+    from localchat.ui.documents.uploads import received_dir
 
     secret = secret_file(tmp_path)
     link = received_dir() / "planted-link.txt"

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 
 from ...errors import LocalchatError, RequestError
 from ...runtime.events import Stats
-from ...runtime.thinking import Thought
+from ...runtime.templates.thinking import Thought
 from ..schemas import Body, parse
 from ..service import Answer, AskedSampling, Delta, End, Generation, Route, Service, Started
 from ..tool_parser import ArgsDelta, CallStart, ToolCall

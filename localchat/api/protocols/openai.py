@@ -10,9 +10,9 @@ import numpy as np
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response
 
+from ...runtime.templates.chat_template import check_switches
 from ..embeddings import check_inputs
 from ..schemas import ChatBody, CompletionBody, EmbeddingsBody, parse
-from ...runtime.chat_template import check_switches
 from ..service import Generation, ModelInfo, Route, Service
 from ..thinking import check_thinking
 from .openai_reply import Reply

@@ -9,9 +9,9 @@ from typing import Any, AsyncIterator
 
 from ...errors import LocalchatError
 from ...runtime.events import Stats
-from ..service import Answer, Delta, End
-from ...runtime.thinking import Thought
+from ...runtime.templates.thinking import Thought
 from ..reader import Piece
+from ..service import Answer, Delta, End
 from ..tool_parser import ArgsDelta, CallStart
 from ..wire import error_body, sse
 

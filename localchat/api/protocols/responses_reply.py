@@ -15,9 +15,9 @@ from typing import Any, AsyncIterator
 
 from ...errors import LocalchatError
 from ...runtime.events import Stats, TokenLogprob
+from ...runtime.templates.thinking import Thought
 from ..response_store import stored_responses
 from ..service import Answer, Delta, End
-from ...runtime.thinking import Thought
 from ..tool_parser import ArgsDelta, CallStart
 from .openai_reply import chat_logprobs, extras
 

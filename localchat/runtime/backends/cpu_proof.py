@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from ...errors import LocalchatError
-from .kernels import MODEL_FAILED, mark_proving
+from ..workers.worker import Worker
+from ..workers.worker_types import BatchRow, WorkerConfig
 from .cpu_variants import is_exact
-from ..worker import Worker
-from ..worker_types import BatchRow, WorkerConfig
+from .kernels import MODEL_FAILED, mark_proving
 
 
 def prove_in_child(argv: list[str]) -> int:
