@@ -214,11 +214,12 @@ def _model(key: str, raw: dict[str, Any]) -> ModelFacts:
 
 # Parsed YAML by path, with the (size, mtime) it was parsed at: models.yaml was parsed again on every
 # Ollama chat, model listing and embeddings call, on the event loop (~80 ms each on two cores); a stat is
-# all a call costs now. Readers take the parsed data as it is and never change it.
+# all a call costs now. Readers take the parsed data as it is and never change it. This is the one place
+# that parses the catalog file (the layout test keeps it so).
 _parsed: dict[Path, tuple[tuple[int, int], Any]] = {}
 
 
-def cached_yaml(path: Path) -> Any:
+def _cached_yaml(path: Path) -> Any:
     """`path` parsed as YAML, once per change of the file (OSError and yaml.YAMLError as they come)."""
     info = path.stat()
     stamp = (info.st_size, info.st_mtime_ns)
@@ -230,18 +231,31 @@ def cached_yaml(path: Path) -> Any:
     return data
 
 
+def _unreadable(path: Path, exc: BaseException) -> ConfigError:
+    fix = "reinstall localchat" if path == catalog_path() else "check it against models.yaml's schema"
+    return ConfigError(f"the model catalog {path} is unreadable ({exc!r}); {fix}.")
+
+
+def catalog_section(name: str, path: Path | None = None) -> dict[str, Any]:
+    """One top-level section of the catalog file (`models`, `embedding_models`), parsed once per change."""
+    path = Path(path) if path is not None else catalog_path()
+    try:
+        section = _cached_yaml(path)[name] if name == "models" else (_cached_yaml(path).get(name) or {})
+        if not isinstance(section, dict):
+            raise TypeError(f"{name} is a {type(section).__name__}, not a mapping")
+        return section
+    except (OSError, KeyError, TypeError, AttributeError, yaml.YAMLError) as exc:
+        raise _unreadable(path, exc) from None
+
+
 def load_catalog(path: Path | None = None) -> dict[str, ModelFacts]:
     """Parse models.yaml (or a catalog file in its schema) into models keyed by catalog name."""
-    return _parse_catalog(Path(path) if path is not None else catalog_path())
-
-
-def _parse_catalog(path: Path) -> dict[str, ModelFacts]:
+    path = Path(path) if path is not None else catalog_path()
+    section = catalog_section("models", path)
     try:
-        data = cached_yaml(path)
-        catalog = {key: _model(key, raw) for key, raw in data["models"].items()}
-    except (OSError, KeyError, TypeError, ValueError, StopIteration, AttributeError, yaml.YAMLError) as exc:
-        fix = "reinstall localchat" if path == catalog_path() else "check it against models.yaml's schema"
-        raise ConfigError(f"the model catalog {path} is unreadable ({exc!r}); {fix}.") from None
+        catalog = {key: _model(key, raw) for key, raw in section.items()}
+    except (KeyError, TypeError, ValueError, StopIteration, AttributeError) as exc:
+        raise _unreadable(path, exc) from None
     for model in catalog.values():
         if model.draft and model.draft not in catalog:
             raise ConfigError(f"{model.key} names draft '{model.draft}', which is not in the catalog {path}.")

@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import ConfigError
-from .catalog import ModelFile, _model_file, cached_yaml, catalog_path
+from .catalog import ModelFile, _model_file, catalog_section
 from .download import cached_file
 
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
@@ -32,12 +30,11 @@ class EmbeddingFacts:
 
 def load_embedding_catalog(path: Path | None = None) -> dict[str, EmbeddingFacts]:
     """The catalog's embedding models by name."""
-    path = Path(path) if path is not None else catalog_path()
+    section = catalog_section("embedding_models", path)
     try:
-        data = cached_yaml(path)
-        return {key: _facts(key, raw) for key, raw in (data.get("embedding_models") or {}).items()}
-    except (OSError, KeyError, TypeError, ValueError, AttributeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"the embedding models of the catalog {path} are unreadable ({exc!r}); "
+        return {key: _facts(key, raw) for key, raw in section.items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"the embedding models of the catalog are unreadable ({exc!r}); "
                           "reinstall localchat.") from None
 
 

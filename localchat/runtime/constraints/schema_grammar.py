@@ -13,7 +13,6 @@ bounds), never more than the check lets through. schema_rules.py lists what is e
 from __future__ import annotations
 
 import copy
-import json
 import math
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
@@ -31,7 +30,8 @@ from .grammar import MAX_GBNF_CHARS, Grammar, json_strings_only
 from .int_range import MAX_DIGITS, integer_bounds, integer_range
 from .regex_subset import gbnf_pattern
 from .schema_check import SchemaCheck
-from .schema_rules import ANNOTATIONS, FORMATS, KEYWORDS, MAX_REPEAT, REFUSED
+from .schema_merge import are_numbers, disjoint, intersection, json_in, keywords, without
+from .schema_rules import FORMATS, KEYWORDS, MAX_REPEAT, REFUSED
 
 OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "patternProperties", "minProperties",
                              "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas",
@@ -78,18 +78,18 @@ class Converter(SchemaConverter):
 
     def visit(self, schema: Any, name: str) -> str:
         rule_name = name + "-" if name in _RESERVED else name or "root"
-        if schema is True or schema == {} or (isinstance(schema, dict) and not _keywords(schema)):
+        if schema is True or schema == {} or (isinstance(schema, dict) and not keywords(schema)):
             return self._add_rule(rule_name, self._add_primitive("value", PRIMITIVE_RULES["value"]))
         if schema is False:
             raise ValueError("a schema of `false` allows no value")
         if not isinstance(schema, dict):
             raise TypeError(f"a schema must be an object, not {type(schema).__name__}")
-        keys = _keywords(schema)
+        keys = keywords(schema)
         for key in keys:
             if KEYWORDS[key].how == REFUSED:
                 raise RefusedKeyword(key)
         if "allOf" in keys:
-            merged, clean = self._merge([_without(schema, "allOf"), *schema["allOf"]])
+            merged, clean = intersection([without(schema, "allOf"), *schema["allOf"]], self._resolved)
             if not clean:
                 self._leave(name, "allOf")
             return self.visit(merged, name)
@@ -103,7 +103,7 @@ class Converter(SchemaConverter):
                 return super().visit({"$ref": ref}, name)
             self._inlined.add(ref)  # keywords beside a $ref hold too: the target is merged with them
             try:
-                merged, clean = self._merge([self._refs[ref], _without(schema, "$ref")])
+                merged, clean = intersection([self._refs[ref], without(schema, "$ref")], self._resolved)
                 if not clean:
                     self._leave(name, "$ref")
                 return self.visit(merged, name)
@@ -140,14 +140,14 @@ class Converter(SchemaConverter):
         return rule
 
     def _union(self, schema: dict, key: str, name: str, rule_name: str) -> str:
-        others = _without(schema, key)
+        others = without(schema, key)
         branches = []
         for branch in schema[key]:
-            merged, clean = self._merge([others, branch]) if _keywords(others) else (branch, True)
+            merged, clean = intersection([others, branch], self._resolved) if keywords(others) else (branch, True)
             if not clean:
                 self._leave(name, key)
             branches.append(merged)
-        if key == "oneOf" and not self._disjoint(branches):
+        if key == "oneOf" and not disjoint(branches, self._resolved):
             self._leave(name, "oneOf")
         return self._add_rule(rule_name, self._generate_union_rule(name, branches))
 
@@ -156,10 +156,10 @@ class Converter(SchemaConverter):
     def _constants(self, schema: dict, name: str) -> str:
         values = [schema["const"]] if "const" in schema else list(schema["enum"])
         if "const" in schema and "enum" in schema:
-            values = [v for v in values if _json_in(v, schema["enum"])]
+            values = [v for v in values if json_in(v, schema["enum"])]
         rest = {k: v for k, v in schema.items() if k not in ("const", "enum")}
         kept = values
-        if _keywords(rest) - {"type"} or "type" in rest:
+        if keywords(rest) - {"type"} or "type" in rest:
             try:
                 kept = [v for v in values if _valid(v, rest)]
             except Exception:  # a $ref or shape the check resolves in context: keep every value, check later
@@ -236,7 +236,7 @@ class Converter(SchemaConverter):
             done.add("uniqueItems")
         contains = schema.get("contains")
         if contains is not None and low <= 1 and high is None:
-            merged, clean = self._merge([item_schema, contains]) if isinstance(contains, dict) else (item_schema, True)
+            merged, clean = intersection([item_schema, contains], self._resolved) if isinstance(contains, dict) else (item_schema, True)
             if clean:
                 hit = self.visit(merged, f"{name}{'-' if name else ''}contains")
                 done.add("contains")
@@ -291,113 +291,15 @@ class Converter(SchemaConverter):
         """The converter's own rule for a type (named `root` at the top, as its visit does)."""
         return self._add_primitive("root" if rule_name == "root" else kind, PRIMITIVE_RULES[kind])
 
-    # -- allOf and unions ------------------------------------------------------------------------
+    # -- allOf and unions (schema_merge.py) -------------------------------------------------------
 
     def _resolved(self, schema: Any) -> Any:
-        while isinstance(schema, dict) and _keywords(schema) == {"$ref"} and schema["$ref"] in self._refs:
+        while isinstance(schema, dict) and keywords(schema) == {"$ref"} and schema["$ref"] in self._refs:
             schema = self._refs[schema["$ref"]]
         return schema
 
-    def _merge(self, parts: list[Any]) -> tuple[dict, bool]:
-        """One schema that every value of all `parts` meets; clean: exactly their intersection."""
-        out: dict[str, Any] = {}
-        clean = True
-        for part in parts:
-            part = self._resolved(part)
-            if part is True or part == {}:
-                continue
-            if not isinstance(part, dict):
-                raise ValueError("allOf holds a schema that is not an object")
-            if "allOf" in part:
-                part, inner = self._merge([_without(part, "allOf"), *part["allOf"]])
-                clean &= inner
-            for key, value in part.items():
-                if key not in out:
-                    out[key] = value
-                elif out[key] == value or key in ANNOTATIONS or key not in KEYWORDS:
-                    continue
-                else:
-                    out[key], ok = self._merge_keyword(key, out[key], value)
-                    clean &= ok
-        if "additionalProperties" in out and len({json.dumps(sorted((self._resolved(p) or {}).get("properties", {})))
-                                                  for p in parts if isinstance(self._resolved(p), dict)}) > 1:
-            clean = False  # each part's additionalProperties counts against its own properties only
-        return out, clean
-
-    def _merge_keyword(self, key: str, a: Any, b: Any) -> tuple[Any, bool]:
-        if key == "properties":
-            merged = dict(a)
-            ok = True
-            for prop, sub in b.items():
-                if prop in merged:
-                    merged[prop], inner = self._merge([merged[prop], sub])
-                    ok &= inner
-                else:
-                    merged[prop] = sub
-            return merged, ok
-        if key == "required":
-            return list(dict.fromkeys([*a, *b])), True
-        if key in ("minimum", "minLength", "minItems", "minProperties", "minContains") and _numbers(a, b):
-            return max(a, b), True
-        if key in ("maximum", "maxLength", "maxItems", "maxProperties", "maxContains") and _numbers(a, b):
-            return min(a, b), True
-        if key in ("exclusiveMinimum", "exclusiveMaximum") and _numbers(a, b):
-            return (max if key == "exclusiveMinimum" else min)(a, b), True
-        if key == "type":
-            left, right = set(a if isinstance(a, list) else [a]), set(b if isinstance(b, list) else [b])
-            both = left & right | ({"integer"} if ("number" in left and "integer" in right) or
-                                   ("integer" in left and "number" in right) else set())
-            if not both:
-                raise ValueError(f"allOf asks for types {sorted(left)} and {sorted(right)} at once: no value is both")
-            both = sorted(both)
-            return (both[0] if len(both) == 1 else both), True
-        if key == "enum":
-            return [v for v in a if _json_in(v, b)], True
-        if key == "uniqueItems":
-            return bool(a or b), True
-        if key in ("items", "additionalProperties") and isinstance(a, dict) and isinstance(b, dict):
-            return self._merge([a, b])
-        return a, False
-
-    def _disjoint(self, branches: list[Any]) -> bool:
-        """No value can match two of `branches`: their types differ, or a required constant does."""
-        resolved = [self._resolved(b) for b in branches]
-        if not all(isinstance(b, dict) for b in resolved):
-            return False
-        kinds = [b.get("type") for b in resolved]
-        if all(isinstance(k, str) for k in kinds):
-            families = ["number" if k == "integer" else k for k in kinds]
-            if len(set(families)) == len(families):
-                return True
-        consts = [json.dumps(b["const"], sort_keys=True) if "const" in b else None for b in resolved]
-        if None not in consts and len(set(consts)) == len(consts):
-            return True
-        common = set.intersection(*(set((b.get("properties") or {})) & set(b.get("required") or []) for b in resolved))
-        for prop in sorted(common):
-            tags = []
-            for b in resolved:
-                sub = self._resolved(b["properties"][prop])
-                values = [sub["const"]] if isinstance(sub, dict) and "const" in sub else (
-                    sub.get("enum") if isinstance(sub, dict) and isinstance(sub.get("enum"), list) else None)
-                if values is None:
-                    break
-                tags.append({json.dumps(v, sort_keys=True) for v in values})
-            else:
-                if sum(map(len, tags)) == len(set().union(*tags)):
-                    return True
-        return False
-
 
 _RESERVED = {"root", "dot", *PRIMITIVE_RULES, *STRING_FORMAT_RULES}
-
-
-def _keywords(schema: dict) -> set[str]:
-    """The keys of `schema` that say which values are valid."""
-    return {k for k in schema if k in KEYWORDS and k not in ANNOTATIONS}
-
-
-def _without(schema: dict, key: str) -> dict:
-    return {k: v for k, v in schema.items() if k != key}
 
 
 def _unrolled(count: Any) -> int | None:
@@ -412,15 +314,6 @@ def _implied_kind(keys: set[str]) -> str | None:
     return None
 
 
-def _numbers(*values: Any) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-
-
-def _json_in(value: Any, values: list[Any]) -> bool:
-    text = json.dumps(value, sort_keys=True)
-    return any(json.dumps(v, sort_keys=True) == text for v in values)
-
-
 def _valid(value: Any, schema: dict) -> bool:
     from .schema_check import validator_for
 
@@ -428,7 +321,7 @@ def _valid(value: Any, schema: dict) -> bool:
 
 
 def _decimal(value: Any) -> Decimal | None:
-    if not _numbers(value) or not math.isfinite(value) or value <= 0:
+    if not are_numbers(value) or not math.isfinite(value) or value <= 0:
         return None
     try:
         return Decimal(str(value))
@@ -447,7 +340,7 @@ def _truncated(schema: dict, inclusive: str, exclusive: str) -> int | None:
     values = [schema.get(inclusive)]
     flag = schema.get(exclusive)
     values.append(None if isinstance(flag, bool) else flag)
-    numbers = [v for v in values if _numbers(v) and math.isfinite(v) and abs(v) < 10 ** MAX_DIGITS]
+    numbers = [v for v in values if are_numbers(v) and math.isfinite(v) and abs(v) < 10 ** MAX_DIGITS]
     if not numbers:
         return None
     bound = max(numbers) if inclusive == "minimum" else min(numbers)
