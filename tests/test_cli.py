@@ -318,12 +318,13 @@ def test_a_logged_user_error_is_one_line_and_a_bug_keeps_its_traceback():
 
 def test_window_and_api_take_sampling_defaults_and_requests_still_win(model_path: Path):
     from localchat.api.schemas import ChatBody
-    from localchat.cli import _sampling, build_parser
+    from localchat.cli import build_parser
+    from localchat.command_flags import sampling_from
     from localchat.ui.chat.core import Sampling
 
     for command in ("serve", "ui"):
         args = build_parser().parse_args([command, "--temperature", "0", "--top-k", "7", "--max-tokens", "9"])
-        defaults = _sampling(args)
+        defaults = sampling_from(args)
         assert (defaults.temperature, defaults.top_k, defaults.max_tokens, defaults.top_p) == (0.0, 7, 9, 0.95)
     chat = Sampling.over(defaults)
     assert (chat.temperature, chat.max_tokens) == (0.0, 9) and chat.params().top_k == 7  # the window
@@ -340,7 +341,8 @@ def test_sampling_limits_are_the_same_for_the_flags_the_api_and_the_engine():
     import pytest
 
     from localchat.api.schemas import ChatBody
-    from localchat.cli import _sampling, build_parser
+    from localchat.cli import build_parser
+    from localchat.command_flags import sampling_from
     from localchat.errors import RequestError
     from localchat.runtime.sampling import LIMITS, SamplingParams
 
@@ -354,7 +356,7 @@ def test_sampling_limits_are_the_same_for_the_flags_the_api_and_the_engine():
             ChatBody(model="x", messages=[hi], **{name: bad}).to_request()
         assert str(api.value) == str(engine.value) and api.value.param == name
         with pytest.raises(RequestError) as cli:
-            _sampling(build_parser().parse_args(["chat", flag, str(bad)]))
+            sampling_from(build_parser().parse_args(["chat", flag, str(bad)]))
         assert str(cli.value) == str(engine.value)
     edge = ChatBody(model="x", messages=[hi], temperature=2, top_p=0).to_request().sampling
     assert edge.temperature == 0.0  # top_p 0 keeps the most likely token: greedy
