@@ -20,7 +20,7 @@ from localchat.planning.placements import arrange
 from localchat.runtime.backends.devices import usable_here
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
-from localchat.runtime.workers.worker_types import WorkerConfig
+from localchat.runtime.worker_types import WorkerConfig
 
 
 def prompt(run: int) -> list[dict]:

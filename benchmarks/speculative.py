@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 
 from localchat.bench_report import Report, isolated
-from localchat.runtime.backends.step_costs import StepCosts
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.speculation.acceptance import expected_tokens
 from localchat.runtime.speculation.speculative import SpecConfig
+from localchat.runtime.step_costs import StepCosts
 from localchat.runtime.workers.worker import BatchRow, Worker, WorkerConfig, default_threads
 
 REPORT = """In the spring of 1891 the river authority published its rules for the lower harbour.

@@ -158,7 +158,7 @@ def planner_ladders() -> dict[str, tuple[str, dict[str, Path]]]:
     262k vocabulary) and its own."""
     from .models.derive import requantize
     from .models.resolve import resolve_model
-    from .runtime.workers import llama_log
+    from .runtime import llama_log
 
     llama_log.install()  # the quantizer's per-tensor lines go to our (quiet) logger, not the terminal
     smollm2, gemma = resolve_model("smollm2-135m"), gemma_270m()

@@ -14,14 +14,13 @@ from localchat.hardware import HardwareInfo
 from localchat.planning.fit import ModelSize
 from localchat.planning.placements import arrange
 from localchat.runtime import engine as engine_module
-from localchat.runtime.backends import residence
 from localchat.runtime.backends.devices import usable_here
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.kv.kv_disk import KVDiskCache
 from localchat.runtime.sampling import SamplingParams, logits_at
 from localchat.runtime.speculation.speculative import SpecConfig
+from localchat.runtime.worker_types import BatchRow, WorkerConfig
 from localchat.runtime.workers.worker import Worker
-from localchat.runtime.workers.worker_types import BatchRow, WorkerConfig
 
 N_CTX = 512
 QUESTION = [{"role": "system", "content": "Answer briefly."},

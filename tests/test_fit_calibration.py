@@ -22,8 +22,8 @@ def allocated(model_path: Path) -> dict[str, int]:
     """llama.cpp's own buffer sizes (bytes, as logged to 1/100 MiB) for the file at N_CTX, flash attention on."""
     import llama_cpp
 
+    from localchat.runtime import llama_log
     from localchat.runtime.backends import kernels
-    from localchat.runtime.workers import llama_log
 
     kernels.activate(False, model_path)
     llama_log.install()

@@ -18,7 +18,7 @@ from localchat.planning.choose import choose_arrangement
 from localchat.planning.fit import ModelSize
 from localchat.planning.placements import arrange
 from localchat.runtime.backends import gpus, offload, residence
-from localchat.runtime.workers.worker_types import WorkerConfig
+from localchat.runtime.worker_types import WorkerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("gpu_backends", ROOT / "scripts" / "gpu_backends.py")

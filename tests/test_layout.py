@@ -228,3 +228,88 @@ def test_device_code_lives_in_runtime_backends():
     outside = [m for m in MODULES if not m.startswith("localchat.runtime.backends")
                and re.search(r"ggml_backend_(load|dev_|reg_)", _path(m)[0].read_text(encoding="utf-8"))]
     assert not outside, f"device code outside runtime/backends/: {', '.join(sorted(outside))}"
+
+
+# -- the parts inside runtime/ and ui/ ---------------------------------------------------------------
+
+def _part(module: str) -> str | None:
+    """`runtime.kv` for a module in runtime/kv/, `runtime` for one at runtime/'s top (the engine's core);
+    likewise for ui/; None outside runtime/ and ui/."""
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] not in ("runtime", "ui"):
+        return None
+    if (PACKAGE / parts[1] / parts[2]).is_dir():
+        return f"{parts[1]}.{parts[2]}"
+    return parts[1]
+
+
+SUB_PACKAGES = sorted({p for m in MODULES if (p := _part(m)) and "." in p})
+
+# What the engine's core (runtime/'s top modules) may import from each part: the part's face. The rest of a
+# part is its own business (a schema's keyword rules, the merging of allOf, the sandbox a template renders in).
+FACES = {
+    "runtime.workers": {"worker", "target", "disagg"},
+    "runtime.speculation": {"speculative", "draft_model", "prompt_lookup"},
+    "runtime.constraints": {"grammar", "resample"},
+    "runtime.kv": {"kv_slots", "kv_disk"},
+    "runtime.templates": {"chat_template"},
+    "runtime.backends": {"threads"},
+}
+
+
+def test_runtime_and_ui_are_in_parts_that_say_what_they_hold():
+    assert {"runtime.workers", "runtime.speculation", "runtime.constraints", "runtime.kv", "runtime.backends",
+            "runtime.templates", "ui.chat", "ui.components"} <= set(SUB_PACKAGES)
+    for part in SUB_PACKAGES:
+        init = PACKAGE / part.replace(".", "/") / "__init__.py"
+        body = ast.parse(init.read_text(encoding="utf-8")).body
+        assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), (
+            f"{init.relative_to(PACKAGE.parent)} holds one docstring saying what the part holds, and nothing else")
+    assert set(FACES) == {p for p in SUB_PACKAGES if p.startswith("runtime.")}, "every runtime part has its face"
+
+
+def test_the_engine_core_uses_each_part_through_its_face():
+    reached = sorted((m, t) for m in MODULES if _part(m) == "runtime" for t in _imports(m)
+                     if (p := _part(t)) in FACES and t.rsplit(".", 1)[1] not in FACES[p])
+    assert not reached, "the engine's core reaches into a part past its face (FACES):\n" + "\n".join(
+        f"  {a} -> {b}" for a, b in reached)
+
+
+def test_no_cycles_between_the_parts():
+    graph: dict[str, set[str]] = {}
+    for module in MODULES:
+        if (part := _part(module)) in SUB_PACKAGES:
+            graph.setdefault(part, set()).update(
+                p for t in _imports(module) if (p := _part(t)) in SUB_PACKAGES and p != part)
+    cycle = _cycle(graph)
+    assert cycle is None, "parts of runtime/ or ui/ that import each other: " + " -> ".join(cycle)
+
+
+def test_gradio_is_imported_only_by_the_windows_components():
+    """The window's logic (ui/chat, ui/documents, ui/models, ui/wizard) has no Gradio in it, directly or
+    through what it imports; the Gradio app is ui/components/ and ui/web.py."""
+    components = ("localchat.ui.components", "localchat.ui.web")
+    logic = [m for m in MODULES if m.startswith("localchat.ui.") and not m.startswith(components)]
+    assert "localchat.ui.chat.core" in logic
+    loading = sorted(m for m in logic if "gradio" in _loads(m))
+    assert not loading, f"window logic that loads Gradio: {', '.join(loading)}"
+    assert "gradio" in _loads("localchat.ui.components.layout")  # the check sees an import of Gradio
+
+
+def test_the_catalog_file_is_parsed_in_one_place():
+    readers = sorted(m for m in MODULES if "yaml" in {n.split(".")[0] for n, _ in _imports_of(m)})
+    assert readers == ["localchat.models.catalog"], f"modules that parse YAML: {readers}"
+
+
+def _lines(module: str) -> int:
+    return len(_path(module)[0].read_text(encoding="utf-8").splitlines())
+
+
+def test_modules_stay_small():
+    long = sorted((n, m) for m in MODULES if (n := _lines(m)) > 400)
+    assert not long, "modules over 400 lines (split them where their parts are): " + ", ".join(
+        f"{m} ({n})" for n, m in long)
+
+
+def test_cli_only_parses_and_dispatches():
+    assert _lines("localchat.cli") <= 250, "cli.py parses and dispatches; shared options go in command_flags.py"

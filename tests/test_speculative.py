@@ -9,13 +9,13 @@ import pytest
 
 from localchat.errors import DraftIncompatibleError
 from localchat.models.derive import random_weights_like, requantize
-from localchat.runtime.backends.step_costs import StepCosts
 from localchat.runtime.engine import Engine, EngineConfig, Request
 from localchat.runtime.sampling import SamplingParams
 from localchat.runtime.sequence import Sequence
 from localchat.runtime.speculation.acceptance import expected_tokens, expected_tokens_by_position
 from localchat.runtime.speculation.prompt_lookup import NgramIndex, PromptLookup
 from localchat.runtime.speculation.speculative import Drafter, SpecConfig, SpecState, Speculator
+from localchat.runtime.step_costs import StepCosts
 from localchat.runtime.workers.worker import WorkerConfig
 
 QUOTE = ("The harbour master wrote: 'The northern pier closes at dusk on Fridays, and boats "

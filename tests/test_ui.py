@@ -164,7 +164,7 @@ def test_a_message_after_stop_reuses_the_chat_read_so_far(ui: RunningUI):
 def test_an_attached_document_is_read_before_the_question_and_a_detach_ends_the_read(ui: RunningUI, tmp_path: Path,
                                                                                     monkeypatch):
     from localchat.ui.chat.core import ChatCore, Sampling
-    from localchat.ui.documents.pre_read import PreReader
+    from localchat.ui.chat.pre_read import PreReader
 
     monkeypatch.setattr("localchat.ui.documents.uploads.uploads_dir", lambda: tmp_path / "uploads")
     core = ChatCore(ui.runtime, ui.store)

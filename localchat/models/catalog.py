@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError, ModelNotFoundError
-from ..runtime.workers.gguf_types import GGML_TYPES
+from ..runtime.gguf_types import GGML_TYPES
 from .gguf_info import GGUFInfo
 
 CATALOG_FILE = Path(__file__).resolve().parent.parent / "models.yaml"

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..paths import models_dir
-from ..runtime.workers.gguf_types import FILE_TYPE_ID
+from ..runtime.gguf_types import FILE_TYPE_ID
 
 # The quant levels derived files come in, with their llama_ftype ids.
 FTYPES = {quant: FILE_TYPE_ID[quant] for quant in ("Q4_0", "Q4_1", "Q8_0", "F16", "F32", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M",

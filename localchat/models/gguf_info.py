@@ -8,15 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..runtime.workers.gguf_types import (
-    FILE_TYPES,
-    GGML_TYPES,
-    GGUF_ARRAY,
-    GGUF_INT32,
-    GGUF_MAGIC,
-    GGUF_SCALARS,
-    GGUF_STRING,
-)
+from ..runtime.gguf_types import FILE_TYPES, GGML_TYPES, GGUF_ARRAY, GGUF_INT32, GGUF_MAGIC, GGUF_SCALARS, GGUF_STRING
 from .gguf_bytes import GGUFError, HeaderReader, file_reader
 
 _MAX_KEY = 1 << 16          # no real key is longer; a larger length means a corrupt file

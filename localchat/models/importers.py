@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import ModelLoadError, ModelNotFoundError
 from ..paths import models_dir
-from ..runtime.workers.gguf_types import GGUF_MAGIC
+from ..runtime.gguf_types import GGUF_MAGIC
 from .hub import hub_cache_dir
 
 log = logging.getLogger(__name__)

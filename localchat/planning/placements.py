@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..errors import PlacementError
 from ..hardware import GPUInfo, HardwareInfo
-from ..runtime.workers.worker_types import WorkerConfig, default_threads
+from ..runtime.worker_types import WorkerConfig, default_threads
 from ..units import size_text
 from .fit import N_UBATCH, ModelSize, fits, gpu_budget
 from .site import Device, Site

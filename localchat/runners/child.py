@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from ..errors import EngineError, LocalchatError
 from ..runtime.engine import Engine
-from ..runtime.workers.worker_types import WorkerConfig
+from ..runtime.worker_types import WorkerConfig
 from .liveness import Outbox
 
 log = logging.getLogger(__name__)

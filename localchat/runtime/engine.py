@@ -13,14 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import gptq
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
-from .backends.step_costs import StepCosts
-from .backends.step_meter import StepMeter
 from .constraints.resample import Resampled, checked
 from .events import Failed, PrefillProgress, Stream
-from .kv.kv_disk import Hit, KVDiskCache
-from .kv.kv_state import limits_of
+from .kv.kv_disk import Hit, KVDiskCache, saved_states
 from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .sequence import KVHandover, Sequence
@@ -28,9 +24,12 @@ from .speculation.draft_model import DraftModel
 from .speculation.prompt_lookup import PromptLookup
 from .speculation.speculative import Drafter, SpecConfig, Speculator
 from .step import StepRunner
+from .step_costs import StepCosts
+from .step_meter import StepMeter
 from .templates.chat_template import ChatTemplate
 from .text_output import TextOutput
 from .workers.disagg import PDSplit
+from .workers.target import open_target
 from .workers.worker import Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -89,32 +88,6 @@ RECENT_STEPS = 64  # the steps `typical_step` is the median of
 _ids = itertools.count(1)
 
 
-def _open_kv_disk(worker: Any, config: EngineConfig) -> KVDiskCache | None:
-    """The saved prompt states of this worker's model, or None: none kept, a worker whose state cannot be
-    saved (llama.cpp's can: they have a `state_identity`), or a folder that cannot be used (said once;
-    the model loads all the same)."""
-    identity = getattr(worker, "state_identity", None)
-    if config.kv_disk_dir is None or not identity:
-        return None
-    try:
-        return KVDiskCache(config.kv_disk_dir, identity, config.kv_disk_bytes, limits=limits_of(worker))
-    except OSError as exc:
-        log.warning("long prompts' KV state is not kept on disk: %s (%s); fix or remove that folder",
-                    config.kv_disk_dir, exc)
-        return None
-
-
-def _open_target(model_path: str | Path, config: EngineConfig) -> Worker:
-    """The target model's worker: a GPTQ checkpoint folder runs on the torch worker (the optional gptq
-    extra), a GGUF file on llama.cpp."""
-    if not gptq.is_gptq_folder(model_path):
-        return Worker(model_path, config.worker, config.on_load_progress)
-    gptq.require_extra(model_path)
-    from .workers.torch_worker import TorchWorker  # here: torch is imported only for a checkpoint
-
-    return TorchWorker(model_path, config.worker)
-
-
 class Engine:
     """Continuous batching over one Worker: many sequences, one llama_decode per step."""
 
@@ -158,7 +131,7 @@ class Engine:
         config = config or EngineConfig()
         loaded: list[Worker] = []
         try:
-            worker = _open_target(model_path, config)
+            worker = open_target(model_path, config.worker, config.on_load_progress)
             loaded.append(worker)
             drafter: Drafter | None = PromptLookup() if config.lookup else None
             if config.draft_path is not None:
@@ -168,7 +141,8 @@ class Engine:
             if config.prefill is not None:
                 prefill = Worker(model_path, config.prefill)
                 loaded.append(prefill)
-            return cls(worker, config, drafter=drafter, prefill_worker=prefill, kv_disk=_open_kv_disk(worker, config))
+            saved = saved_states(worker, config.kv_disk_dir, config.kv_disk_bytes)
+            return cls(worker, config, drafter=drafter, prefill_worker=prefill, kv_disk=saved)
         except LocalchatError:
             for each in loaded:
                 each.close()

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import time
 
-from .backends.step_meter import StepMeter
 from .events import Done, PrefillProgress, TextDelta
 from .kv.kv_disk import KVDiskCache
 from .kv.kv_slots import Import, KVOp
 from .scheduler import Row, Scheduler, Step
 from .sequence import Sequence
 from .speculation.speculative import Speculator
+from .step_meter import StepMeter
 from .workers.disagg import load_handover
 from .workers.worker import BatchRow, Worker
 

@@ -17,9 +17,8 @@ from ..runtime.engine import Engine
 from ..runtime.sampling import SamplingParams
 from .chat.core import ChatCore, Runtime, Sampling
 from .chat.store import Store
-from .documents.received import UploadLimits, prune
+from .documents.received import MAX_IMPORT_BYTES, UploadLimits, prune
 from .documents.uploads import received_dir
-from .models.model_import import MAX_IMPORT_BYTES
 
 DEFAULT_UI_PORT = 7860
 UI_USER = "localchat"  # the login name when --api-key protects the window

@@ -140,8 +140,8 @@ def test_an_upload_that_could_not_be_kept_is_refused_before_its_body(window):
     from urllib.parse import urlsplit
 
     from localchat.models.hub import DISK_MARGIN
+    from localchat.ui.documents.received import MAX_IMPORT_BYTES
     from localchat.ui.documents.uploads import received_dir
-    from localchat.ui.models.model_import import MAX_IMPORT_BYTES
 
     def head_only(length: str | None) -> str:
         """The answer to an upload's headers alone: the body never comes."""

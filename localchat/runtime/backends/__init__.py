@@ -1,1 +1,1 @@
-"""llama.cpp's backends in this process: the CPU kernels (`kernels`, `cpu_variants`, `cpu_proof`) and the GPUs (`devices`, `residence`)."""
+"""llama.cpp's backends in this process: the CPU kernels (`kernels`, `cpu_variants`; a variant is proven by workers/cpu_proof.py in a child), CPU threads (`threads`) and the GPUs (`devices`, `gpus`, `offload`, `residence`)."""

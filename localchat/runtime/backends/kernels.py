@@ -42,7 +42,7 @@ PROOF_MIN_BYTES = 32 << 20  # below this a model's verdict says nothing of other
 
 MODEL_FAILED = 86  # the child's exit code when the model itself would not load (not abort()'s 3 on Windows)
 PROVE_FLAG = "--localchat-prove-cpu"  # how a desktop bundle's own program is asked to prove (entry.py)
-PROVE_MODULE = "localchat.runtime.backends.cpu_proof"  # the child's side of a proof
+PROVE_MODULE = "localchat.runtime.workers.cpu_proof"  # the child's side of a proof
 
 
 def prove(module: Path, model: Path, crash: bool = False) -> str | None:

@@ -9,7 +9,7 @@ import re
 import llama_cpp
 
 from ...errors import ModelLoadError
-from ..workers.worker_types import WorkerConfig
+from ..worker_types import WorkerConfig
 from .devices import Device, handle_of, install_gap, usable_devices
 
 # What llama.cpp and its backends log when a device has no room for a buffer.

@@ -17,7 +17,7 @@ import llama_cpp
 import numpy as np
 
 from ...errors import RequestError
-from ..workers import llama_log
+from .. import llama_log
 
 log = logging.getLogger(__name__)
 

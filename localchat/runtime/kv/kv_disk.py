@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .kv_state import StateLimits
+from .kv_state import StateLimits, limits_of
 
 log = logging.getLogger(__name__)
 
@@ -353,3 +353,17 @@ def _folders(root: Path) -> list[Path]:
         return [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
     except OSError:
         return []
+
+
+def saved_states(worker: Any, folder: Path | None, budget: int) -> KVDiskCache | None:
+    """The saved prompt states of this worker's model, or None: none kept (no folder), a worker whose state
+    cannot be saved (llama.cpp's can: they have a `state_identity`), or a folder that cannot be used (said
+    once; the model loads all the same)."""
+    identity = getattr(worker, "state_identity", None)
+    if folder is None or not identity:
+        return None
+    try:
+        return KVDiskCache(folder, identity, budget, limits=limits_of(worker))
+    except OSError as exc:
+        log.warning("long prompts' KV state is not kept on disk: %s (%s); fix or remove that folder", folder, exc)
+        return None

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..backends.step_costs import StepCosts, kv_read
 from ..events import SpecStats
 from ..scheduler import Row
 from ..sequence import Sequence
+from ..step_costs import StepCosts, kv_read
 from ..workers.worker import BatchRow, Worker
 from .acceptance import expected_tokens_by_position
 

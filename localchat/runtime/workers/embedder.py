@@ -19,10 +19,10 @@ from typing import Callable, Sequence, TypeVar
 import llama_cpp
 
 from ...errors import EngineError, ModelLoadError, RequestError
+from .. import llama_log
 from ..backends import kernels, offload
-from . import llama_log
+from ..worker_types import WorkerConfig
 from .worker import check_gguf_file, default_threads, model_meta, tokenize
-from .worker_types import WorkerConfig
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from ...gptq.tokenizer import CheckpointTokenizer
 from ..events import TokenLogprob
 from ..logprobs import token_logprob
 from ..sampling import Sampler, SamplingParams
-from .worker_types import BatchRow, WorkerConfig, default_threads
+from ..worker_types import BatchRow, WorkerConfig, default_threads
 
 
 class LogitsSampler(Sampler):

@@ -12,15 +12,15 @@ from typing import Callable
 import llama_cpp
 
 from ...errors import EngineError, ModelLoadError
+from .. import llama_log
 from ..backends import kernels, offload, residence
 from ..events import TokenLogprob
+from ..gguf_types import GGML_TYPE_BF16, GGML_TYPE_NAMES, GGML_TYPE_Q8_0, GGUF_MAGIC
 from ..kv.kv_slots import Copy, Remove
 from ..kv.weights_digest import weights_digest
 from ..logprobs import token_logprob
 from ..sampling import Sampler, SamplingParams, logits_at
-from . import llama_log
-from .gguf_types import GGML_TYPE_BF16, GGML_TYPE_NAMES, GGML_TYPE_Q8_0, GGUF_MAGIC
-from .worker_types import BatchRow, WorkerConfig, default_threads
+from ..worker_types import BatchRow, WorkerConfig, default_threads
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import gradio as gr
 
 from ..chat.core import ChatCore
+from ..chat.pre_read import PreReader
 from ..chat.presets import Presets
 from ..chat.session import Sampling
-from ..documents.pre_read import PreReader
 from ..wizard.tuning import tuned_summary
 from . import chat_view, sidebar, wizard_panel
 from .models_panel import ModelsPanel

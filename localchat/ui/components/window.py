@@ -11,11 +11,11 @@ from typing import Any
 import gradio as gr
 
 from ..chat.core import ChatCore
+from ..chat.pre_read import PreReader
 from ..chat.presets import Presets
 from ..chat.session import SHOWN_SETTINGS, Sampling, max_answer_tokens
 from ..chat.store import Message, Store
 from ..chat.underway import Underway, Waiting
-from ..documents.pre_read import PreReader
 from .models_panel import model_choices
 from .settings_panel import SettingsPanel, starting
 

@@ -24,10 +24,12 @@ from starlette.responses import PlainTextResponse
 
 from ...models.hub import DISK_MARGIN
 from ...units import size_text
-from ..models.model_import import MAX_IMPORT_BYTES
 from .uploads import MAX_UPLOAD_BYTES, too_large
 
 UPLOAD_ROUTE = "/gradio_api/upload"
+# The window's upload limit, set by what an import may bring: a 4-bit 405B model is ~230 GB. Documents
+# keep their own 50 MB limit (uploads.store_upload), checked once they have arrived.
+MAX_IMPORT_BYTES = 256 * 2**30
 WAITING_FILES = 16  # an upload waits for its event only a moment: more than this are left behind
 WAITING_BYTES = 256 * 2**20  # five documents at their limit (a bigger import is its own request's file)
 ABANDONED_S = 600.0

@@ -13,9 +13,6 @@ from ...paths import PRIVATE_FILE_MODE, models_dir
 from ..documents.uploads import named_only, received_dir, safe_name
 
 IMPORTED = "imported"  # the subfolder of the models folder that holds imported files
-# The window's upload limit, set by what an import may bring: a 4-bit 405B model is ~230 GB. Documents
-# keep their own 50 MB limit (uploads.store_upload), checked once they have arrived.
-MAX_IMPORT_BYTES = 256 * 2**30
 
 
 def import_gguf(upload: str | Path, original_name: str | None = None) -> Path:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from ..scheduler import Step, StepBudget
-from ..workers.worker import BatchRow, Worker
+from .backends.threads import ThreadTuner, width_class
+from .scheduler import Step, StepBudget
 from .step_costs import StepCosts, kv_read
-from .threads import ThreadTuner, width_class
+from .workers.worker import BatchRow, Worker
 
 
 class StepMeter:

@@ -14,8 +14,8 @@ from ...ingest import build_prompt
 from ...runtime.engine import Request
 from ...runtime.events import PrefillProgress, Stream
 from ...runtime.sampling import SamplingParams
-from ..chat.core import ChatCore
-from ..chat.store import Conversation
+from .core import ChatCore
+from .store import Conversation
 
 # What the user turn will hold in front of the question: the question itself is not known yet.
 _NO_QUESTION = ""

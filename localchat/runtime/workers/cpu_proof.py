@@ -1,4 +1,4 @@
-"""The child's side of proving a CPU variant (kernels.py): load that variant and the model, run a
+"""The child's side of proving a CPU variant (backends/kernels.py): load that variant and the model, run a
 prompt batch and single decode steps. A broken kernel kills this process, not the one that asked."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from ...errors import LocalchatError
-from ..workers.worker import Worker
-from ..workers.worker_types import BatchRow, WorkerConfig
-from .cpu_variants import is_exact
-from .kernels import MODEL_FAILED, mark_proving
+from ..backends.cpu_variants import is_exact
+from ..backends.kernels import MODEL_FAILED, mark_proving
+from ..worker_types import BatchRow, WorkerConfig
+from .worker import Worker
 
 
 def prove_in_child(argv: list[str]) -> int:
