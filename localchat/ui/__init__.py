@@ -1,5 +1,5 @@
-"""The chat window: a Gradio layout over chat logic that has no Gradio in it, conversations, uploads,
-the wizard panel, and the one local server that carries the window and the API."""
+"""The chat window: Gradio components (components/) over logic that has no Gradio in it (chat/, documents/,
+models/, wizard/), and the one local server that carries the window and the API (web.py)."""
 
 import os
 
