@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from ..paths import data_dir, private_file, set_aside
+from ..paths import data_dir
+from ..sqlite_file import open_or_start_anew, start_anew
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,15 +40,17 @@ CREATE TABLE IF NOT EXISTS responses (
 CREATE INDEX IF NOT EXISTS responses_created ON responses (created);
 """
 
+LOST = ": responses stored before are gone from the API"  # said when an unreadable file is set aside
+
 
 class ResponseStore:
     """A small thread-safe store of response objects and their conversations."""
 
     def __init__(self, path: Path, max_stored: int = MAX_STORED, max_bytes: int = MAX_STORED_BYTES) -> None:
-        self.path = private_file(path)
+        self.path = path
         self.max_stored, self.max_bytes = max_stored, max_bytes
         self._lock = threading.Lock()
-        self._db = self._open_or_start_anew()
+        self._db = open_or_start_anew(path, SCHEMA, "responses", "the stored responses", LOST)
 
     def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
         """Keep `response` (by its id) and the conversation it ended; then drop the oldest beyond the bounds."""
@@ -109,34 +112,11 @@ class ResponseStore:
                 self._set_aside(exc)
                 return work()
 
-    def _open_or_start_anew(self) -> sqlite3.Connection:
-        try:
-            return self._open()
-        except sqlite3.DatabaseError as exc:
-            self._db = None
-            self._set_aside(exc)
-            return self._db
-
-    def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
-            db.execute("SELECT COUNT(*) FROM responses").fetchone()
-        except BaseException:
-            db.close()
-            raise
-        return db
-
     def _set_aside(self, exc: Exception) -> None:
         """Move the unreadable file (and its journal) aside, say so once, and start a new one."""
         if getattr(self, "_db", None) is not None:
             self._db.close()
-        aside = set_aside(self.path)
-        log.warning("the stored responses in %s could not be read (%s); the file was moved aside to %s and a new "
-                    "one started: responses stored before are gone from the API", self.path, exc, aside.name)
-        private_file(self.path)
-        self._db = self._open()
+        self._db = start_anew(self.path, SCHEMA, "responses", exc, "the stored responses", LOST)
 
 
 @functools.lru_cache(maxsize=4)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import threading
 import time
 import uuid
@@ -15,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...paths import data_dir, private_file, set_aside
+from ...paths import data_dir
+from ...sqlite_file import open_or_start_anew
 
 log = logging.getLogger(__name__)
 
@@ -66,31 +66,9 @@ class Store:
     """A small thread-safe conversation store."""
 
     def __init__(self, path: Path | None = None) -> None:
-        # SQLite gives its -wal and -shm files the database file's mode: private too.
-        self.path = private_file(path or data_dir() / "conversations.sqlite3")
+        self.path = path or data_dir() / "conversations.sqlite3"
         self._lock = threading.Lock()
-        try:
-            self._db = self._open()
-        except sqlite3.DatabaseError as exc:
-            # Read back, so untrusted: a file SQLite cannot read is kept aside for a person, and the
-            # window opens with a new one rather than not at all.
-            aside = set_aside(self.path)
-            log.warning("the conversations in %s could not be read (%s); the file was moved aside to %s and a "
-                        "new one started", self.path, exc, aside.name)
-            private_file(self.path)
-            self._db = self._open()
-
-    def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            db.executescript(SCHEMA)
-            db.execute("SELECT COUNT(*) FROM conversations").fetchone()
-        except BaseException:
-            db.close()
-            raise
-        return db
+        self._db = open_or_start_anew(self.path, SCHEMA, "conversations", "the conversations")
 
     def _write(self, statements: list[tuple[str, tuple]]) -> None:
         with self._lock:
