@@ -10,7 +10,7 @@ from family_templates import FAMILIES, FORMAT_OF
 
 from localchat.api.constraints import check_tools, constrain
 from localchat.api.structured import check_schema, schema_grammar
-from localchat.api.tool_formats import FORMATS, GENERIC, HARMONY, ToolFormat, call_text, detect
+from localchat.api.tool_formats import FORMATS, GENERIC, HARMONY, PYTHONIC, ToolFormat, call_text, detect
 from localchat.api.tool_parser import ArgsDelta, CallStart, ToolCall, ToolCallParser
 from localchat.errors import RequestError
 from localchat.runtime.templates.chat_template import CHATML, ChatTemplate
@@ -25,7 +25,8 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 CALLS = [("get_weather", {"city": "Paris \"<|im_end|>\"", "days": 2}), ("get_time", {})]
-ALL = {f.name: f for f in (*FORMATS, GENERIC) if f is not HARMONY}  # harmony: tests/api/test_thinking_formats.py
+# harmony: tests/test_thinking.py; pythonic: tests/api/test_pythonic_calls.py
+ALL = {f.name: f for f in (*FORMATS, GENERIC) if f not in (HARMONY, PYTHONIC)}
 
 
 def parse_all(fmt: ToolFormat, names: set[str], text: str) -> tuple[str, list[ToolCall]]:
