@@ -61,6 +61,8 @@ def reply_stats(stats: dict[str, Any], depth: int = 0) -> dict[str, Any]:
         kept["thinking"] = stats["thinking"]
         if _number(stats.get("thought_s")):
             kept["thought_s"] = stats["thought_s"]
+        if _count(stats.get("thinking_tokens")):
+            kept["thinking_tokens"] = stats["thinking_tokens"]
     _shown(stats, kept)
     if _count(stats.get("left_out")):
         kept["left_out"] = stats["left_out"]
