@@ -67,6 +67,20 @@ def test_streamed_calls_reassemble_to_the_whole_parse(name: str, step: int):
         assert sum(isinstance(p, ArgsDelta) and p.index == 0 for p in pieces) > 5
 
 
+@pytest.mark.parametrize("step", [1, 4, 10_000])
+def test_llama_3s_python_tag_opens_a_call_whatever_its_objects_first_key(step: int):
+    # Meta's own example: <|python_tag|>{"type": "function", "name": ..., "parameters": {...}}.
+    text = '<|python_tag|>\n {\n "type": "function",\n "name": "get_time",\n "parameters": {"zone": "UTC"}\n}'
+    parser, pieces = ToolCallParser(ALL["llama3"], {"get_time"}), []
+    for i in range(0, len(text), step):
+        pieces += parser.feed(text[i:i + step])
+    pieces += parser.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in parser.calls] == [("get_time", {"zone": "UTC"})]
+    assert not "".join(p for p in pieces if isinstance(p, str)).strip()
+    # The tag before prose is no call and no content; the prose is.
+    assert parse_all(ALL["llama3"], {"get_time"}, "<|python_tag|> It is noon {or so}.") == (" It is noon {or so}.", [])
+
+
 def test_text_without_a_call_is_content_even_where_it_starts_like_one():
     fmt = ALL["hermes"]
     assert parse_all(fmt, {"get_time"}, "a <tool_ b < c") == ("a <tool_ b < c", [])

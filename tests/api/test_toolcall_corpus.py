@@ -20,7 +20,6 @@ FAMILIES = load_families()
 FIXTURES = load_fixtures()
 # Known gaps, each with its reason. Anything else failing is a regression.
 KNOWN = {
-    "llama/l3-meta-python-tag-type-function": "a {\"type\": \"function\", ...} object is not the llama3 trigger",
     # JSON-object families stream a call's arguments as they are written (a client sees a long argument
     # grow); a call max_tokens then cuts has already begun on the stream (the whole reply leaves it out).
     # canitoolcall counts that a fail; sending each call whole would give up the streamed arguments.
