@@ -56,6 +56,8 @@ MODEL_TEMPLATES = {
     "deepseek-ai/DeepSeek-V4-Flash": "deepseek-ai-DeepSeek-V4.jinja",
     "deepseek-ai/DeepSeek-V4.1-Flash": "deepseek-ai-DeepSeek-V4-Flash-0731.jinja",
     "moonshotai/Kimi-K2-Instruct-0905": "Kimi-K2-Instruct.jinja",
+    "moonshotai/Kimi-K3": "Kimi-K3.jinja",
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": "llama-4-pythonic.jinja",
     "zai-org/GLM-4.7": "GLM-4.7-Flash.jinja",
     "mistralai/Mistral-7B-Instruct-v0.3": "mistralai-Mistral-Nemo-Instruct-2407.jinja",
     "mistralai/Mistral-Small-3.2-24B-Instruct-2506": "Mistral-Small-3.2-24B-Instruct-2506.jinja",

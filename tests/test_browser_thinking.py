@@ -1,6 +1,7 @@
 """A thinking model in the window, in a real browser: SmolLM2 with a thinking template (tests/thinking_model.py),
 steered by a grammar (the server's default sampling) to think and then answer. The thinking streams in an
-open block above the answer, closes to "Thought for N s", opens again on a click, stays with the chat after
+open block above the answer, closes to "Thought for N s" (its tokens counted apart from the answer's under
+it), opens again on a click, stays with the chat after
 a reload, and the settings drawer offers the model's thinking switch."""
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def test_the_thinking_is_a_block_above_the_answer_that_closes_when_it_is_done(pa
     expect(block.locator("summary")).to_have_text(re.compile(r"Thought for \d+ s"), timeout=LONG)
     expect(block).not_to_have_attribute("open", "")
     expect(reply).to_contain_text("TTFT", timeout=LONG)  # the answer ended: its numbers are under it
+    # Its thinking and its answer tokens apart, the rate the whole writing's.
+    expect(reply).to_contain_text(re.compile(r"\d+ thinking \+ \d+ answer tokens at [\d.]+ tokens/s"))
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.screenshot(path=str(ARTIFACTS / "browser-thinking-tokens-1400.png"))
+    page.set_viewport_size(WIDE)
     answer = reply.inner_text()
     assert "</think>" not in answer and "<think>" not in answer
     page.screenshot(path=str(ARTIFACTS / "browser-thinking-closed.png"))
@@ -59,6 +65,10 @@ def test_the_thinking_is_a_block_above_the_answer_that_closes_when_it_is_done(pa
     page.reload()
     page.locator("#message textarea").wait_for()
     expect(page.locator("#chat .bot details.thinking summary").last).to_have_text(re.compile(r"Thought for"))
+    page.set_viewport_size({"width": 390, "height": 844})  # on a phone, the numbers wrap under the answer
+    open_window(page, ui)
+    expect(page.locator("#chat .bot").last).to_contain_text(re.compile(r"\d+ thinking \+ \d+ answer tokens"))
+    page.screenshot(path=str(ARTIFACTS / "browser-thinking-tokens-390.png"))
 
 
 def test_the_drawer_offers_the_models_thinking_switch(page):

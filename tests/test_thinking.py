@@ -59,6 +59,7 @@ def split(style_template: str, prompt: str, deltas: list[str], markers: tuple[st
     ("openai-gpt-oss-120b.jinja", "harmony", "reasoning_effort"),
     ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "mistral", None),
     ("google-gemma-4-31B-it.jinja", "gemma4", "enable_thinking"),
+    ("Kimi-K3.jinja", "xtml", "thinking"),
 ])
 def test_each_thinking_family_is_known_from_its_template(name: str, style: str, switch: str | None):
     found = thinking_style(template(name))
@@ -91,6 +92,24 @@ def test_a_prompt_that_closed_the_block_means_no_thinking_to_read():
                                                                    switches={"enable_thinking": False})
     assert prompt.rstrip().endswith("</think>")
     assert reader_for(thinking_style(template("Qwen-Qwen3-0.6B.jinja")), prompt, None, set()) is None
+
+
+XTML = ("<|open|>", "<|close|>", "<|sep|>")
+
+
+@pytest.mark.parametrize("deltas", chunkings("Sum: 4.<|close|>think<|sep|><|open|>response<|sep|>It is 4."
+                                             "<|close|>response<|sep|><|close|>message<|sep|>"))
+def test_kimi_k3s_thinking_and_the_elements_around_its_answer(deltas: list[str]):
+    # The thinking element the prompt opened, then the response element: no tag of either is ever text.
+    source = template("Kimi-K3.jinja")
+    thinking = ChatTemplate(source).render([{"role": "user", "content": "2+2?"}])
+    assert opened_by_prompt(thinking_style(source), thinking)
+    assert split("Kimi-K3.jinja", thinking, deltas, XTML) == ("Sum: 4.", "It is 4.")
+    # Switched off, the prompt opens the response element itself; the reader still leaves out its close.
+    answering = ChatTemplate(source).render([{"role": "user", "content": "2+2?"}], switches={"thinking": False})
+    assert not opened_by_prompt(thinking_style(source), answering)
+    assert split("Kimi-K3.jinja", answering, ["It is 4.<|close|>response<|sep|><|close|>message<|sep|>"], XTML) == \
+        ("", "It is 4.")
 
 
 @pytest.mark.parametrize("deltas", chunkings("[THINK]Sum: 4.[/THINK]It is 4."))

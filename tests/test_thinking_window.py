@@ -1,6 +1,7 @@
 """The window's chat logic with a thinking model on the real runtime (SmolLM2 with a thinking template,
 tests/thinking_model.py): the thinking is kept apart from the answer in the chat, its earlier turns go back
-to the template, and a chat's thinking budget closes the thinking when it is spent."""
+to the template, a chat's thinking budget closes the thinking when it is spent, and the reply's numbers tell
+thinking and answer tokens apart."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def test_a_budget_closes_the_thinking_and_the_answer_goes_on(core: ChatCore):
     assert reply.stats["thinking"] and reply.content.strip(), reply
     assert "</think>" not in reply.content and "<think>" not in reply.stats["thinking"]
     assert "Thought for" in shown[-1] and 'class="thinking"' in shown[-1]
+    # Its tokens told apart under it: the budget's 6 thinking (and the close), the rest the answer's.
+    thought, total = reply.stats["thinking_tokens"], reply.stats["completion_tokens"]
+    assert 6 <= thought <= 7 and total > thought, reply.stats
+    assert f"{thought} thinking + {total - thought} answer tokens at " in shown[-1]
     # The next turn's prompt gives the template the earlier thinking; this template leaves it out, as
     # Qwen3's does for turns before the last question.
     messages = core.engine_messages(core.store.get(conv_id))

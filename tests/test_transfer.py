@@ -41,6 +41,24 @@ def test_a_chat_goes_out_and_comes_back_with_its_branches_and_settings(tmp_path:
     assert "documents" not in first  # a path of the exporting machine is never taken
 
 
+def test_a_thinking_models_thinking_goes_out_closed_before_its_answer_and_comes_back(tmp_path: Path):
+    store = Store(tmp_path / "t.sqlite3")
+    conv_id = store.create("Sums", "", {})
+    store.append(conv_id, "user", "What is 2 + 2?", {})
+    store.append(conv_id, "assistant", "4.", {"thinking": "Two and two <b>make</b> four.\nSo: 4.", "thought_s": 3.4})
+    store.append(conv_id, "user", "And 3 + 3?", {})
+    store.append(conv_id, "assistant", "6.", {"completion_tokens": 2})
+    conv = store.get(conv_id)
+    markdown = to_markdown(conv)
+    # Closed, as the window shows it, before the answer; the model's text escaped, never markup.
+    assert "## localchat\n\n<details><summary>Thought for 3 s</summary>\n\n<pre>Two and two &lt;b&gt;make&lt;/b&gt; four." \
+           "\nSo: 4.</pre>\n\n</details>\n\n4.\n" in markdown
+    assert markdown.count("<details>") == 1  # a reply without thinking has no block
+    (new_id,) = import_json(Store(tmp_path / "u.sqlite3"), to_json([conv]).encode())
+    back = Store(tmp_path / "u.sqlite3").get(new_id).messages[1].stats
+    assert (back["thinking"], back["thought_s"]) == ("Two and two <b>make</b> four.\nSo: 4.", 3.4)
+
+
 @pytest.mark.parametrize("data, says", [
     (b"not json", "not JSON"),
     (b'{"chats": []}', "not a localchat export"),

@@ -362,6 +362,9 @@ def test_the_stats_line_gives_the_answers_tokens_its_rate_and_the_whole_wait_apa
              "tokens_per_s": 140.2, "n_ctx": 8192, "total_s": 1.32, "finish_reason": "length"}
     shown = reply_markdown("1, 2, 3", stats, "", finish_note("length"))
     assert "cut at max tokens · TTFT 80 ms · 42 tokens at 140.2 tokens/s · 1.3 s in all · context 72 / 8,192" in shown
+    # A thinking model's tokens, told apart; the rate stays the whole writing's.
+    thought = reply_markdown("Paris.", stats | {"thinking_tokens": 30}, "", "")
+    assert "TTFT 80 ms · 30 thinking + 12 answer tokens at 140.2 tokens/s · 1.3 s in all" in thought
     stopped = reply_markdown("", stats | {"completion_tokens": 0}, "", finish_note("cancelled"))
     assert stopped == "…\n\n*stopped*"
 

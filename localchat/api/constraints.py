@@ -17,11 +17,12 @@ from typing import Any
 from ..errors import ConfigError, RequestError
 from ..runtime.constraints.grammar import Grammar
 from ..runtime.constraints.schema_check import SchemaCheck
-from .family_grammar import harmony_gbnf, section_gbnf
+from .family_grammar import harmony_gbnf, pythonic_gbnf, section_gbnf
 from .structured import MAX_SCHEMA_BYTES, check_schema, schema_grammar
 from .tool_families import SectionFormat
 from .tool_formats import (
     HARMONY,
+    PYTHONIC,
     ToolFormat,
     call_gbnf,
     call_head,
@@ -154,12 +155,18 @@ def constrain(messages: list[dict[str, Any]], template_source: str, tools: Any, 
     if mode != "none":
         plan.names = {t["function"]["name"] for t in callable_tools}
         plan.triggers = (fmt.trigger,) if mode == "auto" else ()
+        if fmt is PYTHONIC:
+            # A list of calls opens with `[`, which text may hold anywhere: forced when a call is required (from
+            # the first token), read back otherwise.
+            plan.triggers = ()
+            if mode == "required":
+                plan.gbnf, _ = pythonic_gbnf(callable_tools, parallel is not False)
+            return plan
         if isinstance(fmt, SectionFormat) or fmt is HARMONY:
             # The family's own form: its schema check is not written for it, so only what the grammar
-            # enforces holds. Gemma 4's calls are read back but not forced (its values are not JSON).
-            if fmt.name != "gemma4":
-                plan.gbnf, _ = (harmony_gbnf(callable_tools, required=mode == "required") if fmt is HARMONY else
-                                section_gbnf(fmt, callable_tools, parallel is not False))
+            # enforces holds.
+            plan.gbnf, _ = (harmony_gbnf(callable_tools, required=mode == "required") if fmt is HARMONY else
+                            section_gbnf(fmt, callable_tools, parallel is not False))
             return plan
         plan.gbnf, left = call_gbnf(fmt, callable_tools, parallel is not False)
         plan.check = SchemaCheck({t["function"]["name"]: tool_schema(t) for t in callable_tools}, bool(left),

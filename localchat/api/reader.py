@@ -13,24 +13,28 @@ from typing import Any, Union
 from ..runtime.templates.thinking import ThinkingSplitter, ThinkingStyle, Thought, closed_by_prompt, opened_by_prompt
 from .harmony import HarmonyParser
 from .markers import Marker, MarkerStream
+from .pythonic import PythonicParser
 from .section_parser import SectionParser
 from .tool_families import SectionFormat
-from .tool_formats import ToolFormat
+from .tool_formats import PYTHONIC, ToolFormat
 from .tool_parser import Piece, ToolCall, ToolCallParser
 
 Piece = Union[Piece, Thought]  # noqa: F811  (an answer's pieces: the tool parser's, and thinking)
-CallParser = Union[ToolCallParser, SectionParser, HarmonyParser]
+CallParser = Union[ToolCallParser, SectionParser, HarmonyParser, PythonicParser]
 
 
 class OutputReader:
     """Feed it the answer's text deltas; get Thought pieces, content (str) and tool-call pieces."""
 
-    def __init__(self, splitter: ThinkingSplitter | None = None, calls: CallParser | None = None) -> None:
+    def __init__(self, splitter: ThinkingSplitter | None = None, calls: CallParser | None = None,
+                 style: ThinkingStyle | None = None) -> None:
         self.splitter = splitter
         self.parser = calls
         self.thought_deltas = 0  # the deltas (one a token, as the engine streams them) read while thinking
-        # A thinking marker the model writes again in its answer (a second close) is never content.
-        self._stray = MarkerStream((splitter.style.open, splitter.style.close)) if splitter else None
+        # A thinking marker the model writes again in its answer (a second close), or one of the markers its
+        # answer is framed by, is never content.
+        style = style or (splitter.style if splitter else None)
+        self._stray = MarkerStream(style.markers) if style else None
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -100,12 +104,17 @@ def reader_for(style: ThinkingStyle | None, prompt: str, fmt: ToolFormat | Secti
         return OutputReader(None, HarmonyParser(names))
     splitter = None
     if style is not None and not closed_by_prompt(style, prompt):
-        splitter = ThinkingSplitter(style, opened_by_prompt(style, prompt))
+        # A family's calls that open with a marker of their own (not `[` or `{"name"`, which a thought may
+        # hold as text) end a thinking block the prompt opened.
+        calls = fmt.trigger if names and fmt is not None and len(fmt.trigger) > 1 and fmt.trigger[0] != "{" else ""
+        splitter = ThinkingSplitter(style, opened_by_prompt(style, prompt), calls)
     parser: CallParser | None = None
     if names and isinstance(fmt, SectionFormat):
         parser = SectionParser(fmt, names, schemas)
+    elif names and fmt is PYTHONIC:
+        parser = PythonicParser(names)
     elif names and fmt is not None:
         parser = ToolCallParser(fmt, names)
-    if splitter is None and parser is None:
+    if splitter is None and parser is None and not (style is not None and style.frame):
         return None
-    return OutputReader(splitter, parser)
+    return OutputReader(splitter, parser, style)

@@ -1,6 +1,6 @@
 """The tool-call forms of the families that write each call between markers of their own (not a bare JSON
 object, which tool_parser.py reads): DeepSeek V3/R1/V3.1, Kimi K2, Qwen3-Coder's and GLM 4.5+'s XML,
-Gemma 4, Mistral's newer `[TOOL_CALLS]name[ARGS]{…}`. One row per family: its markers, how one call's
+Gemma 4, Mistral's newer `[TOOL_CALLS]name[ARGS]{…}`, Kimi K3's XTML elements. One row per family: its markers, how one call's
 text reads back as (name, arguments), and how the grammar writes one (JSON-argument families).
 
 Each reader takes one call's text, already cut out by its markers (api/section_parser.py), and works in
@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .tool_xml import DSML, CallUnreadable, Schemas, glm_call, qwen_xml_call, read_dsml
+from .tool_xml import DSML, CallUnreadable, Schemas, glm_call, qwen_xml_call, read_dsml, xtml_call, xtml_whole
 
 @dataclass(frozen=True, slots=True)
 class SectionFormat:
@@ -247,6 +247,10 @@ SECTION_FORMATS = (
                   whole=_json_after("<|tool_call_argument_begin|>"),
                   head=lambda name, i: f"functions.{name}:{i} <|tool_call_argument_begin|>",
                   extra_markers=("<|tool_call_argument_begin|>",)),
+    # Kimi K3: a tools element after the response element; its template builds the tags with open_tag().
+    SectionFormat("kimi-k3", ("<|open|>", "open_tag('call'"), "<|open|>tools<|sep|>", ("<|open|>call",),
+                  ("<|close|>call<|sep|>",), ("<|open|>tools<|sep|>", "<|close|>tools<|sep|>"), _one(xtml_call, ()),
+                  whole=xtml_whole),
     SectionFormat("qwen3-xml", ("<function=", "<parameter="), "<tool_call>", QWEN_XML_OPENS, ("</tool_call>",), (),
                   _one(qwen_xml_call, ()), whole=_qwen_xml_whole),
     SectionFormat("glm", ("<arg_key>",), "<tool_call>", ("<tool_call>",), ("</tool_call>",), (),

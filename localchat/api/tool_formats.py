@@ -45,8 +45,13 @@ HERMES = ToolFormat("hermes", ("<tool_call>", "tools"), "<tool_call>", "", "<too
 # forces them. The JSON layout fields are unused.
 HARMONY = ToolFormat("harmony", ("<|channel|>", "<|message|>"), "to=functions.", "", "", "", "", "", "arguments",
                      (), native=True)
+# Llama 4: a Python list of calls, `[f(a=1), g()]` (its header markers pick it); api/pythonic.py reads it. The
+# JSON layout fields are unused.
+PYTHONIC = ToolFormat("pythonic", ("<|header_start|>",), "[", "[", "", "", ", ", "]", "arguments",
+                      ("<|python_start|>", "<|python_end|>"), native=True)
 FORMATS = (
     HARMONY,
+    PYTHONIC,
     ToolFormat("mistral", ("[TOOL_CALLS]", "tools"), "[TOOL_CALLS]", "[TOOL_CALLS][", "", "", ", ", "]",
                "arguments", ("[TOOL_CALLS]", "[", "]", ","), native=True, short_ids=True),
     HERMES,  # Qwen2.5, Qwen3, Hermes 2/3

@@ -102,19 +102,14 @@ class ToolCallParser:
             return self._out
         if not self._in_calls:
             self._pending += text
-            at = self._pending.find(self.fmt.trigger)
-            if self.fmt.silent:  # dropped before the calls only: inside an argument they are text
-                head = self._pending if at < 0 else self._pending[:at]
-                for silent in self.fmt.silent:
-                    head = head.replace(silent, "")
-                self._pending = head + ("" if at < 0 else self._pending[at:])
-                at = self._pending.find(self.fmt.trigger)
+            at = self._calls_start(self._pending)
             if at < 0:
                 keep = max(_partial_suffix(self._pending, m) for m in (self.fmt.trigger, *self.fmt.silent))
-                self._content(self._pending[:len(self._pending) - keep])
+                keep = max(keep, self._silent_tail(self._pending))
+                self._content(self._silenced(self._pending[:len(self._pending) - keep]))
                 self._pending = self._pending[len(self._pending) - keep:]
                 return self._out
-            self._content(self._pending[:at])
+            self._content(self._silenced(self._pending[:at]))
             text, self._pending, self._in_calls = self._pending[at:], "", True
         for at, char in enumerate(text):
             self._section += char
@@ -149,6 +144,36 @@ class ToolCallParser:
         if not self.calls and not cut:
             self._broke("the model opened a tool call but wrote none")
         return self._out
+
+    # -- before the calls -----------------------------------------------------------------------
+
+    def _calls_start(self, text: str) -> int:
+        """Where the calls begin: at the trigger, or at the object a silent marker opens (Llama 3's
+        <|python_tag|> precedes a call, whatever its object's first key: Meta's own example writes
+        {"type": "function", "name": ...}); -1 when not yet."""
+        starts = [text.find(self.fmt.trigger)]
+        for silent in self.fmt.silent:
+            at = text.find(silent)
+            while at >= 0:
+                rest = text[at + len(silent):]
+                if rest.lstrip().startswith("{"):
+                    starts.append(len(text) - len(rest.lstrip()))
+                    break
+                at = text.find(silent, at + 1)
+        return min((at for at in starts if at >= 0), default=-1)
+
+    def _silent_tail(self, text: str) -> int:
+        """The length of the end of `text` from a silent marker that only white space follows yet (an object
+        may come next)."""
+        ends = [len(text) - at for silent in self.fmt.silent
+                if (at := text.rfind(silent)) >= 0 and not text[at + len(silent):].strip()]
+        return max(ends, default=0)
+
+    def _silenced(self, text: str) -> str:
+        """Text before the calls without the silent markers (inside an argument they are text)."""
+        for silent in self.fmt.silent:
+            text = text.replace(silent, "")
+        return text
 
     # -- scanning ------------------------------------------------------------------------------
 

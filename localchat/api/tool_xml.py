@@ -1,7 +1,8 @@
 """The XML-like tool-call forms, read back into (name, arguments): Qwen3-Coder's and Qwen3.5's
 `<function=NAME><parameter=KEY>VALUE</parameter></function>`, GLM 4.5+'s `NAME<arg_key>KEY</arg_key>
 <arg_value>VALUE</arg_value>`, DeepSeek V3.2/V4's DSML `<｜DSML｜invoke name="NAME"><｜DSML｜parameter
-name="KEY" string="true">VALUE</｜DSML｜parameter></｜DSML｜invoke>`.
+name="KEY" string="true">VALUE</｜DSML｜parameter></｜DSML｜invoke>`, Kimi K3's XTML `<|open|>call tool="NAME"
+index="1"<|sep|><|open|>argument key="KEY" type="string"<|sep|>VALUE<|close|>argument<|sep|>`.
 
 Values are written bare, so a closing tag inside an argument is text unless what follows it is the form's
 next tag; each value is typed by the tool's schema (a string stays as written). One pass with str.find.
@@ -187,3 +188,85 @@ def read_dsml(text: str, schemas: Schemas, cut: bool) -> list[tuple[str, dict[st
             raw = text[p_end + 1:close]
             args[key] = raw if _attribute(text, "string", p_after, p_end) == "true" else typed(raw, key, name, schemas)
             pos = close + close_len
+
+
+XTML_SEP = "<|sep|>"
+XTML_ARGUMENT, XTML_ARGUMENT_END = "<|open|>argument", "<|close|>argument<|sep|>"
+XTML_JSON, XTML_JSON_END = "<|open|>json", "<|close|>json<|sep|>"
+
+
+def _xtml_attributes(head: str) -> dict[str, str]:
+    """An XTML open tag's attributes (`<|open|>call tool="x" index="1"`), their &quot; and &amp; undone."""
+    found: dict[str, str] = {}
+    pos = head.find(" ")
+    while 0 <= pos < len(head):
+        eq = head.find('="', pos)
+        end = head.find('"', eq + 2) if eq >= 0 else -1
+        if end < 0:
+            break
+        found[head[pos:eq].strip()] = head[eq + 2:end].replace("&quot;", '"').replace("&amp;", "&")
+        pos = end + 1
+    return found
+
+
+def _xtml_value_end(text: str, start: int) -> int:
+    """A value ends at the close that the next element or the call's end follows: a close written inside a
+    value is text."""
+    at = text.find(XTML_ARGUMENT_END, start)
+    while at >= 0:
+        after = text[at + len(XTML_ARGUMENT_END):].lstrip()
+        if not after or after.startswith((XTML_ARGUMENT, XTML_JSON)):
+            return at
+        at = text.find(XTML_ARGUMENT_END, at + 1)
+    raise CallUnreadable("an argument is not closed")
+
+
+def xtml_whole(text: str) -> bool:
+    """Whether a call's text ends with its last element closed (else its closer is text of a value)."""
+    body = text.rstrip()
+    return body.endswith((XTML_ARGUMENT_END, XTML_JSON_END)) or (XTML_ARGUMENT not in body and XTML_JSON not in body)
+
+
+def xtml_call(text: str, schemas: Schemas) -> tuple[str, dict[str, Any]]:
+    """One Kimi K3 call: its arguments each typed by its own `type` attribute (or a JSON block of them)."""
+    head_end = text.find(XTML_SEP)
+    name = _xtml_attributes(text[:head_end]).get("tool") if head_end >= 0 else None
+    if not name:
+        raise CallUnreadable("no tool named")
+    args: dict[str, Any] = {}
+    pos = head_end + len(XTML_SEP)
+    while text[pos:].strip():
+        at = len(text) - len(text[pos:].lstrip())
+        sep = text.find(XTML_SEP, at)
+        if sep < 0 or not text.startswith((XTML_ARGUMENT, XTML_JSON), at):
+            raise CallUnreadable("the call holds something other than arguments")
+        start = sep + len(XTML_SEP)
+        if text.startswith(XTML_JSON, at):
+            end = text.find(XTML_JSON_END, start)
+            try:
+                block = json.loads(text[start:end]) if end >= 0 else None
+            except (json.JSONDecodeError, RecursionError):
+                block = None
+            if not isinstance(block, dict):
+                raise CallUnreadable("its JSON block is not an object")
+            args.update(block)
+            pos = end + len(XTML_JSON_END)
+            continue
+        attributes = _xtml_attributes(text[at:sep])
+        key, end = attributes.get("key"), _xtml_value_end(text, start)
+        if key is None:
+            raise CallUnreadable("an argument has no key")
+        args[key] = _xtml_typed(text[start:end], attributes.get("type"), key, name, schemas)
+        pos = end + len(XTML_ARGUMENT_END)
+    return name, args
+
+
+def _xtml_typed(raw: str, kind: str | None, key: str, tool: str, schemas: Schemas) -> Any:
+    if kind == "string":
+        return raw
+    if kind in ("number", "boolean", "null", "object", "array"):
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, RecursionError):
+            pass
+    return typed(raw, key, tool, schemas)

@@ -24,10 +24,11 @@ from localchat.runtime.workers.worker import WorkerConfig
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 FAMILIES = ["Qwen3-Coder.jinja", "GLM-4.6.jinja", "Kimi-K2-Instruct.jinja", "deepseek-ai-DeepSeek-V3.1.jinja",
-            "deepseek-ai-DeepSeek-V3.2.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja", "openai-gpt-oss-120b.jinja"]
+            "deepseek-ai-DeepSeek-V3.2.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja", "openai-gpt-oss-120b.jinja",
+            "google-gemma-4-31B-it.jinja", "Kimi-K3.jinja", "llama-4-pythonic.jinja"]
 SCHEMAS = {"get_weather": WEATHER_ARGS, "get_time": TIME["function"]["parameters"]}
 MARKERS = ("<tool_call>", "<function=", "<arg_key>", "<|tool_call", "tool▁call", "｜DSML｜", "[TOOL_CALLS]", "[ARGS]",
-           "<|channel|>", "<|message|>", "to=functions")
+           "<|channel|>", "<|message|>", "to=functions", '<|"|>', "call:", "<|open|>", "<|sep|>", "get_weather(")
 MODEL = "smollm2-family"
 
 

@@ -10,7 +10,7 @@ from family_templates import FAMILIES, FORMAT_OF
 
 from localchat.api.constraints import check_tools, constrain
 from localchat.api.structured import check_schema, schema_grammar
-from localchat.api.tool_formats import FORMATS, GENERIC, HARMONY, ToolFormat, call_text, detect
+from localchat.api.tool_formats import FORMATS, GENERIC, HARMONY, PYTHONIC, ToolFormat, call_text, detect
 from localchat.api.tool_parser import ArgsDelta, CallStart, ToolCall, ToolCallParser
 from localchat.errors import RequestError
 from localchat.runtime.templates.chat_template import CHATML, ChatTemplate
@@ -25,7 +25,8 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 CALLS = [("get_weather", {"city": "Paris \"<|im_end|>\"", "days": 2}), ("get_time", {})]
-ALL = {f.name: f for f in (*FORMATS, GENERIC) if f is not HARMONY}  # harmony: tests/api/test_thinking_formats.py
+# harmony: tests/test_thinking.py; pythonic: tests/api/test_pythonic_calls.py
+ALL = {f.name: f for f in (*FORMATS, GENERIC) if f not in (HARMONY, PYTHONIC)}
 
 
 def parse_all(fmt: ToolFormat, names: set[str], text: str) -> tuple[str, list[ToolCall]]:
@@ -64,6 +65,20 @@ def test_streamed_calls_reassemble_to_the_whole_parse(name: str, step: int):
     assert [c.id for c in parser.calls] == [s.id for s in starts] and all(s.id.startswith("call_") for s in starts)
     if step == 1 and name != "mistral":  # arguments arrive as they are written, not only at the end
         assert sum(isinstance(p, ArgsDelta) and p.index == 0 for p in pieces) > 5
+
+
+@pytest.mark.parametrize("step", [1, 4, 10_000])
+def test_llama_3s_python_tag_opens_a_call_whatever_its_objects_first_key(step: int):
+    # Meta's own example: <|python_tag|>{"type": "function", "name": ..., "parameters": {...}}.
+    text = '<|python_tag|>\n {\n "type": "function",\n "name": "get_time",\n "parameters": {"zone": "UTC"}\n}'
+    parser, pieces = ToolCallParser(ALL["llama3"], {"get_time"}), []
+    for i in range(0, len(text), step):
+        pieces += parser.feed(text[i:i + step])
+    pieces += parser.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in parser.calls] == [("get_time", {"zone": "UTC"})]
+    assert not "".join(p for p in pieces if isinstance(p, str)).strip()
+    # The tag before prose is no call and no content; the prose is.
+    assert parse_all(ALL["llama3"], {"get_time"}, "<|python_tag|> It is noon {or so}.") == (" It is noon {or so}.", [])
 
 
 def test_text_without_a_call_is_content_even_where_it_starts_like_one():

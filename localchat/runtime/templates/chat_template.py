@@ -74,7 +74,8 @@ class ChatTemplate:
             log.info("the model has no chat template (a base model, or a conversion that left it out); using ChatML")
         self.source = source or CHATML
         self.fallback = not source  # no template of its own: a base model, most likely, not tuned to chat
-        env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        # {% break %} and {% continue %} as transformers allows them (Kimi K3's template uses them).
+        env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
         # As transformers' tojson: a template may ask for its own keys, indent and separators (GLM 4.5+).
         env.filters["tojson"] = lambda value, indent=None, ensure_ascii=False, separators=None, sort_keys=False: \
             json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)

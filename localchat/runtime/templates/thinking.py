@@ -3,8 +3,9 @@ into thinking and answer.
 
 A thinking model writes its reasoning between two markers before the answer: `<think>`…`</think>`
 (Qwen3, QwQ, DeepSeek-R1 and V3.1, GLM 4.5+, Kimi K2, SmolLM3), `[THINK]`…`[/THINK]` (Magistral,
-Ministral reasoning), `<|channel>thought`…`<channel|>` (Gemma 4). Some templates open the block in the
-prompt (Qwen3-2507-Thinking, DeepSeek-R1), so the answer carries only the closing marker. gpt-oss
+Ministral reasoning), `<|channel>thought`…`<channel|>` (Gemma 4), `<|open|>think<|sep|>`…`<|close|>think<|sep|>`
+(Kimi K3's XTML, whose answer then sits in a `response` element of its own). Some templates open the block
+in the prompt (Qwen3-2507-Thinking, DeepSeek-R1), so the answer carries only the closing marker. gpt-oss
 writes harmony channels instead (api/harmony.py reads those); its style here only names its switch.
 
 The split never lets a marker, or the start of one, into either side: text that could still become a
@@ -15,6 +16,7 @@ leading white space after the thinking goes, as every engine's parser does.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -23,16 +25,30 @@ from typing import Any, Iterable
 class ThinkingStyle:
     """How one family marks its thinking, and the switch its template reads (None: it has none)."""
 
-    name: str  # think | mistral | gemma4 | harmony
+    name: str  # think | mistral | gemma4 | xtml | harmony
     open: str
     close: str
-    switch: str | None = None  # the template variable: enable_thinking (on/off) or reasoning_effort (levels)
+    switch: str | None = None  # the template variable: enable_thinking, thinking (on/off) or reasoning_effort
     levels: tuple[str, ...] = ()  # the values of a level switch (gpt-oss: low, medium, high)
+    detect: str = ""  # what in the template picks this style (none: its close written out)
+    # The marker that opens the answer, where a family writes one: written while thinking it ends the thinking
+    # (the model skipped the close), and a prompt that ends with it has the thinking off.
+    answer: str = ""
+    frame: tuple[str, ...] = ()  # markers around the answer, never its content
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """Every marker of the style: none of them is ever an answer's content."""
+        return tuple(dict.fromkeys(filter(None, (self.open, self.close, self.answer, *self.frame))))
 
 
 HARMONY = ThinkingStyle("harmony", "<|channel|>analysis<|message|>", "<|end|>", "reasoning_effort",
                         ("low", "medium", "high"))
+# Kimi K3 writes XTML elements (its template builds them from its open_tag and close_tag macros).
+XTML = ThinkingStyle("xtml", "<|open|>think<|sep|>", "<|close|>think<|sep|>", "thinking", detect="open_tag('think')",
+                     answer="<|open|>response<|sep|>", frame=("<|close|>response<|sep|>", "<|close|>message<|sep|>"))
 STYLES = (
+    XTML,
     ThinkingStyle("mistral", "[THINK]", "[/THINK]"),
     ThinkingStyle("gemma4", "<|channel>thought", "<channel|>", "enable_thinking"),
     ThinkingStyle("think", "<think>", "</think>", "enable_thinking"),
@@ -44,9 +60,9 @@ def thinking_style(template_source: str) -> ThinkingStyle | None:
     if "<|channel|>" in template_source and "analysis" in template_source:
         return HARMONY
     for style in STYLES:
-        if style.close in template_source:
+        if (style.detect or style.close) in template_source:
             switch = style.switch if style.switch and style.switch in template_source else None
-            return ThinkingStyle(style.name, style.open, style.close, switch)
+            return dataclasses.replace(style, switch=switch)
     return None
 
 
@@ -56,8 +72,12 @@ def opened_by_prompt(style: ThinkingStyle | None, prompt: str) -> bool:
 
 
 def closed_by_prompt(style: ThinkingStyle | None, prompt: str) -> bool:
-    """Whether the prompt wrote an empty block itself (thinking switched off: `<think>\\n\\n</think>`)."""
-    return style is not None and style.name != "harmony" and prompt.rstrip().endswith(style.close)
+    """Whether the prompt wrote an empty block itself (thinking switched off: `<think>\\n\\n</think>`), or
+    opened the answer with no thinking before it."""
+    if style is None or style.name == "harmony":
+        return False
+    end = prompt.rstrip()
+    return end.endswith(style.close) or bool(style.answer) and end.endswith(style.answer)
 
 
 @dataclass(slots=True)
@@ -73,8 +93,12 @@ _START, _THINKING, _AFTER, _ANSWER = range(4)
 class ThinkingSplitter:
     """Feed it the answer's text as it streams; it returns Thought pieces and answer text (str)."""
 
-    def __init__(self, style: ThinkingStyle, opened: bool = False) -> None:
+    def __init__(self, style: ThinkingStyle, opened: bool = False, calls: str = "") -> None:
+        """`calls`: the marker that opens the family's tool calls, which ends a thinking block the prompt
+        opened and the model never closed (the calls then are the answer's, read as such)."""
         self.style = style
+        self._ends = tuple(filter(None, (style.close, style.answer, calls if opened else "")))
+        self._calls = calls
         self._state = _THINKING if opened else _START
         self._held = ""  # text that may still be (the start of) a marker, or white space at an edge
         self._began = False  # the reasoning has had a character that is not white space
@@ -102,7 +126,7 @@ class ThinkingSplitter:
             out.append(held)
         elif self._state == _ANSWER and not _is_marker_start(held, (self.style.open, self.style.close)):
             out.append(held)
-        elif self._state == _THINKING and held.strip() and not _is_marker_start(held.strip(), (self.style.close,)):
+        elif self._state == _THINKING and held.strip() and not _is_marker_start(held.strip(), self._ends):
             self._thought(out, held.rstrip())
         return merged(out)
 
@@ -120,12 +144,13 @@ class ThinkingSplitter:
             self._state = _ANSWER  # no thinking in this answer; its text goes out as written
             return True
         if self._state == _THINKING:
-            at = held.find(self.style.close)
+            at, end = _first(held, self._ends)
             if at >= 0:
                 self._thought(out, held[:at].rstrip())
-                self._held, self._state = held[at + len(self.style.close):], _AFTER
+                kept = self._calls and held.startswith(self._calls, at)  # the calls' marker is the answer's
+                self._held, self._state = held[at if kept else end:], _AFTER
                 return True
-            keep = _partial_suffix(held, self.style.close)
+            keep = max(_partial_suffix(held, end) for end in self._ends)
             body = held[:len(held) - keep]
             edge = len(body) - len(body.rstrip())  # white space that may end the reasoning: held
             self._thought(out, body[:len(body) - edge])
@@ -149,6 +174,12 @@ class ThinkingSplitter:
         if text:
             self.thought_chars += len(text)
             out.append(Thought(text))
+
+
+def _first(text: str, markers: tuple[str, ...]) -> tuple[int, int]:
+    """Where the earliest of `markers` in `text` starts and ends; (-1, -1) when none is there."""
+    found = [(at, at + len(m)) for m in markers if (at := text.find(m)) >= 0]
+    return min(found) if found else (-1, -1)
 
 
 def _is_marker_start(text: str, markers: Iterable[str]) -> bool:

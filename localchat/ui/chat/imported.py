@@ -44,8 +44,8 @@ def passages_of(value: Any) -> list[dict[str, str]] | None:
 
 
 def reply_stats(stats: dict[str, Any], depth: int = 0) -> dict[str, Any]:
-    """An assistant turn's stats: its numbers (all of the footer's or none), how it ended, what it read,
-    how many early turns it left out, and its other versions (each checked as this one)."""
+    """An assistant turn's stats: its numbers (all of the footer's or none), how it ended, its thinking, what
+    it read, how many early turns it left out, and its other versions (each checked as this one)."""
     kept: dict[str, Any] = {}
     if all(_number(stats.get(k)) for k in _NUMBERS) and all(_count(stats.get(k)) for k in _NUMBERS[:3]):
         kept |= {k: stats[k] for k in _NUMBERS}
@@ -57,6 +57,12 @@ def reply_stats(stats: dict[str, Any], depth: int = 0) -> dict[str, Any]:
         kept["finish_reason"] = stats["finish_reason"]
     if _text(stats.get("error")) and stats["error"]:
         kept["error"] = stats["error"]
+    if _text(stats.get("thinking")) and stats["thinking"]:  # shown above the answer, as text
+        kept["thinking"] = stats["thinking"]
+        if _number(stats.get("thought_s")):
+            kept["thought_s"] = stats["thought_s"]
+        if _count(stats.get("thinking_tokens")):
+            kept["thinking_tokens"] = stats["thinking_tokens"]
     _shown(stats, kept)
     if _count(stats.get("left_out")):
         kept["left_out"] = stats["left_out"]

@@ -129,14 +129,13 @@ def stats_dict(stats: Stats | None, n_ctx: int) -> dict[str, Any]:
 
 def stats_line(stats: dict[str, Any]) -> str:
     """"smollm2-135m · TTFT 80 ms · 42 tokens at 140.2 tokens/s · 1.3 s in all · context 312 / 8,192" for under a
-    reply, the model's name first when it was kept with the reply. The rate is the writing's alone, and the time
+    reply (a thinking model's tokens told apart: "30 thinking + 12 answer tokens"), the model's name first when it was kept with the reply. The rate is the writing's alone, and the time
     from Send to the last token stands apart from it: "11 tokens in 55.8 s · 8.2 tokens/s" read as a contradiction
     when most of the wait was reading the prompt."""
     if not stats.get("completion_tokens"):  # stopped before the first token: no rate to speak of
         return ""
     items = [str(stats["model"])] if stats.get("model") else []  # which model wrote it, as the window named it
-    items += [f"TTFT {stats['ttft_ms']:,.0f} ms",
-              f"{stats['completion_tokens']:,} tokens at {stats['tokens_per_s']:.1f} tokens/s"]
+    items += [f"TTFT {stats['ttft_ms']:,.0f} ms", f"{tokens_written(stats)} at {stats['tokens_per_s']:.1f} tokens/s"]
     if "total_s" in stats:
         items.append(f"{stats['total_s']:.1f} s in all")
     if "spec_acceptance" in stats:
@@ -146,6 +145,12 @@ def stats_line(stats: dict[str, Any]) -> str:
     used = stats["prompt_tokens"] + stats["completion_tokens"]
     items.append(f"context {used:,} / {stats['n_ctx']:,}")
     return " · ".join(items)
+
+
+def tokens_written(stats: dict[str, Any]) -> str:
+    """"42 tokens", or a thinking model's "120 thinking + 40 answer tokens" (the rate stays the whole writing's)."""
+    total, thought = stats["completion_tokens"], min(int(stats.get("thinking_tokens") or 0), stats["completion_tokens"])
+    return f"{thought:,} thinking + {total - thought:,} answer tokens" if thought else f"{total:,} tokens"
 
 
 def finish_note(finish_reason: str) -> str:

@@ -62,7 +62,9 @@ class ThinkingView:
         """What the chat keeps of the thinking beside the answer (its stats)."""
         if not self.thought:
             return {}
-        return {"thinking": self.thought, "thought_s": round(self.seconds or 0.0, 1)}
+        # Counted as the API counts reasoning_tokens: the deltas (one a token) read while thinking.
+        tokens = self.reader.thought_deltas if self.reader is not None else 0
+        return {"thinking": self.thought, "thought_s": round(self.seconds or 0.0, 1), "thinking_tokens": tokens}
 
 
 class Budgeted:

@@ -10,6 +10,7 @@ neither speak for the user nor make a later question read a file of this machine
 
 from __future__ import annotations
 
+import html
 import json
 import secrets
 import time
@@ -29,16 +30,27 @@ MAX_NESTING = 64  # of JSON objects and lists in a message's stats: branches wit
 
 
 def to_markdown(conv: Conversation) -> str:
-    """The chat as shown: its title, system prompt, and each turn with what the reply read."""
+    """The chat as shown: its title, system prompt, and each turn with what the reply read (a thinking
+    model's thinking before its answer, closed, as the window shows it)."""
     lines = [f"# {conv.title}", ""]
     if conv.system_prompt:
         lines += [f"*System prompt:* {conv.system_prompt}", ""]
     for m in conv.messages:
         writer = f"localchat ({m.stats['model']})" if isinstance(m.stats.get("model"), str) else "localchat"
-        lines += [f"## {'You' if m.role == 'user' else writer}", "", m.content, ""]
+        lines += [f"## {'You' if m.role == 'user' else writer}", ""]
+        if m.role == "assistant" and isinstance(m.stats.get("thinking"), str) and m.stats["thinking"].strip():
+            lines += [thinking_markdown(m.stats["thinking"], m.stats.get("thought_s")), ""]
+        lines += [m.content, ""]
         if m.role == "assistant" and m.stats.get("included"):
             lines += [f"*Included: {m.stats['included']}*", ""]
     return "\n".join(lines)
+
+
+def thinking_markdown(thought: str, seconds: Any) -> str:
+    """The thinking as a block that Markdown readers show closed (GitHub's, most editors'): "Thought for N s",
+    the thinking inside as text (escaped: it is the model's, not markup)."""
+    summary = f"Thought for {seconds:.0f} s" if isinstance(seconds, (int, float)) else "Thought"
+    return f"<details><summary>{summary}</summary>\n\n<pre>{html.escape(thought.strip())}</pre>\n\n</details>"
 
 
 def to_json(convs: list[Conversation]) -> str:
