@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 from .. import gptq
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
+from .backends.devices import memory_in_use
+from .backends.residence import DeviceMemory
 from .backends.step_costs import StepCosts
 from .backends.step_meter import StepMeter
 from .constraints.resample import Resampled, checked
@@ -279,6 +281,10 @@ class Engine:
         if draft is not None:
             found["draft"] = getattr(draft, "residence", None)
         return found
+
+    def devices(self) -> list[DeviceMemory]:
+        """The GPUs the workers use, with their memory read now (none on the CPU)."""
+        return memory_in_use(self.residences())
 
     @property
     def steps(self) -> int:
