@@ -34,7 +34,7 @@ from ..runtime.constraints.resample import Resampled, checked
 from ..runtime.engine import Request
 from ..runtime.events import Done, Failed, Stream, TextDelta
 from ..runtime.templates.chat_template import ChatTemplate
-from .liveness import SILENCE_S
+from .liveness import SILENCE_S, Silent
 from .runner_process import Call, InFlight, LoadCrashError, RunnerProcess, ended, killed_from_outside, start_runner
 
 __all__ = ["LoadCrashError", "SupervisedEngine", "ended"]
