@@ -212,5 +212,5 @@ def test_the_runner_reports_its_device_and_its_memory_and_a_restart_lands_there_
             store.close()
         assert "**Device:** 31/31 layers on Vulkan0" in panel
         row = next(line for line in panel.splitlines() if line.startswith("- **Device memory:**"))
-        assert row.startswith("- **Device memory:** Vulkan0: ") and "2.1 GB (this model: " in row
-        assert "free memory not reported by its driver" in row or " free of 2.1 GB" in row
+        assert row.startswith("- **Device memory:** Vulkan0: ") and "(this model: 211 MB)" in row
+        assert "2.1 GB in all, free not reported by its driver" in row or " free of 2.1 GB" in row

@@ -209,7 +209,7 @@ def test_a_devices_memory_says_free_only_where_its_driver_counts_what_is_allocat
     assert counted.to_dict()["free"] == 9_400_000_000
     # All of it free while the model's buffers sit there: the driver has no budget to report (llvmpipe).
     uncounted = residence.DeviceMemory("Vulkan0", held=211_000_000, free=2 << 30, total=2 << 30)
-    assert uncounted.text() == "Vulkan0: free memory not reported by its driver; 2.1 GB (this model: 211 MB)"
+    assert uncounted.text() == "Vulkan0: 2.1 GB in all, free not reported by its driver (this model: 211 MB)"
     assert uncounted.to_dict()["free"] is None
     placed = {"model": residence.Residence({"Vulkan0": 20, "CPU": 11}, {"Vulkan0": 5, "CPU": 7}),
               "draft": residence.Residence({"Vulkan1": 31}, {"Vulkan1": 3}), "prefill": None}

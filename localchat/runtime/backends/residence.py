@@ -110,8 +110,10 @@ class DeviceMemory:
 
     def text(self) -> str:
         """"CUDA0: 9.4 GB free of 24.0 GB (this model: 13.1 GB)"."""
-        free = f"{size_text(self.free)} free of" if self.free_known else "free memory not reported by its driver;"
-        return f"{self.device}: {free} {size_text(self.total)} (this model: {size_text(self.held)})"
+        if self.free_known:
+            return f"{self.device}: {size_text(self.free)} free of {size_text(self.total)} (this model: {size_text(self.held)})"
+        return (f"{self.device}: {size_text(self.total)} in all, free not reported by its driver "
+                f"(this model: {size_text(self.held)})")
 
     def to_dict(self) -> dict:
         return {"device": self.device, "held": self.held, "free": self.free if self.free_known else None,
