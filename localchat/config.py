@@ -28,6 +28,7 @@ from .paths import config_dir
 from .planning.placements import PLACEMENT_HELP, PLACEMENTS  # where the model runs: one vocabulary
 from .planning.policy import SPEED_TARGET
 from .runtime.overflow import POLICIES
+from .runtime.worker_types import TORCH_DEVICES
 
 if TYPE_CHECKING:
     from .hardware import HardwareInfo
@@ -114,6 +115,8 @@ class Settings:
     placement: str = setting("auto", "where the model runs (see `--placement` above)",
                              flag_help="where the model runs (default auto; each placement is explained below)",
                              commands=ENGINE_COMMANDS, choices=PLACEMENTS, model_bound=True)
+    torch_device: str = setting("auto", "where a GPTQ checkpoint runs on torch: auto takes CUDA where torch "
+                                        "sees a GPU, else the CPU", commands=ENGINE_COMMANDS, choices=TORCH_DEVICES)
     devices: str = setting("", "GPU indices for the placement, like 0,1 (default: all)", commands=ENGINE_COMMANDS,
                            check=_gpu_indices, shape="GPU indices separated by commas, like 0,1", model_bound=True)
     system_prompt: str = setting("", "the system prompt a new chat in the window starts with (each chat can "

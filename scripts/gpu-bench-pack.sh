@@ -25,7 +25,7 @@ for pyver in 3.10 3.11 3.12 3.13; do
   "$python" -m pip download -q -d "$out/wheels" --only-binary :all: --python-version "$pyver" \
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
     "huggingface-hub>=2.4,<3" "platformdirs>=4" "psutil>=5.9" "PyYAML>=6" "Jinja2>=3.1.6" "nvidia-ml-py>=12" \
-    "jsonschema>=4.20" "regex>=2023.0" "httpx>=0.27" "tomli>=2"
+    "jsonschema>=4.20" "regex>=2023.0" "httpx>=0.27" "tomli>=2" "safetensors>=0.4" "tokenizers>=0.20"  # the last two: the gptq extra
 done
 du -sh "$out"
 echo "carry $out (e.g. the device tool's carry) and run: bash scripts/gpu-bench.sh" >&2

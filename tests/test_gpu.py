@@ -29,9 +29,11 @@ from localchat.api.local import LocalService
 from localchat.assemble import open_engine
 from localchat.config import Settings
 from localchat.runners.supervisor import SupervisedEngine
+from localchat.runtime.backends import devices
 from localchat.runtime.backends.cpu_variants import lib_dir
-from localchat.runtime.backends.residence import describe_all
-from localchat.ui.chat import render
+from localchat.ui.chat.core import ChatCore
+from localchat.ui.chat.session import Runtime
+from localchat.ui.chat.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 # Mesa 22.3's lavapipe (Debian 12) crashes now and then (SIGSEGV in its queue thread) when ggml's fused
@@ -68,6 +70,33 @@ def test_probe_lists_both_software_gpus_as_usable_with_their_memory():
     assert all(g["memory_total"] > 0 and g["vendor"] == "software" for g in info["gpus"])
     table = localchat("probe", "--no-measure").stdout
     assert "usable as Vulkan0" in table and "usable as Vulkan1" in table
+
+
+@pytest.fixture()
+def vulkan_module(monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("GGML_VK_VISIBLE_DEVICES", "GGML_VK_DISABLE_FUSION"):
+        monkeypatch.setenv(name, GPU_ENV[name])  # the proof's child inherits them
+    return next(m for m in devices.gpu_modules() if "ggml-vulkan" in m.name)
+
+
+def test_a_gpu_module_is_proven_by_computing_on_each_device_within_seconds(vulkan_module: Path):
+    started = time.monotonic()
+    found = devices.prove(vulkan_module)
+    assert found.refused == "" and [d["name"] for d in found.devices] == ["Vulkan0", "Vulkan1"]
+    assert time.monotonic() - started < 30  # it runs at startup (then its verdict is kept)
+
+
+@pytest.mark.parametrize("fault, said", [
+    ("crash", "it crashed (SIGSEGV) running a test computation on Vulkan0"),
+    ("hang", "its driver gave no answer in 10 s while computing on Vulkan0"),
+    ("wrong", "Vulkan0 (llvmpipe"),
+])
+def test_a_device_that_crashes_hangs_or_computes_wrong_numbers_is_refused_with_why(vulkan_module: Path, fault: str,
+                                                                                   said: str):
+    found = devices.prove(vulkan_module, fault=fault, timeout_s=10)
+    assert found.refused.startswith(said), found.refused
+    if fault == "wrong":
+        assert "its test computation gave wrong numbers (off by 1 in sums up to" in found.refused
 
 
 def test_without_a_visible_device_all_layers_asked_for_run_on_the_cpu_and_it_says_why():
@@ -143,8 +172,8 @@ def test_the_cpu_and_the_device_agree_on_the_most_likely_tokens(scenarios: dict)
     assert scenarios["top1_agreement"] >= 0.8
 
 
-def test_the_runner_reports_its_device_and_a_restart_lands_there_again(model_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch):
+def test_the_runner_reports_its_device_and_its_memory_and_a_restart_lands_there_again(
+        model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name in ("GGML_VK_VISIBLE_DEVICES", "GGML_VK_DISABLE_FUSION"):
         monkeypatch.setenv(name, GPU_ENV[name])  # the runner process inherits them
     settings = Settings(model=str(model_path), n_ctx=512, n_threads=2, n_gpu_layers=-1, speculation=False,
@@ -155,6 +184,12 @@ def test_the_runner_reports_its_device_and_a_restart_lands_there_again(model_pat
         try:
             (running,) = httpx.get(url + "/api/ps", timeout=60).json()["models"]
             assert running["size_vram"] > 100 << 20 and running["x_localchat"]["placement"].startswith("31/31 layers on Vulkan0")
+            # The device's memory, read in the runner at each look: what the model holds there, free and total.
+            (device,) = running["x_localchat"]["devices"]
+            assert device["device"] == "Vulkan0" and device["held"] == running["size_vram"]
+            assert device["total"] == 2 << 30  # llvmpipe's heap, as its driver reports it
+            # Mesa 22.3's llvmpipe counts nothing as used: a free figure equal to the total is not one.
+            assert device["free"] is None or device["free"] <= device["total"] - device["held"]
             restarts, pid = supervised.restarts, supervised.pid
             os.kill(pid, signal.SIGKILL)  # as the OOM killer would
             deadline = time.monotonic() + 600
@@ -162,12 +197,20 @@ def test_the_runner_reports_its_device_and_a_restart_lands_there_again(model_pat
                 assert time.monotonic() < deadline, "the runner did not come back"
                 time.sleep(0.1)
             assert supervised.residences()["model"].layers == {"Vulkan0": 31}
+            (memory,) = supervised.devices()  # asked of the new runner
+            assert (memory.device, memory.total) == ("Vulkan0", 2 << 30)
             body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 2}
             assert httpx.post(url + "/v1/chat/completions", json=body, timeout=600).status_code == 200
         finally:
             server.should_exit = True
             thread.join(10)
-        # The window's status panel says it from the same facts.
-        panel = render.status_markdown("smollm2-135m", model_path, "", 512, supervised.placement, "off",
-                                       describe_all(supervised.residences()))
+        # The window's status panel says it from the same facts, the device's memory asked of the runner.
+        store = Store(tmp_path / "chats.sqlite3")
+        try:
+            panel = ChatCore(Runtime(supervised, str(model_path)), store).status()
+        finally:
+            store.close()
         assert "**Device:** 31/31 layers on Vulkan0" in panel
+        row = next(line for line in panel.splitlines() if line.startswith("- **Device memory:**"))
+        assert row.startswith("- **Device memory:** Vulkan0: ") and "(this model: 211 MB)" in row
+        assert "2.1 GB in all, free not reported by its driver" in row or " free of 2.1 GB" in row

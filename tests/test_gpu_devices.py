@@ -201,3 +201,16 @@ def test_placements_name_the_devices_llama_cpp_named():
     assert pd.description == "prefill on GPU 0 (Vulkan0), decode on GPU 1 (Vulkan1)"
     with pytest.raises(Exception, match=r"GPUs this install can use are: GPU 0 \(Vulkan0\), GPU 1 \(Vulkan1\)"):
         arrange("pd-split", checked, WorkerConfig(n_ctx=2048), size, devices="0,2")
+
+
+def test_a_devices_memory_says_free_only_where_its_driver_counts_what_is_allocated():
+    counted = residence.DeviceMemory("CUDA0", held=13_100_000_000, free=9_400_000_000, total=24_000_000_000)
+    assert counted.text() == "CUDA0: 9.4 GB free of 24.0 GB (this model: 13.1 GB)"
+    assert counted.to_dict()["free"] == 9_400_000_000
+    # All of it free while the model's buffers sit there: the driver has no budget to report (llvmpipe).
+    uncounted = residence.DeviceMemory("Vulkan0", held=211_000_000, free=2 << 30, total=2 << 30)
+    assert uncounted.text() == "Vulkan0: 2.1 GB in all, free not reported by its driver (this model: 211 MB)"
+    assert uncounted.to_dict()["free"] is None
+    placed = {"model": residence.Residence({"Vulkan0": 20, "CPU": 11}, {"Vulkan0": 5, "CPU": 7}),
+              "draft": residence.Residence({"Vulkan1": 31}, {"Vulkan1": 3}), "prefill": None}
+    assert residence.gpu_bytes(placed) == {"Vulkan0": 5, "Vulkan1": 3} and residence.device_bytes(placed) == 8

@@ -353,6 +353,10 @@ def test_the_status_panel_gives_the_models_own_size(ui: RunningUI):
 
     status = ChatCore(ui.runtime, ui.store).status()
     assert "135M parameters" in status and "256M" not in status
+    # On the CPU: no GPU's memory to show, in the window or in /api/ps.
+    assert ui.runtime.engine.devices() == [] and "Device memory" not in status
+    (running,) = httpx.get(ui.url + "/api/ps", timeout=10).json()["models"]
+    assert running["x_localchat"]["devices"] == [] and running["size_vram"] == 0
 
 
 def test_the_stats_line_gives_the_answers_tokens_its_rate_and_the_whole_wait_apart_and_a_cut():

@@ -107,6 +107,7 @@ class LocalService:
                          template=engine.template.source, defaults=self.defaults,
                          gpu_layers=getattr(getattr(engine.worker, "config", None), "n_gpu_layers", 0),
                          device_bytes=residence.device_bytes(placed), placed=residence.describe_all(placed),
+                         device_memory=lambda: [m.to_dict() for m in residence.live_memory(engine)],
                          expires_at=expires_at)
 
     def models(self) -> list[ModelInfo]:

@@ -294,6 +294,8 @@ class ModelInfo:
     gpu_layers: int = 0  # layers offloaded to a GPU (-1: all), as configured
     device_bytes: int = 0  # what its workers hold in GPU memory, as llama.cpp placed them
     placed: str = ""  # where its layers went, in words ("31/31 layers on Vulkan0 (1.2 GB)")
+    # Its GPUs' memory, read when called (/api/ps): each device's name, what the model holds there, free, total.
+    device_memory: Callable[[], list[dict]] | None = None
     defaults: SamplingParams | None = None  # what a request leaves out
     loaded: bool = True  # False: a model on this machine that a request naming it loads (runners/pool.py)
     expires_at: float = math.inf  # time.time() it unloads at if no request comes (inf: never)

@@ -48,6 +48,12 @@ class DenseLinear:
         y = F.linear(x.to(self.dtype), self.weight).float()
         return y + self.bias if self.bias is not None else y
 
+    def to(self, device: torch.device) -> "DenseLinear":
+        """The same layer with its weights on `device` (built on the CPU, run on a GPU)."""
+        self.weight = self.weight.to(device)
+        self.bias = self.bias.to(device) if self.bias is not None else None
+        return self
+
     @property
     def nbytes(self) -> int:
         return self.weight.numel() * self.weight.element_size()

@@ -10,13 +10,14 @@ GROW_BY = 256  # cells added at a time: a cache grows with its sequence, not to 
 class SeqCache:
     """Keys and values of one sequence slot: [layer, k|v, kv head, position, dim], positions 0..length."""
 
-    def __init__(self, n_layer: int, n_head_kv: int, head_dim: int) -> None:
-        self.data = torch.empty(n_layer, 2, n_head_kv, 0, head_dim)
+    def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, device: torch.device | str = "cpu") -> None:
+        self.data = torch.empty(n_layer, 2, n_head_kv, 0, head_dim, device=device)
         self.length = 0
 
     def _reserve(self, cells: int) -> None:
         if cells > self.data.shape[3]:
-            grown = torch.empty(*self.data.shape[:3], max(cells, self.data.shape[3]) + GROW_BY, self.data.shape[4])
+            grown = torch.empty(*self.data.shape[:3], max(cells, self.data.shape[3]) + GROW_BY, self.data.shape[4],
+                                device=self.data.device)
             grown[:, :, :, : self.length] = self.data[:, :, :, : self.length]
             self.data = grown
 

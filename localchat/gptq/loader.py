@@ -45,8 +45,10 @@ def dense_linear(tensors: dict[str, torch.Tensor]) -> Callable[[str], Linear]:
     return lambda prefix: DenseLinear(tensors[f"{prefix}.weight"], tensors.get(f"{prefix}.bias"))
 
 
-def load_decoder(folder: str | Path, need_quantization: bool = True) -> tuple[Checkpoint, Decoder]:
-    """Read, check and load a checkpoint folder (GPTQ; or unquantized when need_quantization is False)."""
+def load_decoder(folder: str | Path, need_quantization: bool = True,
+                 device: torch.device = torch.device("cpu")) -> tuple[Checkpoint, Decoder]:
+    """Read, check and load a checkpoint folder (GPTQ; or unquantized when need_quantization is False) to run
+    on `device`: built on the CPU, then moved there whole."""
     checkpoint = read_checkpoint(folder, need_quantization)
     tensors: dict[str, torch.Tensor] = {}
     for path in checkpoint.weight_files:
@@ -67,7 +69,7 @@ def load_decoder(folder: str | Path, need_quantization: bool = True) -> tuple[Ch
                                  "GPTQ: download it again.")
         if f"{prefix}.bias" in tensors:
             parts["bias"] = tensors[f"{prefix}.bias"]
-        linear = gptq_linear(parts, quant.bits, quant.v1)
+        linear = gptq_linear(parts, quant.bits, quant.v1, device.type)
         kinds[linear.kind] += 1
         return linear
 
@@ -80,4 +82,4 @@ def load_decoder(folder: str | Path, need_quantization: bool = True) -> tuple[Ch
     if kinds:
         log.info("GPTQ linears: %s", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     decoder.kernel_counts = dict(kinds)
-    return checkpoint, decoder
+    return checkpoint, decoder.to(device) if device.type != "cpu" else decoder

@@ -99,6 +99,7 @@ class Decoder:
         self.norm = norm
         self.lm_head = lm_head
         self.kernel_counts: dict[str, int] = {}  # linears per kernel kind (the loader fills it)
+        self.device = embed.device
         dim = config.head_dim
         self.inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
 
@@ -108,14 +109,27 @@ class Decoder:
         from .kv_cache import SeqCache
 
         c = self.config
-        row = Row(SeqCache(c.n_layer, c.n_head_kv, c.head_dim), 0, len(ids))
-        logits = self.forward(torch.tensor(ids), [row], torch.arange(len(ids) - 1))
-        return math.exp(F.cross_entropy(logits, torch.tensor(ids[1:])).item())
+        row = Row(SeqCache(c.n_layer, c.n_head_kv, c.head_dim, self.device), 0, len(ids))
+        logits = self.forward(torch.tensor(ids, device=self.device), [row], torch.arange(len(ids) - 1, device=self.device))
+        return math.exp(F.cross_entropy(logits, torch.tensor(ids[1:], device=self.device)).item())
+
+    def to(self, device: torch.device) -> "Decoder":
+        """The model with every tensor on `device` (its linears are dense there: kernels.gptq_linear)."""
+        def moved(linear: Linear) -> Linear:
+            return linear.to(device)  # type: ignore[attr-defined]
+
+        self.embed, self.norm, self.lm_head = self.embed.to(device), self.norm.to(device), moved(self.lm_head)
+        for layer in self.layers:
+            layer.input_norm, layer.post_norm = layer.input_norm.to(device), layer.post_norm.to(device)
+            for role in ("q", "k", "v", "o", "gate", "up", "down"):
+                setattr(layer, role, moved(getattr(layer, role)))
+        self.device = torch.device(device)
+        return self
 
     def rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         angles = positions.to(torch.float64)[:, None] * self.inv_freq[None, :]
-        angles = torch.cat((angles, angles), dim=-1)
-        return angles.cos().float()[:, None, :], angles.sin().float()[:, None, :]
+        angles = torch.cat((angles, angles), dim=-1)  # float64 on the CPU: not every GPU has it fast
+        return (angles.cos().float()[:, None, :].to(self.device), angles.sin().float()[:, None, :].to(self.device))
 
     def forward(self, tokens: torch.Tensor, rows: list[Row], logits_at: torch.Tensor) -> torch.Tensor:
         """Run `tokens` (the rows' tokens, concatenated); the logits of the token indices `logits_at`."""
@@ -158,7 +172,8 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int
     elif start == 0:  # a whole prompt at once: plain causal
         mask, causal = None, True
     else:  # a chunk after earlier positions
-        mask, causal = torch.arange(length)[None, :] <= torch.arange(start, start + n)[:, None], False
+        mask = torch.arange(length, device=q.device)[None, :] <= torch.arange(start, start + n, device=q.device)[:, None]
+        causal = False
     # enable_gqa: each key/value head serves `group` query heads without copying it `group` times.
     out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask, is_causal=causal,
                                          enable_gqa=group > 1)

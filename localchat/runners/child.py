@@ -30,8 +30,8 @@ from .liveness import Outbox
 
 log = logging.getLogger(__name__)
 
-# What the runner answers as calls: the engine's read-only questions.
-CALLS = ("prompt_tokens", "count_tokens")
+# What the runner answers as calls: the engine's read-only questions (devices: its GPUs' memory, read now).
+CALLS = ("prompt_tokens", "count_tokens", "devices")
 # A step may run this many times the typical step (the median of the last ones) before the watchdog
 # ends it, and never less than the floor: prefill steps are bounded by the step budget, so a step far
 # past both is llama.cpp spinning (an ambiguous grammar), not work. A median, not the longest: the

@@ -29,11 +29,12 @@ import time
 from typing import Any, Callable
 
 from ..errors import EngineError, LocalchatError
+from ..runtime.backends.residence import DeviceMemory
 from ..runtime.constraints.resample import Resampled, checked
 from ..runtime.engine import Request
 from ..runtime.events import Done, Failed, Stream, TextDelta
 from ..runtime.templates.chat_template import ChatTemplate
-from .liveness import SILENCE_S
+from .liveness import SILENCE_S, Silent
 from .runner_process import Call, InFlight, LoadCrashError, RunnerProcess, ended, killed_from_outside, start_runner
 
 __all__ = ["LoadCrashError", "SupervisedEngine", "ended"]
@@ -86,6 +87,10 @@ class SupervisedEngine:
     def submit(self, request: Request) -> Stream | Resampled:
         """As Engine.submit: bad requests raise here; an answer with a check is checked here."""
         return checked(self._submit, request)
+
+    def devices(self) -> list[DeviceMemory]:
+        """As Engine.devices, read in the runner now; none while it restarts (a look must not wait on a load)."""
+        return self._call("devices") if self._up.is_set() else []
 
     def prompt_tokens(self, request: Request) -> list[int]:
         return self._call("prompt_tokens", _sendable(request))

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ContextOverflowError, EngineError, LocalchatError, RequestError
+from .backends.devices import memory_in_use
+from .backends.residence import DeviceMemory
 from .constraints.resample import Resampled, checked
 from .events import Failed, PrefillProgress, Stream
 from .kv.kv_disk import Hit, KVDiskCache, saved_states
@@ -253,6 +255,10 @@ class Engine:
         if draft is not None:
             found["draft"] = getattr(draft, "residence", None)
         return found
+
+    def devices(self) -> list[DeviceMemory]:
+        """The GPUs the workers use, with their memory read now (none on the CPU)."""
+        return memory_in_use(self.residences())
 
     @property
     def steps(self) -> int:

@@ -32,6 +32,12 @@ class WorkerConfig:
     # and a Q8_0 (else BF16) KV cache, for which flash attention has one per-row kernel whatever
     # the batch and the thread count.
     deterministic: bool = False
+    # Where the torch worker runs a GPTQ checkpoint: auto takes CUDA where torch sees a GPU (llama.cpp's
+    # workers ignore it; their GPUs are n_gpu_layers' and main_gpu's).
+    torch_device: str = "auto"
+
+
+TORCH_DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(slots=True)

@@ -170,8 +170,13 @@ def race(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str
     correction = {}
     if not offered and gptq_run.predicted_decode_tps > 0 and gptq_run.decode_tps > 0:
         # Measured on a GPU the planner offers GPTQ on: its torch-kernel share, from this run.
-        rate = wants.efficiency.get("torch_gptq", TORCH_GPTQ_EFFICIENCY)
-        low, high = EFFICIENCY_RANGE
-        correction["torch_gptq"] = round(min(high, max(low, rate * gptq_run.decode_tps
-                                                           / gptq_run.predicted_decode_tps)), 4)
+        correction["torch_gptq"] = torch_share(wants.efficiency, gptq_run.decode_tps, gptq_run.predicted_decode_tps)
     return runs, why, correction
+
+
+def torch_share(efficiency: dict[str, float], measured_tps: float, predicted_tps: float) -> float:
+    """The torch kernels' share of llama.cpp's roofline under which the planner predicts the measured decode
+    speed of a checkpoint on a GPU (`predicted_tps` was priced at the share in `efficiency`, else the prior)."""
+    rate = efficiency.get("torch_gptq", TORCH_GPTQ_EFFICIENCY)
+    low, high = EFFICIENCY_RANGE
+    return round(min(high, max(low, rate * measured_tps / predicted_tps)), 4)

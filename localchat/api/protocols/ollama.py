@@ -22,6 +22,7 @@ from ... import __version__
 from ...errors import LocalchatError, RequestError
 from ...runtime.events import Stats, TokenLogprob
 from ..embeddings import check_inputs
+from ..model_calls import off_loop
 from ..schemas import Body, parse
 from ..service import Answer, AskedSampling, Delta, End, Generation, ModelInfo, Route, Service
 from ..thinking import check_thinking
@@ -367,7 +368,8 @@ async def tags(service: Service, data: Any, request: HTTPRequest) -> Response:
 
 
 async def ps(service: Service, data: Any, request: HTTPRequest) -> Response:
-    return JSONResponse({"models": [running(m) for m in service.models() if m.loaded]})
+    # Off the loop: each loaded model's runner is asked for its GPUs' memory.
+    return JSONResponse({"models": await off_loop(lambda: [running(m) for m in service.models() if m.loaded])})
 
 
 async def show(service: Service, data: Any, request: HTTPRequest) -> Response:

@@ -87,7 +87,8 @@ def running(info: ModelInfo) -> dict[str, Any]:
     # size_vram is what llama.cpp allocated on GPUs (weights, KV cache, compute), never the configured layer count.
     expires = NEVER if info.expires_at == math.inf else stamp(datetime.fromtimestamp(info.expires_at, timezone.utc))
     return {**listed(info), "expires_at": expires, "size_vram": info.device_bytes, "context_length": info.n_ctx,
-            "x_localchat": {"placement": info.placed}}
+            "x_localchat": {"placement": info.placed,  # and each GPU's memory now (none on the CPU)
+                            "devices": info.device_memory() if info.device_memory is not None else []}}
 
 
 def shown(info: ModelInfo) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The GPUs this install can use: llama.cpp's own devices, from the GPU backend modules the wheel carries.
 
 A GPU backend module (CUDA, Vulkan, Metal...) is loaded into this process only after a child process
-loaded it and listed its devices: a module that crashes or hangs while loading (a broken driver) is
-refused with the reason, and the CPU keeps working. ggml itself drops a module that cannot load
+loaded it, listed its devices and computed on each of them (device_proof.py): a module that crashes,
+hangs or computes wrong numbers (a broken driver) is refused with the reason, and the CPU keeps working. ggml itself drops a module that cannot load
 without a word (no CUDA runtime, no Vulkan loader), so the child also says why a module gave nothing.
 The verdicts are kept per module file and device-visibility settings. The devices' facts (free and
 total memory) are read live, in this process, after the modules loaded.
@@ -25,16 +25,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ...hardware import HardwareInfo
+from . import device_proof
 from .cpu_variants import MODULE_SUFFIXES, ggml_library, keep_verdict, lib_dir, read_verdict
 from .gpus import LIST_FLAG, LIST_MODULE, merge
+from .residence import DeviceMemory, Residence, gpu_bytes
 
 log = logging.getLogger(__name__)
 
 PROOF_TIMEOUT_S = 60.0  # a driver that answers in no minute is as good as none
 VERDICTS = "gpu-backends.json"
-# What decides which devices a module shows: the settings that hide or expose them.
+PROOF = "compute-1"  # what a kept verdict proved: verdicts of an older, weaker proof are proven again
+# What decides which devices a module shows and which kernels they run: the settings that hide or
+# expose devices or turn kernels off.
 VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES",
-              "GGML_VK_DISABLE_F16", "GGML_VK_DISABLE_COOPMAT", "ONEAPI_DEVICE_SELECTOR")
+              "GGML_VK_DISABLE_F16", "GGML_VK_DISABLE_COOPMAT", "GGML_VK_DISABLE_FUSION", "ONEAPI_DEVICE_SELECTOR")
+# Faults a proof can be told to show, as a broken driver would (tests; no such GPU here).
+FAULTS = ("crash", "hang", "wrong")
+_COMPUTING = "computing on "  # the child's word before each device's check: a crash is laid to that device
 # ggml_backend_dev_type: what each device is.
 KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 # When one GPU is seen by two backends, the first in this list serves it.
@@ -135,18 +142,23 @@ def gpu_modules() -> list[Path]:
 def _key(module: Path) -> str:
     stat = module.stat()
     seen = "|".join(f"{k}={os.environ.get(k, '')}" for k in VISIBILITY)
-    return hashlib.sha256(f"{module.name}:{stat.st_size}:{int(stat.st_mtime)}:{seen}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{PROOF}:{module.name}:{stat.st_size}:{int(stat.st_mtime)}:{seen}".encode()).hexdigest()[:16]
 
 
-def prove(module: Path) -> ModuleVerdict:
-    """Load `module` in a child process and list its devices; a crash, a hang or no device is a refusal."""
+def prove(module: Path, fault: str = "", timeout_s: float = PROOF_TIMEOUT_S) -> ModuleVerdict:
+    """Load `module` in a child process, list its devices and compute on each; a crash, a hang, wrong
+    numbers or no device is a refusal. `fault`: one of FAULTS, shown by the child (tests)."""
     base = [sys.executable, LIST_FLAG] if getattr(sys, "frozen", False) else [sys.executable, "-m", LIST_MODULE]
     try:
-        done = subprocess.run([*base, str(module)], capture_output=True, timeout=PROOF_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return ModuleVerdict(module.name, refused=f"its driver gave no answer in {PROOF_TIMEOUT_S:.0f} s")
+        done = subprocess.run([*base, str(module), *([fault] if fault else [])], capture_output=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        said = _said(exc.stdout or b"")
+        where = f" while computing on {said[-1][len(_COMPUTING):]}" if said and said[-1].startswith(_COMPUTING) else ""
+        return ModuleVerdict(module.name, refused=f"its driver gave no answer in {timeout_s:.0f} s{where}")
     except OSError as exc:
         return ModuleVerdict(module.name, refused=f"the test process could not start ({exc})")
+    said = _said(done.stdout)
     if done.returncode < 0:
         import signal
 
@@ -154,14 +166,21 @@ def prove(module: Path) -> ModuleVerdict:
             how = signal.Signals(-done.returncode).name
         except ValueError:
             how = f"signal {-done.returncode}"
+        if said and said[-1].startswith(_COMPUTING):
+            return ModuleVerdict(module.name, refused=f"it crashed ({how}) running a test computation on "
+                                                      f"{said[-1][len(_COMPUTING):]}")
         return ModuleVerdict(module.name, refused=f"it crashed while loading ({how})")
     try:
-        found = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        found = json.loads(said[-1])
         return ModuleVerdict(module.name, list(found["devices"]), str(found.get("refused", "")))
     except (ValueError, IndexError, KeyError, TypeError):
         tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
         return ModuleVerdict(module.name, refused=f"its test run failed (exit {done.returncode}"
                                                   f"{': ' + tail[0] if tail else ''})")
+
+
+def _said(out: bytes) -> list[str]:
+    return out.decode("utf-8", "replace").strip().splitlines()
 
 
 def verdict(module: Path) -> ModuleVerdict:
@@ -215,6 +234,19 @@ def usable_devices() -> list[Device]:
     return dedupe([d for d in found if d.kind in ("gpu", "igpu")])
 
 
+def memory_in_use(placed: dict[str, Residence | None]) -> list[DeviceMemory]:
+    """The GPUs the workers' layers went to (their residences), each with its free and total memory read
+    now: what the window's status panel and /api/ps show, refreshed at each look."""
+    lib, found = _ggml(), []
+    for name, held in gpu_bytes(placed).items():
+        handle = lib.ggml_backend_dev_by_name(name.encode())
+        if handle:
+            free, total = ctypes.c_size_t(), ctypes.c_size_t()
+            lib.ggml_backend_dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
+            found.append(DeviceMemory(name, held, int(free.value), int(total.value)))
+    return found
+
+
 def dedupe(devices: list[Device]) -> list[Device]:
     """One device per physical GPU: where two backends show the same PCI device, the preferred backend's."""
     def rank(device: Device) -> int:
@@ -259,20 +291,34 @@ def _why_not(module: Path) -> str:
 
 
 def list_in_child(argv: list[str]) -> int:
-    """`MODULE`: load one GPU module into this (child) process and print its devices as one JSON line.
+    """`MODULE [FAULT]`: load one GPU module into this (child) process, compute on each of its devices
+    and print its devices, or why it is refused, as one JSON line (`FAULT`: one of FAULTS, shown here).
     No argument: every usable device of this install, and why there are none, as one JSON line."""
     if not argv:
         print(json.dumps({"devices": [asdict(d) for d in usable_devices()], "gap": install_gap()}), flush=True)
         return 0
-    module = Path(argv[0])
+    module, fault = Path(argv[0]), (argv[1:] or [""])[0]
     lib = _ggml()
     reg = lib.ggml_backend_load(str(module).encode())
     if not reg:
         print(json.dumps({"devices": [], "refused": _why_not(module)}), flush=True)
         return 0
-    devices = [asdict(_describe(lib.ggml_backend_reg_dev_get(reg, i)))
-               for i in range(lib.ggml_backend_reg_dev_count(reg))]
-    print(json.dumps({"devices": devices, "refused": "" if devices else _why_not(module)}), flush=True)
+    handles = [lib.ggml_backend_reg_dev_get(reg, i) for i in range(lib.ggml_backend_reg_dev_count(reg))]
+    devices = [_describe(h) for h in handles]
+    refused = "" if devices else _why_not(module)
+    for handle, device in zip(handles, devices):
+        print(_COMPUTING + device.name, flush=True)  # the parent lays a crash or a hang here to this device
+        if fault == "crash":
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSEGV)
+        while fault == "hang":
+            threading.Event().wait(1.0)
+        wrong = device_proof.compute(handle, wrong=fault == "wrong")
+        if wrong:
+            refused = f"{device.name} ({device.description}): {wrong}"
+            break
+    print(json.dumps({"devices": [asdict(d) for d in devices], "refused": refused}), flush=True)
     return 0
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
+from ...errors import LocalchatError
 from ...units import size_text
 
 _LAYER = re.compile(r"layer +(\d+) assigned to device (\S+?),")
@@ -87,4 +89,56 @@ def describe_all(placed: dict[str, Residence | None]) -> str:
 
 def device_bytes(placed: dict[str, Residence | None]) -> int:
     """Bytes all the workers hold in GPU memory (weights, KV and compute buffers)."""
-    return sum(n for r in placed.values() if r is not None for d, n in r.bytes.items() if d != HOST)
+    return sum(gpu_bytes(placed).values())
+
+
+@dataclass(slots=True)
+class DeviceMemory:
+    """One GPU a loaded model uses, read live: what the model's buffers hold there, and the device's
+    free and total memory as its driver reports them now (ggml_backend_dev_memory)."""
+
+    device: str     # "Vulkan0", "CUDA1"
+    held: int       # bytes of this model's weights, KV cache and compute buffers there (from the load's log)
+    free: int
+    total: int
+
+    @property
+    def free_known(self) -> bool:
+        """Whether the driver counts what is allocated: one that reports all of a device free while the
+        model's buffers sit on it has no free figure (Mesa's llvmpipe before its memory-budget support)."""
+        return not (self.held > 0 and self.free >= self.total)
+
+    def text(self) -> str:
+        """"CUDA0: 9.4 GB free of 24.0 GB (this model: 13.1 GB)"."""
+        if self.free_known:
+            return f"{self.device}: {size_text(self.free)} free of {size_text(self.total)} (this model: {size_text(self.held)})"
+        return (f"{self.device}: {size_text(self.total)} in all, free not reported by its driver "
+                f"(this model: {size_text(self.held)})")
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "held": self.held, "free": self.free if self.free_known else None,
+                "total": self.total}
+
+
+def gpu_bytes(placed: dict[str, Residence | None]) -> dict[str, int]:
+    """Bytes all the workers hold on each GPU, by device name, in the order the workers placed them."""
+    found: dict[str, int] = {}
+    for r in placed.values():
+        for device, n in (r.bytes.items() if r is not None else ()):
+            if device != HOST:
+                found[device] = found.get(device, 0) + n
+    return found
+
+
+def live_memory(engine: Any) -> list[DeviceMemory]:
+    """`engine.devices()` (an Engine's or a runner's), or none where it cannot answer now: a runner shut
+    down or restarting leaves the status without the row rather than waiting on it."""
+    try:
+        return engine.devices() if hasattr(engine, "devices") else []
+    except LocalchatError:
+        return []
+
+
+def memory_text(memory: list[DeviceMemory]) -> str:
+    """The devices' memory in one line ("" on the CPU)."""
+    return "; ".join(m.text() for m in memory)

@@ -16,7 +16,7 @@ import llama_cpp
 import numpy as np
 import torch
 
-from ...errors import EngineError, RequestError
+from ...errors import EngineError, ModelLoadError, RequestError
 from ...gptq.kv_cache import SeqCache
 from ...gptq.loader import load_decoder
 from ...gptq.model import Row
@@ -24,7 +24,21 @@ from ...gptq.tokenizer import CheckpointTokenizer
 from ..events import TokenLogprob
 from ..logprobs import token_logprob
 from ..sampling import Sampler, SamplingParams
-from ..worker_types import BatchRow, WorkerConfig, default_threads
+from ..worker_types import TORCH_DEVICES, BatchRow, WorkerConfig, default_threads
+
+
+def choose_device(wanted: str) -> torch.device:
+    """Where the checkpoint runs: `wanted` is the torch_device setting (auto: CUDA where torch sees a GPU)."""
+    if wanted not in TORCH_DEVICES:
+        raise ModelLoadError(f"torch_device {wanted!r} is none of {', '.join(TORCH_DEVICES)}; set one of them.")
+    if wanted == "cpu" or (wanted == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise ModelLoadError(f"torch_device is cuda, but torch {torch.__version__} ({build}) sees no CUDA GPU: "
+                             "install torch's CUDA build for this machine's driver, or set torch_device to auto "
+                             "or cpu.")
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 class LogitsSampler(Sampler):
@@ -57,12 +71,13 @@ class LogitsSampler(Sampler):
 
 
 class TorchWorker:
-    """One checkpoint on torch (CPU here), with room for `n_seq_max` sequences."""
+    """One checkpoint on torch (on a CUDA GPU or the CPU: `device`), with room for `n_seq_max` sequences."""
 
     def __init__(self, folder: str | Path, config: WorkerConfig | None = None) -> None:
         self.config = config or WorkerConfig()
         self.model_path = Path(folder)
-        self.checkpoint, self.decoder = load_decoder(self.model_path)
+        self.device = choose_device(self.config.torch_device)
+        self.checkpoint, self.decoder = load_decoder(self.model_path, device=self.device)
         model = self.checkpoint.model
         self.tokenizer = CheckpointTokenizer(self.model_path, self.checkpoint.config)
         self.n_vocab = model.vocab
@@ -74,7 +89,8 @@ class TorchWorker:
         self.max_threads = self.config.n_threads or default_threads()
         self.threads = (0, 0)
         self.set_threads(self.max_threads, self.max_threads)
-        self.caches = [SeqCache(model.n_layer, model.n_head_kv, model.head_dim) for _ in range(self.config.n_seq_max)]
+        self.caches = [SeqCache(model.n_layer, model.n_head_kv, model.head_dim, self.device)
+                       for _ in range(self.config.n_seq_max)]
         self._logits: dict[int, np.ndarray] = {}
         self.fingerprint = self._fingerprint()
 
@@ -110,7 +126,8 @@ class TorchWorker:
         model, quant = self.checkpoint.model, self.checkpoint.quant
         weights = f"GPTQ {quant.bits}-bit g{quant.group_size}" if quant else "unquantized"
         kernels = ", ".join(f"{n} {k}" for k, n in sorted(self.decoder.kernel_counts.items()))
-        return f"{model.family} {model.n_layer} layers, {weights} on torch ({kernels or 'dense'})"
+        where = f" on {torch.cuda.get_device_name(self.device)}" if self.device.type == "cuda" else ""
+        return f"{model.family} {model.n_layer} layers, {weights} on torch{where} ({kernels or 'dense'})"
 
     def _fingerprint(self) -> str:
         digest = hashlib.sha256((self.model_path / "config.json").read_bytes())
@@ -139,8 +156,9 @@ class TorchWorker:
         assert 0 < len(tokens) <= self.config.n_batch, len(tokens)
         if max(r.pos + len(r.tokens) for r in rows) > self.n_ctx:
             raise EngineError("a sequence ran past the context window")
-        logits = self.decoder.forward(torch.tensor(tokens), model_rows, torch.tensor(wanted, dtype=torch.long))
-        values = logits.numpy()
+        logits = self.decoder.forward(torch.tensor(tokens, device=self.device), model_rows,
+                                      torch.tensor(wanted, dtype=torch.long, device=self.device))
+        values = logits.cpu().numpy()  # sampling is llama.cpp's, on the CPU
         self._logits = {index: values[i] for i, index in enumerate(wanted)}
         return last_index
 

@@ -401,7 +401,8 @@ class ChatCore:
         weights = worker.describe()
         placed = rt.engine.residences() if hasattr(rt.engine, "residences") else {}
         return render.status_markdown(model, worker.model_path, weights, rt.engine.n_ctx, rt.engine.placement,
-                                      rt.engine.drafter_name, residence.describe_all(placed), rt.engine.template.fallback)
+                                      rt.engine.drafter_name, residence.describe_all(placed), rt.engine.template.fallback,
+                                      residence.memory_text(residence.live_memory(rt.engine)))
 
 
 def error_note(stats: dict[str, Any]) -> str:

@@ -213,9 +213,10 @@ BASE_MODEL_NOTE = ("a base model: its file has no chat template, so it was not t
 
 
 def status_markdown(model: str, path: Path, description: str, n_ctx: int, placement: str,
-                    speculation: str, devices: str = "", base_model: bool = False) -> str:
+                    speculation: str, devices: str = "", base_model: bool = False, device_memory: str = "") -> str:
     """The status panel: model, file and quant, context, placement (planned, then as llama.cpp did it), memory;
-    `base_model`: the file has no chat template (the window uses ChatML's markers, and stops at them)."""
+    `base_model`: the file has no chat template (the window uses ChatML's markers, and stops at them);
+    `device_memory`: the GPUs' memory read now (residence.memory_text), no row on the CPU."""
     import psutil
 
     server = psutil.Process(os.getpid())
@@ -231,6 +232,7 @@ def status_markdown(model: str, path: Path, description: str, n_ctx: int, placem
         size = "?"
     rows = [("Model", model), ("Weights", description), ("File", f"{path.name} ({size})"),
             ("Context", f"{n_ctx:,} tokens"), ("Placement", placement), ("Device", devices or "?"),
-            ("Speculation", speculation),
-            ("Memory", f"{size_text(rss)} resident")] + ([("Note", BASE_MODEL_NOTE)] if base_model else [])
+            ("Speculation", speculation), ("Memory", f"{size_text(rss)} resident")] \
+        + ([("Device memory", device_memory)] if device_memory else []) \
+        + ([("Note", BASE_MODEL_NOTE)] if base_model else [])
     return "\n".join(f"- **{k}:** {plain(v)}" for k, v in rows)
