@@ -9,14 +9,14 @@ from localchat.errors import ConfigError
 from localchat.models.catalog import ModelFacts, ModelFile, catalog_path, load_catalog
 
 QUANTS = {"Q2_K", "Q3_K_M", "Q4_0", "Q4_1", "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K", "Q8_0", "F16", "BF16",
-          "IQ4_XS", "Q5_K_S", "Q3_K_L", "Q3_K_S", "IQ3_M"}
+          "IQ4_XS", "Q5_K_S", "Q3_K_L", "Q3_K_S", "IQ3_M", "MXFP4"}
 ARCH_KEYS = {"arch", "n_layer", "n_head", "n_head_kv", "head_dim", "n_embd", "n_vocab", "n_ctx_train"}
 
 
 def test_every_entry_is_complete_and_consistent():
     catalog = load_catalog()
     raw = yaml.safe_load(catalog_path().read_text())["models"]
-    families = {"qwen2.5", "qwen3", "llama3", "gemma3", "smollm2"}
+    families = {"qwen2.5", "qwen3", "llama3", "gemma3", "smollm2", "gpt-oss", "gemma3n"}
     assert {e.family for e in catalog.values()} >= families
     for key, entry in catalog.items():
         assert ARCH_KEYS <= raw[key]["architecture"].keys(), key  # written down, not estimated
