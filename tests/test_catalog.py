@@ -95,3 +95,22 @@ def test_bigger_quant_levels_are_bigger_files():
     for key, entry in load_catalog().items():
         sizes = [entry.files[q].size for q in order if q in entry.files]
         assert sizes == sorted(sizes), key
+
+
+def test_a_split_model_is_named_by_its_first_part_and_fetched_from_the_hub_only(tmp_path):
+    entry = load_catalog()["gpt-oss-120b"].file_for(None)
+    assert entry.file == entry.repo_file == "gpt-oss-120b-mxfp4-00001-of-00003.gguf" and entry.sha256 is None
+    bad = tmp_path / "models.yaml"
+    for extra in ("sha256: '" + "0" * 64 + "'", "sources: [{wheel: {package: p, version: '1', member: m, verified: false}}]"):
+        bad.write_text(f"""
+models:
+  split:
+    architecture: {{arch: llama, n_layer: 2, n_head_kv: 2}}
+    files:
+      Q4_K_M:
+        file: m-00001-of-00002.gguf
+        size: 100
+        {extra}
+""")
+        with pytest.raises(ConfigError, match="split model"):
+            load_catalog(bad)

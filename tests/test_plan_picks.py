@@ -173,3 +173,15 @@ def test_gpt_oss_120b_does_not_fit_a_24_gb_card_whole_and_is_not_forced_onto_it(
     assert fit.copy_bytes(model, "MXFP4", 8192) > 60e9  # all three parts of the split file
     result = plan(DESCRIBED["rtx4090-desktop"](), catalog, Wants(gptq_extra=False))
     assert result.model != "gpt-oss-120b"
+
+
+@pytest.mark.parametrize("name, model", [("rtx4080-desktop", "gpt-oss-20b"), ("h100-server", "gpt-oss-120b")])
+def test_plan_picks_gpt_oss_for_a_described_machine_from_the_command_line(name: str, model: str, tmp_path: Path,
+                                                                           capsys):
+    from localchat import cli
+
+    machine = tmp_path / f"{name}.json"
+    machine.write_text(DESCRIBED[name]().to_json())
+    assert cli.main(["plan", "--json", "--hardware", str(machine), "--catalog", str(CATALOG), "--offline"]) == 0
+    picked = json.loads(capsys.readouterr().out)
+    assert (picked["model"], picked["quant"], picked["layout"]) == (model, "MXFP4", "gpu")

@@ -12,6 +12,7 @@ import yaml
 from ..errors import ConfigError, ModelNotFoundError
 from ..runtime.workers.gguf_types import GGML_TYPES
 from .gguf_info import GGUFInfo, is_expert_tensor
+from .split_files import part_names
 
 CATALOG_FILE = Path(__file__).resolve().parent.parent / "models.yaml"
 
@@ -235,8 +236,12 @@ def _model_file(quant: str, raw: dict[str, Any]) -> ModelFile:
     bits = raw.get("bits")
     if fmt == GPTQ and bits not in (4, 8):
         raise ValueError(f"the GPTQ entry {quant} says bits {bits!r}; GPTQ checkpoints here are 4- or 8-bit")
-    return ModelFile(quant=quant, file=raw["file"], size=int(raw["size"]), sha256=raw.get("sha256"),
-                     sources=list(raw.get("sources") or []), format=fmt, bits=bits)
+    model_file = ModelFile(quant=quant, file=raw["file"], size=int(raw["size"]), sha256=raw.get("sha256"),
+                           sources=list(raw.get("sources") or []), format=fmt, bits=bits)
+    if len(part_names(model_file.file)) > 1 and (model_file.sha256 or any("hub" not in s for s in model_file.sources)):
+        raise ValueError(f"{quant} is a split model ({model_file.file}): it is fetched part by part from the hub, each "
+                         "part checked against the hub's sha256, so it lists hub sources only and no sha256")
+    return model_file
 
 
 def _model(key: str, raw: dict[str, Any]) -> ModelFacts:
