@@ -29,8 +29,8 @@ def _tensor(writer, name: str, shape: tuple[int, ...], kind: str, rng: np.random
     writer.add_tensor(name, raw, raw_dtype=qtype)  # a byte shape: the writer derives the element shape
 
 
-def _header(writer, arch: str) -> None:
-    writer.add_block_count(LAYERS)
+def _header(writer, layers: int = LAYERS) -> None:
+    writer.add_block_count(layers)
     writer.add_embedding_length(EMBD)
     writer.add_feed_forward_length(FF)
     writer.add_head_count(4)
@@ -60,7 +60,7 @@ def gpt_oss_gguf(path: Path) -> Path:
 
     rng = np.random.default_rng(0)
     writer = gguf.GGUFWriter(path, arch="gpt-oss")
-    _header(writer, "gpt-oss")
+    _header(writer)
     writer.add_expert_count(EXPERTS)
     writer.add_expert_used_count(USED)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
@@ -77,19 +77,19 @@ def gpt_oss_gguf(path: Path) -> Path:
     return path
 
 
-def gemma3n_gguf(path: Path) -> Path:
+def gemma3n_gguf(path: Path, layers: int = LAYERS) -> Path:
     """Gemma 3n's layout: a tied token embedding and the per-layer token embedding (per_layer_token_embd,
     PER_LAYER columns for each layer), both Q8_0, beside dense layers; the header says the per-layer width."""
     import gguf
 
     rng = np.random.default_rng(1)
     writer = gguf.GGUFWriter(path, arch="gemma3n")
-    _header(writer, "gemma3n")
+    _header(writer, layers)
     writer.add_uint32("gemma3n.embedding_length_per_layer_input", PER_LAYER)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     _tensor(writer, "token_embd.weight", (EMBD, VOCAB), "Q8_0", rng)
-    _tensor(writer, "per_layer_token_embd.weight", (PER_LAYER * LAYERS, VOCAB), "Q8_0", rng)
-    for i in range(LAYERS):
+    _tensor(writer, "per_layer_token_embd.weight", (PER_LAYER * layers, VOCAB), "Q8_0", rng)
+    for i in range(layers):
         _attention(writer, i, rng)
         for part in ("gate", "up"):
             _tensor(writer, f"blk.{i}.ffn_{part}.weight", (EMBD, FF), "Q8_0", rng)

@@ -121,3 +121,16 @@ def test_the_catalogs_gpt_oss_reads_its_active_experts_per_token():
         per_weight = model.files[quant].size / (model.params_b * 1e9)
         assert 0.6 < read / (active * 1e9 * per_weight) < 1.6, (key, read)
         assert read < model.files[quant].size / 4
+
+
+def test_gemma3n_keeps_a_kv_cache_for_its_first_20_layers_only(tmp_path: Path):
+    """Its later layers reuse an earlier layer's cache (llama.cpp's loader: n_layer_kv_from_start = 20)."""
+    info, model = _facts(gemma3n_gguf(tmp_path / "tall-gemma3n.gguf", layers=24))
+    assert (model.n_layer, model.kv_layers) == (24, 20)
+    one_layer = 2 * model.n_head_kv * model.head_dim * 2 * 4096  # K and V in f16
+    assert model.kv_bytes(4096) == 20 * one_layer
+    assert fit.usage(model, model.default_quant, 4096, "f16", 24, True)["kv"] == 20 * one_layer
+    assert model.kv_bytes(4096, n_layers=6) == 6 * one_layer  # a device with a few layers: at most theirs
+    e4b = load_catalog()["gemma-3n-e4b"]
+    assert e4b.kv_layers == 20 and e4b.kv_bytes(8192) == e4b.kv_bytes(8192, n_layers=20) < \
+        e4b.n_layer * e4b.kv_bytes(8192, n_layers=1)

@@ -104,6 +104,7 @@ class ModelFacts:
     n_expert_used: int = 0
     active_params_b: float | None = None    # the weights one token uses (all of them for a dense model)
     per_layer_embd: int = 0                 # Gemma 3n: each layer's own token-embedding width, kept in RAM
+    kv_layers: int | None = None            # layers with a KV cache of their own (Gemma 3n's later ones share)
     default_quant: str = "Q4_K_M"
     files: dict[str, ModelFile] = field(default_factory=dict)
     exact_layer_bytes: dict[str, int] = field(default_factory=dict)  # quant -> bytes, from a header
@@ -191,8 +192,11 @@ class ModelFacts:
         all n_ctx cells too: the runtime keeps llama.cpp's full-size cache for them (runtime/workers/worker.py,
         swa_full), so that prefixes are reused and drafts rolled back; it attends over its window only
         (attended_cells). Measured on gemma-3-270m at 4k: 72 MiB, the full cache, where a cache of the window
-        plus one ubatch would be 27."""
+        plus one ubatch would be 27. A model whose later layers reuse an earlier layer's cache (Gemma 3n:
+        llama.cpp keeps one for its first 20 layers only) holds at most kv_layers caches on any device."""
         n_layers = self.n_layer if n_layers is None else n_layers
+        if self.kv_layers is not None:
+            n_layers = min(n_layers, self.kv_layers)
         return int(2 * self.n_head_kv * self.head_dim * KV_TYPE_BYTES[type_kv] * n_layers * n_ctx)
 
     def attended_cells(self, fill: int, n_layers: int | None = None) -> int:
@@ -263,7 +267,8 @@ def _model(key: str, raw: dict[str, Any]) -> ModelFacts:
         files=files, thinking_tokens=int(raw.get("thinking_tokens") or 0),
         n_expert=int(arch.get("n_expert") or 0), n_expert_used=int(arch.get("n_expert_used") or 0),
         active_params_b=float(arch["active_params_b"]) if arch.get("active_params_b") else None,
-        per_layer_embd=int(arch.get("per_layer_embd") or 0))
+        per_layer_embd=int(arch.get("per_layer_embd") or 0),
+        kv_layers=int(arch["kv_layers"]) if arch.get("kv_layers") else None)
 
 
 # Parsed YAML by path, with the (size, mtime) it was parsed at: models.yaml was parsed again on every
@@ -318,6 +323,7 @@ def facts_from_gguf(info: GGUFInfo, key: str, size: int, family: str = "local") 
         sliding_window=info.sliding_window, swa_pattern=6 if info.sliding_window and info.arch == "gemma3" else None,
         default_quant=quant, files={quant: ModelFile(quant, Path(info.source).name, size)},
         n_expert=info.n_expert, n_expert_used=info.n_expert_used, per_layer_embd=info.per_layer_embd,
+        kv_layers=info.kv_layers,
         active_params_b=(params - expert_params * unused) / 1e9 if info.n_expert else None)
     if layers:
         model.exact_layer_bytes[quant] = max(layers)

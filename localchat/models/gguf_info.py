@@ -72,6 +72,7 @@ class GGUFInfo:
     n_expert: int = 0                # a mixture of experts: experts per layer, and how many a token uses
     n_expert_used: int = 0
     per_layer_embd: int = 0          # Gemma 3n: each layer's own token embedding width
+    kv_layers: int | None = None     # layers with a KV cache of their own, where later ones share it
 
     @property
     def tensor_bytes(self) -> int:
@@ -92,6 +93,7 @@ class GGUFInfo:
         return sum(t.n_bytes for t in self.tensors if t.name in HOST_TENSORS)
 
 
+GEMMA3N_KV_LAYERS = 20  # llama-model.cpp: hparams.n_layer_kv_from_start for LLM_ARCH_GEMMA3N
 # llama.cpp creates these in its input buffer, on the CPU, whatever is offloaded (llama-model.cpp).
 HOST_TENSORS = ("token_embd.weight", "per_layer_token_embd.weight")
 
@@ -137,6 +139,9 @@ def _derive(info: GGUFInfo) -> None:
     info.n_expert = _int(meta, prefix + "expert_count") or 0
     info.n_expert_used = _int(meta, prefix + "expert_used_count") or 0
     info.per_layer_embd = _int(meta, prefix + "embedding_length_per_layer_input") or 0
+    # llama.cpp's gemma3n loader keeps a cache for the first 20 layers whatever the header says (its
+    # attention.shared_kv_layers is written as a float, and not read); the later layers reuse those.
+    info.kv_layers = min(GEMMA3N_KV_LAYERS, info.n_layer) if info.arch == "gemma3n" else None
 
 
 def _block_index(name: str) -> int | None:
