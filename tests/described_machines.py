@@ -70,5 +70,28 @@ def two_core_box() -> HardwareInfo:
                         ram_total=25275990016, ram_available=24454590464, ram_bandwidth=19.2e9)
 
 
+def rtx4080_desktop() -> HardwareInfo:
+    """An RTX 4080 SUPER (16 GB GDDR6X, 736 GB/s) driving the desktop (NVML: 16376 MiB in all, ~1 GiB held by
+    the desktop), beside a Ryzen 7 7800X3D (8 cores) with 32 GB of dual-channel DDR5."""
+    return HardwareInfo(os="Windows", machine="AMD64", cpu_model="AMD Ryzen 7 7800X3D 8-Core Processor",
+                        physical_cores=8, logical_cores=16, cpu_max_mhz=5000, cpu_flags=["avx2", "fma", "avx512f"],
+                        ram_total=32 * GiB, ram_available=24 * GiB, ram_bandwidth=60e9,
+                        gpus=[GPUInfo(index=0, name="NVIDIA GeForce RTX 4080 SUPER", memory_total=16376 * MiB,
+                                      memory_free=15300 * MiB, spec_bandwidth=736e9, fp16_tflops=104,
+                                      compute_capability="8.9")])
+
+
+def h100_server() -> HardwareInfo:
+    """A server with one H100 PCIe (80 GB HBM2e, 2039 GB/s; NVML: 81559 MiB, all free on a headless card),
+    two 32-core Xeons and 512 GB of DDR5."""
+    return HardwareInfo(os="Linux", machine="x86_64", cpu_model="Intel(R) Xeon(R) Platinum 8462Y+",
+                        physical_cores=64, logical_cores=128, cpu_max_mhz=4100, cpu_flags=["avx2", "fma", "avx512f"],
+                        ram_total=512 * GiB, ram_available=480 * GiB, ram_bandwidth=300e9,
+                        gpus=[GPUInfo(index=0, name="NVIDIA H100 PCIe", memory_total=81559 * MiB,
+                                      memory_free=81000 * MiB, spec_bandwidth=2039e9, fp16_tflops=756,
+                                      compute_capability="9.0")])
+
+
 DESCRIBED = {"rtx4090-desktop": rtx4090_desktop, "rtx4060-laptop": rtx4060_laptop, "m3-16gb": apple_m3_16gb,
-             "2x-rtx3090": two_rtx3090, "cpu-laptop-16gb": cpu_laptop_16gb, "2-core-box": two_core_box}
+             "2x-rtx3090": two_rtx3090, "cpu-laptop-16gb": cpu_laptop_16gb, "2-core-box": two_core_box,
+             "rtx4080-desktop": rtx4080_desktop, "h100-server": h100_server}

@@ -156,6 +156,11 @@ def test_the_catalog_shows_each_quant_with_its_size_the_planners_verdict_and_the
     big = catalog_row(page, "qwen2.5-32b", "Q8_0")
     expect(big).to_contain_text("does not fit")  # 35 GB of weights on this machine
     shot(page, "1-catalog")
+    split = catalog_row(page, "gpt-oss-120b", "MXFP4")  # a model in three files: one row, their total size
+    split.scroll_into_view_if_needed()
+    expect(split).to_contain_text("63.4 GB")
+    expect(split).to_contain_text("does not fit")
+    shot(page, "1b-catalog-split-model")
     for key, model in load_catalog().items():  # the GPTQ entries, where the catalog has them, as it gives them
         for quant, model_file in model.files.items():
             if model_file.format != "gguf":

@@ -9,14 +9,14 @@ from localchat.errors import ConfigError
 from localchat.models.catalog import ModelFacts, ModelFile, catalog_path, load_catalog
 
 QUANTS = {"Q2_K", "Q3_K_M", "Q4_0", "Q4_1", "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K", "Q8_0", "F16", "BF16",
-          "IQ4_XS", "Q5_K_S", "Q3_K_L", "Q3_K_S", "IQ3_M"}
+          "IQ4_XS", "Q5_K_S", "Q3_K_L", "Q3_K_S", "IQ3_M", "MXFP4"}
 ARCH_KEYS = {"arch", "n_layer", "n_head", "n_head_kv", "head_dim", "n_embd", "n_vocab", "n_ctx_train"}
 
 
 def test_every_entry_is_complete_and_consistent():
     catalog = load_catalog()
     raw = yaml.safe_load(catalog_path().read_text())["models"]
-    families = {"qwen2.5", "qwen3", "llama3", "gemma3", "smollm2"}
+    families = {"qwen2.5", "qwen3", "llama3", "gemma3", "smollm2", "gpt-oss", "gemma3n"}
     assert {e.family for e in catalog.values()} >= families
     for key, entry in catalog.items():
         assert ARCH_KEYS <= raw[key]["architecture"].keys(), key  # written down, not estimated
@@ -95,3 +95,22 @@ def test_bigger_quant_levels_are_bigger_files():
     for key, entry in load_catalog().items():
         sizes = [entry.files[q].size for q in order if q in entry.files]
         assert sizes == sorted(sizes), key
+
+
+def test_a_split_model_is_named_by_its_first_part_and_fetched_from_the_hub_only(tmp_path):
+    entry = load_catalog()["gpt-oss-120b"].file_for(None)
+    assert entry.file == entry.repo_file == "gpt-oss-120b-mxfp4-00001-of-00003.gguf" and entry.sha256 is None
+    bad = tmp_path / "models.yaml"
+    for extra in ("sha256: '" + "0" * 64 + "'", "sources: [{wheel: {package: p, version: '1', member: m, verified: false}}]"):
+        bad.write_text(f"""
+models:
+  split:
+    architecture: {{arch: llama, n_layer: 2, n_head_kv: 2}}
+    files:
+      Q4_K_M:
+        file: m-00001-of-00002.gguf
+        size: 100
+        {extra}
+""")
+        with pytest.raises(ConfigError, match="split model"):
+            load_catalog(bad)

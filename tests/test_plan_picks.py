@@ -11,6 +11,8 @@ person who runs models locally would pick it:
 | 2x RTX 3090 | Qwen3-32B Q5_K_M or Q6_K split over both GPUs | 48 GB holds the 32B at 5-6 bits with a long context at ~30 tok/s; Q8_0 is no better to read and slower |
 | CPU-only laptop 16 GB | a 3-4B model at Q4_K_M (Qwen2.5-3B or Qwen3-4B) | one memory bus at ~45 GB/s: 12-18 tok/s; a 7-8B decodes under 10 tok/s, a 1.7B is faster but weaker |
 | this 2-core box | a ~1B model (gemma-3-1b) at Q4-Q6 | two slow cores: ~9 tok/s at 1B; anything bigger falls under the 8 tok/s floor |
+| RTX 4080 SUPER 16 GB | gpt-oss-20b MXFP4, whole on the GPU | 12 GB fits 16 GB whole and a token reads only its 4 of 32 experts (3.6B active parameters): well over 100 tok/s, so even with its thinking the answer comes faster than Qwen3-14B's, which it matches or beats |
+| H100 80 GB | gpt-oss-120b MXFP4, whole on the GPU | the model its makers sized for one 80 GB card: 63 GB of weights, 5.1B active parameters a token; no dense model here comes close |
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import pytest
 from described_machines import DESCRIBED
 from localchat.models.catalog import load_catalog
 from localchat.planning import fit, policy
+from localchat.planning.cost import DEFAULT_EFFICIENCY
 from localchat.planning.plan_command import format_plan
-from localchat.planning.planner import Wants, plan
+from localchat.planning.planner import Wants, answer_share, plan
 from localchat.planning.policy import Speeds, Standing, choose
 
 CATALOG = Path(__file__).resolve().parents[1] / "models.yaml"
@@ -36,6 +39,8 @@ PICKS = {  # machine: (model, quants a person would take, layouts)
     "2x-rtx3090": ("qwen3-32b", {"Q5_K_M", "Q6_K"}, {"layer-split"}),
     "cpu-laptop-16gb": ({"qwen2.5-3b", "qwen3-4b"}, {"Q4_K_M"}, {"cpu"}),
     "2-core-box": ("gemma-3-1b", {"Q4_K_M", "Q5_K_M", "Q6_K"}, {"cpu"}),
+    "rtx4080-desktop": ("gpt-oss-20b", {"MXFP4"}, {"gpu"}),
+    "h100-server": ("gpt-oss-120b", {"MXFP4"}, {"gpu"}),
 }
 
 
@@ -53,8 +58,9 @@ def test_each_described_machine_gets_the_pick_a_person_would_make(name: str, cat
     assert result.decode_tps_without_draft >= policy.SPEED_FLOOR
     text = format_plan(result)
     assert result.name in text and "why" in text
-    if result.faster:  # the faster runner-up and what it trades
-        assert result.faster.predicted_decode_tps >= result.predicted_decode_tps * policy.FASTER_BY
+    if result.faster:  # the faster runner-up and what it trades; a thinking model's answer comes slower
+        faster = result.faster.predicted_decode_tps * answer_share(catalog[result.faster.model])
+        assert faster >= result.predicted_decode_tps * answer_share(catalog[result.model]) * policy.FASTER_BY
         assert f"faster     {result.faster.model} {result.faster.quant}" in text and "x the pick's speed" in text
 
 
@@ -147,3 +153,35 @@ def test_under_the_target_a_halving_of_speed_must_buy_a_doubling_of_the_model():
     slow = choose([_standing("70B", 16.0, 3.0), _standing("32B", 15.0, 6.0)], Speeds())
     assert slow.chosen == 1 and not slow.fast_enough and "nothing that fits reaches 8" in slow.reasons[0]
     assert choose([_standing("70B", 16.0, 7.9), _standing("1B", 9.9, 8.1)], Speeds()).chosen == 1
+
+
+def test_a_mixture_of_experts_is_sized_by_all_its_weights_and_timed_by_its_active_ones(catalog):
+    """gpt-oss-20b on a 16 GB card: the GPU holds every expert (the whole file but the token embedding kept
+    in RAM), and the predicted decode speed is above what reading all of those bytes a token would allow."""
+    result = plan(DESCRIBED["rtx4080-desktop"](), catalog, Wants(gptq_extra=False))
+    model = catalog["gpt-oss-20b"]
+    gpu = next(u for u in result.devices if u.device == "cuda:0")
+    assert gpu.weights == model.layer_bytes("MXFP4") * model.n_layer + model.output_bytes("MXFP4")
+    assert gpu.weights + model.host_bytes("MXFP4") == pytest.approx(model.files["MXFP4"].size, rel=0.01)
+    every_weight = gpu.weights / (736e9 * DEFAULT_EFFICIENCY["bandwidth"])
+    assert result.decode_tps_without_draft > 3 / every_weight
+    assert any("thinks ~1000 tokens first" in r for r in result.reasons)
+
+
+def test_gpt_oss_120b_does_not_fit_a_24_gb_card_whole_and_is_not_forced_onto_it(catalog):
+    model = catalog["gpt-oss-120b"]
+    assert fit.copy_bytes(model, "MXFP4", 8192) > 60e9  # all three parts of the split file
+    result = plan(DESCRIBED["rtx4090-desktop"](), catalog, Wants(gptq_extra=False))
+    assert result.model != "gpt-oss-120b"
+
+
+@pytest.mark.parametrize("name, model", [("rtx4080-desktop", "gpt-oss-20b"), ("h100-server", "gpt-oss-120b")])
+def test_plan_picks_gpt_oss_for_a_described_machine_from_the_command_line(name: str, model: str, tmp_path: Path,
+                                                                           capsys):
+    from localchat import cli
+
+    machine = tmp_path / f"{name}.json"
+    machine.write_text(DESCRIBED[name]().to_json())
+    assert cli.main(["plan", "--json", "--hardware", str(machine), "--catalog", str(CATALOG), "--offline"]) == 0
+    picked = json.loads(capsys.readouterr().out)
+    assert (picked["model"], picked["quant"], picked["layout"]) == (model, "MXFP4", "gpu")

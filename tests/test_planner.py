@@ -112,7 +112,8 @@ def test_a_draft_only_where_it_pays(name: str, catalog):
 
 
 def test_no_draft_when_acceptance_is_poor(catalog):
-    hopeless = plan(MACHINES["h100"], catalog, Wants(draft_acceptance=0.05))
+    # Qwen3: a dense model with a draft (the H100 would pick gpt-oss-120b, which has none).
+    hopeless = plan(MACHINES["h100"], catalog, Wants(family="qwen3", draft_acceptance=0.05))
     assert hopeless.draft is None and any("no draft" in r for r in hopeless.reasons)
 
 
@@ -266,15 +267,15 @@ def test_gemma_sliding_window_layers_attend_over_their_window_only(catalog):
 
 
 def test_a_measured_acceptance_replaces_the_assumed_one(catalog):
-    hw = MACHINES["h100"]
-    assumed = plan(hw, catalog)
+    hw, family = MACHINES["h100"], "qwen3"  # a dense model with a draft
+    assumed = plan(hw, catalog, Wants(family=family))
     assert assumed.draft and any("assumed" in r for r in assumed.reasons)
-    measured_poor = plan(hw, catalog, Wants(measured_acceptance={assumed.model: 0.05}))
+    measured_poor = plan(hw, catalog, Wants(family=family, measured_acceptance={assumed.model: 0.05}))
     assert measured_poor.draft is None and any("measured by `localchat tune`" in r for r in measured_poor.reasons)
     # Measured for another model: this one keeps the assumed figure.
-    assert plan(hw, catalog, Wants(measured_acceptance={"qwen3-0.6b": 0.05})).draft == assumed.draft
+    assert plan(hw, catalog, Wants(family=family, measured_acceptance={"qwen3-0.6b": 0.05})).draft == assumed.draft
     # The planner stays a pure function: same inputs, same plan.
-    assert plan(hw, catalog, Wants(measured_acceptance={assumed.model: 0.05})) == measured_poor
+    assert plan(hw, catalog, Wants(family=family, measured_acceptance={assumed.model: 0.05})) == measured_poor
 
 
 def _imported(source: str, package: str) -> list[str]:

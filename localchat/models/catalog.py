@@ -11,7 +11,8 @@ import yaml
 
 from ..errors import ConfigError, ModelNotFoundError
 from ..runtime.gguf_types import GGML_TYPES
-from .gguf_info import GGUFInfo
+from .gguf_info import GGUFInfo, is_expert_tensor
+from .split_files import part_names
 
 CATALOG_FILE = Path(__file__).resolve().parent.parent / "models.yaml"
 
@@ -97,12 +98,21 @@ class ModelFacts:
     swa_pattern: int | None = None          # every n-th layer keeps full attention
     draft: str | None = None                # the catalog key of a smaller model with the same tokenizer
     thinking_tokens: int = 0                # what a model that always thinks writes before its answer
+    # A mixture of experts (gpt-oss): each layer holds n_expert experts' feed-forward weights and a token
+    # runs n_expert_used of them, so memory follows params_b and what one token reads follows active_params_b.
+    n_expert: int = 0
+    n_expert_used: int = 0
+    active_params_b: float | None = None    # the weights one token uses (all of them for a dense model)
+    per_layer_embd: int = 0                 # Gemma 3n: each layer's own token-embedding width, kept in RAM
+    kv_layers: int | None = None            # layers with a KV cache of their own (Gemma 3n's later ones share)
     default_quant: str = "Q4_K_M"
     files: dict[str, ModelFile] = field(default_factory=dict)
     exact_layer_bytes: dict[str, int] = field(default_factory=dict)  # quant -> bytes, from a header
     # quant -> bytes of the output head as a GPU holds it, from a header: a tied head is a copy of the token
     # embedding, which files often keep at another type than the layers (SmolLM2's Q4_1 file: Q8_0).
     exact_output_bytes: dict[str, int] = field(default_factory=dict)
+    exact_expert_bytes: dict[str, int] = field(default_factory=dict)  # quant -> one layer's expert weights
+    exact_host_bytes: dict[str, int] = field(default_factory=dict)    # quant -> the embeddings kept in RAM
 
     def file_for(self, quant: str | None) -> ModelFile:
         """The file of a quant level (the default one when None), or a clear error."""
@@ -120,6 +130,14 @@ class ModelFacts:
         bits = GPTQ_EMBEDDING_BITS if known is not None and known.is_checkpoint else QUANT_BITS.get(quant, 8.5)
         return int(self.n_vocab * self.n_embd * bits / 8)
 
+    def host_bytes(self, quant: str) -> int:
+        """What llama.cpp keeps in host memory wherever the layers run: the token embedding, and Gemma 3n's
+        per-layer embeddings (n_vocab rows of per_layer_embd for each layer, at about the file's bits)."""
+        if quant in self.exact_host_bytes:
+            return self.exact_host_bytes[quant]
+        per_layer = self.n_vocab * self.per_layer_embd * self.n_layer
+        return self.embedding_bytes(quant) + int(per_layer * QUANT_BITS.get(quant, 8.5) / 8)
+
     def formats(self, fmt: str) -> dict[str, ModelFile]:
         """The files of one weight format, by quant."""
         return {quant: f for quant, f in self.files.items() if f.format == fmt}
@@ -129,11 +147,41 @@ class ModelFacts:
         if quant in self.exact_layer_bytes:
             return self.exact_layer_bytes[quant]
         known = self.files[quant]
-        outside = self.embedding_bytes(quant) * (1 if self.tied_embeddings else 2)
+        outside = self.host_bytes(quant) + (0 if self.tied_embeddings else self.embedding_bytes(quant))
         # Never below half an even split: the bits table is an estimate, the file size is not. A GPTQ
         # checkpoint's float16 embeddings are exact, and can be most of a small model's bytes.
         floor = known.size // (8 if known.is_checkpoint else 2)
         return max(known.size - outside, floor) // self.n_layer
+
+    def expert_bytes(self, quant: str) -> int:
+        """Bytes of one layer's expert weights (0 for a dense model). Without a header, the experts' share of
+        the layer's parameters: total - active = the unused experts' part, (1 - used/n) of all experts."""
+        if not self.n_expert:
+            return 0
+        if quant in self.exact_expert_bytes:
+            return self.exact_expert_bytes[quant]
+        experts = (self.params_b - self.active_params()) / (1 - self.n_expert_used / self.n_expert)
+        tables = self.n_vocab * self.n_embd * (1 if self.tied_embeddings else 2) / 1e9 + self.table_params_b()
+        share = min(1.0, experts / max(self.params_b - tables, 1e-9))
+        return int(self.layer_bytes(quant) * share)
+
+    def read_layer_bytes(self, quant: str, n_tokens: int) -> int:
+        """Bytes of one layer's weights a step over n_tokens reads: all of a dense layer; of an expert layer
+        the experts its tokens chose, each token n_expert_used of n_expert (routed independently, a step of
+        n tokens touches 1 - (1 - used/n)^n of them: one token 4 of 32, a 512-token prompt chunk all)."""
+        experts = self.expert_bytes(quant)
+        if not experts:
+            return self.layer_bytes(quant)
+        touched = 1 - (1 - self.n_expert_used / self.n_expert) ** n_tokens
+        return self.layer_bytes(quant) - experts + int(experts * touched)
+
+    def table_params_b(self) -> float:
+        """Gemma 3n's per-layer embedding tables, in billions of parameters: a token looks up one row of each."""
+        return self.n_vocab * self.per_layer_embd * self.n_layer / 1e9
+
+    def active_params(self) -> float:
+        """The parameters one token computes with, in billions (neither unchosen experts nor lookup tables)."""
+        return self.active_params_b or self.params_b - self.table_params_b()
 
     def output_bytes(self, quant: str) -> int:
         """Bytes of the output head, which lives with the last layer (tied heads are a copy)."""
@@ -144,8 +192,11 @@ class ModelFacts:
         all n_ctx cells too: the runtime keeps llama.cpp's full-size cache for them (runtime/workers/worker.py,
         swa_full), so that prefixes are reused and drafts rolled back; it attends over its window only
         (attended_cells). Measured on gemma-3-270m at 4k: 72 MiB, the full cache, where a cache of the window
-        plus one ubatch would be 27."""
+        plus one ubatch would be 27. A model whose later layers reuse an earlier layer's cache (Gemma 3n:
+        llama.cpp keeps one for its first 20 layers only) holds at most kv_layers caches on any device."""
         n_layers = self.n_layer if n_layers is None else n_layers
+        if self.kv_layers is not None:
+            n_layers = min(n_layers, self.kv_layers)
         return int(2 * self.n_head_kv * self.head_dim * KV_TYPE_BYTES[type_kv] * n_layers * n_ctx)
 
     def attended_cells(self, fill: int, n_layers: int | None = None) -> int:
@@ -173,8 +224,8 @@ class ModelFacts:
         return int(n_ubatch * 4 * (self.n_vocab + 2 * self.n_embd))
 
     def flops_per_token(self) -> float:
-        """Matmul FLOPs per token, 2 per weight."""
-        return 2 * self.params_b * 1e9
+        """Matmul FLOPs per token, 2 per weight it uses (a mixture of experts: its active ones)."""
+        return 2 * self.active_params() * 1e9
 
 
 def catalog_path() -> Path:
@@ -189,8 +240,12 @@ def _model_file(quant: str, raw: dict[str, Any]) -> ModelFile:
     bits = raw.get("bits")
     if fmt == GPTQ and bits not in (4, 8):
         raise ValueError(f"the GPTQ entry {quant} says bits {bits!r}; GPTQ checkpoints here are 4- or 8-bit")
-    return ModelFile(quant=quant, file=raw["file"], size=int(raw["size"]), sha256=raw.get("sha256"),
-                     sources=list(raw.get("sources") or []), format=fmt, bits=bits)
+    model_file = ModelFile(quant=quant, file=raw["file"], size=int(raw["size"]), sha256=raw.get("sha256"),
+                           sources=list(raw.get("sources") or []), format=fmt, bits=bits)
+    if len(part_names(model_file.file)) > 1 and (model_file.sha256 or any("hub" not in s for s in model_file.sources)):
+        raise ValueError(f"{quant} is a split model ({model_file.file}): it is fetched part by part from the hub, each "
+                         "part checked against the hub's sha256, so it lists hub sources only and no sha256")
+    return model_file
 
 
 def _model(key: str, raw: dict[str, Any]) -> ModelFacts:
@@ -209,7 +264,11 @@ def _model(key: str, raw: dict[str, Any]) -> ModelFacts:
         n_ctx_train=int(arch.get("n_ctx_train") or 4096), params_b=params_b,
         tied_embeddings=bool(arch.get("tied_embeddings", True)), sliding_window=arch.get("sliding_window"),
         swa_pattern=arch.get("swa_pattern"), draft=raw.get("draft"), default_quant=raw.get("default_quant", first.quant),
-        files=files, thinking_tokens=int(raw.get("thinking_tokens") or 0))
+        files=files, thinking_tokens=int(raw.get("thinking_tokens") or 0),
+        n_expert=int(arch.get("n_expert") or 0), n_expert_used=int(arch.get("n_expert_used") or 0),
+        active_params_b=float(arch["active_params_b"]) if arch.get("active_params_b") else None,
+        per_layer_embd=int(arch.get("per_layer_embd") or 0),
+        kv_layers=int(arch["kv_layers"]) if arch.get("kv_layers") else None)
 
 
 # Parsed YAML by path, with the (size, mtime) it was parsed at: models.yaml was parsed again on every
@@ -267,6 +326,8 @@ def facts_from_gguf(info: GGUFInfo, key: str, size: int, family: str = "local") 
     quant = info.quant or "F16"
     layers = info.layer_bytes()
     params = sum(math.prod(t.shape) for t in info.tensors)
+    expert_params = sum(math.prod(t.shape) for t in info.tensors if is_expert_tensor(t.name))
+    unused = 1 - info.n_expert_used / info.n_expert if info.n_expert else 0.0
     model = ModelFacts(
         key=key, name=str(info.metadata.get("general.name", key)), family=family,
         license=str(info.metadata.get("general.license", "unknown")), arch=info.arch, n_layer=info.n_layer,
@@ -274,9 +335,14 @@ def facts_from_gguf(info: GGUFInfo, key: str, size: int, family: str = "local") 
         n_vocab=info.vocab_size, n_ctx_train=info.context_length, params_b=params / 1e9,
         tied_embeddings=not any(t.name == "output.weight" for t in info.tensors),
         sliding_window=info.sliding_window, swa_pattern=6 if info.sliding_window and info.arch == "gemma3" else None,
-        default_quant=quant, files={quant: ModelFile(quant, Path(info.source).name, size)})
+        default_quant=quant, files={quant: ModelFile(quant, Path(info.source).name, size)},
+        n_expert=info.n_expert, n_expert_used=info.n_expert_used, per_layer_embd=info.per_layer_embd,
+        kv_layers=info.kv_layers,
+        active_params_b=(params - expert_params * unused) / 1e9 if info.n_expert else None)
     if layers:
         model.exact_layer_bytes[quant] = max(layers)
+        model.exact_expert_bytes[quant] = max(info.layer_bytes(experts_only=True))
+    model.exact_host_bytes[quant] = info.host_bytes()
     head = {t.name: t.n_bytes for t in info.tensors if t.name in ("output.weight", "token_embd.weight")}
     if head:
         model.exact_output_bytes[quant] = head.get("output.weight") or head["token_embd.weight"]

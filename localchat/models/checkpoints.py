@@ -18,7 +18,7 @@ from ..errors import DownloadError
 from ..gptq import REQUIRED_FILES, is_gptq_folder
 from ..paths import models_dir
 from .catalog import ModelFile
-from .hub import Progress, cached_hub_file, check_disk_space, download_hub_file, hub_cache_dir, hub_endpoint
+from .hub import Progress, cached_hub_file, download_hub_files, hub_endpoint
 from .hub_errors import explain_hub_error
 
 log = logging.getLogger(__name__)
@@ -101,27 +101,13 @@ def fetch_checkpoint(model_file: ModelFile, progress: Progress | None = None) ->
     if lacking:
         raise DownloadError(f"{repo} is not a checkpoint the GPTQ worker can load: it has no {', '.join(lacking)}. "
                             "Pick a GPTQ repo with safetensors weights, or use a GGUF quant of the model.")
-    total = sum(files.values())
-    check_disk_space(total, hub_cache_dir(), f"{repo} ({len(files)} files)")
-    done_before = 0
-    folders: set[Path] = set()
     # Small files first: a repo that is not what it claims fails before the big weights are fetched.
-    for name, size in sorted(files.items(), key=lambda item: (item[1], item[0])):
-        def each(done: int, _total: int, before: int = done_before) -> None:
-            if progress:
-                progress(before + done, total)
-        path = download_hub_file(repo, name, revision=revision, progress=each)
-        folders.add(path.parent)
-        done_before += size
-    if len(folders) != 1:  # the repo got a new commit between two files: the halves do not belong together
-        raise DownloadError(f"{repo} changed while it was being fetched; run the same command again.")
-    folder = folders.pop()
+    ordered = dict(sorted(files.items(), key=lambda item: (item[1], item[0])))
+    folder = download_hub_files(repo, ordered, revision=revision, progress=progress)[0].parent
     if INDEX in files:  # the shards the index names, all of them
         lacking = folder_missing(folder)
         if lacking:
             raise DownloadError(f"{repo}'s shard index names files the repo does not list ({', '.join(lacking)}); "
                                 "the repo is incomplete: pick another GPTQ repo or a GGUF quant.")
-    if progress:
-        progress(total, total)
-    log.info("fetched %s (%d files, %d bytes) into %s", repo, len(files), total, folder)
+    log.info("fetched %s (%d files, %d bytes) into %s", repo, len(files), sum(files.values()), folder)
     return folder

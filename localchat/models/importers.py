@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,12 +15,12 @@ from ..errors import ModelLoadError, ModelNotFoundError
 from ..paths import models_dir
 from ..runtime.gguf_types import GGUF_MAGIC
 from .hub import hub_cache_dir
+from .split_files import is_later_part, model_bytes
 
 log = logging.getLogger(__name__)
 
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_REGISTRY = "registry.ollama.ai"
-_SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
 @dataclass(slots=True)
@@ -71,22 +70,19 @@ def scan_folder(folder: Path, source: str = "path") -> list[LocalModel]:
             continue
         if path.name.lower().startswith("mmproj"):
             continue  # a vision projector, not a language model
-        shard = _SHARD.search(path.name)
-        if shard and int(shard.group(1)) != 1:
-            continue  # llama.cpp opens a split model through its first shard
+        if is_later_part(path.name):
+            continue  # llama.cpp opens a split model through its first part
         if not is_gguf(path):
             log.info("skipping %s: not a GGUF file", path)
             continue
-        size = sum(p.stat().st_size for p in _shards(path)) if shard else path.stat().st_size
+        try:
+            size = model_bytes(path)
+        except OSError:
+            log.info("skipping %s: a part of the split model is missing", path)
+            continue
         name = path.relative_to(folder).with_suffix("").as_posix()
         found.append(LocalModel(name=name, path=path, size=size, source=source))
     return found
-
-
-def _shards(first: Path) -> list[Path]:
-    total = _SHARD.search(first.name).group(2)  # type: ignore[union-attr]
-    stem = _SHARD.sub("", first.name)
-    return sorted(first.parent.glob(f"{stem}-*-of-{total}.gguf"))
 
 
 def scan_lmstudio(roots: list[Path]) -> list[LocalModel]:

@@ -22,6 +22,7 @@ from .checkpoints import checkpoint_files
 from .fan_out import fan_out
 from .hub import hub_endpoint
 from .hub_errors import network_errors
+from .split_files import part_names
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +51,19 @@ def _wanted(facts: dict[str, ModelFacts]) -> dict[Repo, set[str]]:
     found: dict[Repo, set[str]] = {}
     for model in facts.values():
         for quant in model.files.values():
-            name = CHECKPOINT_MARK if quant.is_checkpoint else quant.repo_file
-            if quant.repo and name and not quant.verified:
-                found.setdefault((quant.repo, quant.revision), set()).add(name)
+            names = [CHECKPOINT_MARK] if quant.is_checkpoint else part_names(quant.repo_file or "")
+            if quant.repo and all(names) and not quant.verified:
+                found.setdefault((quant.repo, quant.revision), set()).update(names)
     return found
 
 
 def _listed_size(qf: ModelFile, listed: dict[str, int]) -> int | None:
-    """The size the repo listing gives a catalog file: one file's, or a checkpoint's files together."""
+    """The size the repo listing gives a catalog file: one file's, a split model's parts together, or a
+    checkpoint's files together."""
     if qf.is_checkpoint:
         return sum(checkpoint_files(listed).values()) if CHECKPOINT_MARK in listed else None
-    return listed.get(qf.repo_file)
+    parts = [listed.get(name) for name in part_names(qf.repo_file or "")]
+    return None if None in parts else sum(parts)  # type: ignore[arg-type]
 
 
 def _cache_path() -> Path:

@@ -33,14 +33,16 @@ def planned(hardware: HardwareInfo, n_ctx: int, model: Path, draft: Path | None 
     """What the planner picks for this model file (and its draft) at n_ctx on `hardware`, from the
     files' headers; None when it finds no way to fit the file there."""
     from ..models.catalog import facts_from_gguf
-    from ..models.gguf_info import read_gguf
+    from ..models.gguf_info import read_model
     from .planner import Wants, plan
 
     try:  # a file the header reader refuses is left for the load to refuse, with the loader's words
-        target = facts_from_gguf(read_gguf(model), "model", Path(model).stat().st_size)
+        info = read_model(model)  # a split model: all its parts
+        target = facts_from_gguf(info, "model", info.file_size or 0)
         catalog = {target.key: target}
         if draft is not None:
-            catalog["draft"] = facts_from_gguf(read_gguf(draft), "draft", Path(draft).stat().st_size)
+            drafted = read_model(draft)
+            catalog["draft"] = facts_from_gguf(drafted, "draft", drafted.file_size or 0)
             target.draft = "draft"
         result = plan(hardware, catalog, Wants(n_ctx=n_ctx, min_decode_tps=0.0))
     except (LocalchatError, OSError) as exc:

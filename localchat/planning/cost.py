@@ -99,7 +99,8 @@ def step_time(model: ModelFacts, quant: str, parts: list[tuple[Device, int, bool
 
     total = 0.0
     for device, n_layers, head in parts:
-        weights = n_layers * model.layer_bytes(quant) + (model.output_bytes(quant) if head else 0)
+        # What the step reads, not what the device holds: a mixture of experts reads its tokens' experts only.
+        weights = n_layers * model.read_layer_bytes(quant, n_tokens) + (model.output_bytes(quant) if head else 0)
         kv = model.kv_read_bytes(fill, type_kv, n_layers)
         share = (n_layers + (1 if head else 0)) / (model.n_layer + 1)
         flops = n_tokens * model.flops_per_token() * share

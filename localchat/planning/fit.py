@@ -91,12 +91,13 @@ class ModelSize:
 
     @classmethod
     def of(cls, path: Path, type_kv: str = "f16") -> "ModelSize":
-        """The size of a GGUF file, from its header (exact tensor and per-layer bytes)."""
+        """The size of a GGUF model (a split one by its first part), from its header (exact tensor and
+        per-layer bytes)."""
         from ..models.catalog import facts_from_gguf
-        from ..models.gguf_info import read_gguf
+        from ..models.gguf_info import read_model
 
-        info = read_gguf(path)
-        model = facts_from_gguf(info, Path(path).stem, Path(path).stat().st_size)
+        info = read_model(path)  # a split model: all its parts
+        model = facts_from_gguf(info, Path(path).stem, info.file_size or 0)
         return cls.of_facts(model, model.default_quant, type_kv, weights=info.tensor_bytes)
 
     def bytes_for(self, n_ctx: int) -> int:

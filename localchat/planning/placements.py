@@ -193,7 +193,7 @@ def _gpu_and_cpu(site: Site) -> tuple[Parts, list[dict]] | None:
     L, gpu = site.model.n_layer, max(site.gpus, key=lambda g: g.budget)
     k = min(L - 1, max(0, (gpu.budget - site.model.compute_bytes(N_UBATCH)) // site.per_layer))
     on_host = site.use(site.cpu, L - k, True)
-    embedding = site.model.embedding_bytes(site.quant)
+    embedding = site.model.host_bytes(site.quant)
     on_host["weights"] += embedding
     on_host["total"] += embedding
     if k > 0 and fits([on_host]):

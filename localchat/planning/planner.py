@@ -17,15 +17,20 @@ from .policy import SPEED_FLOOR, SPEED_TARGET, Speeds, Standing, Verdict, choose
 from .site import Device
 
 # Quality is a model's log2 size in billions, plus a family bonus (newer training, same size),
-# minus the quant's loss; one unit ~ doubling the parameters. Penalties follow llama.cpp's
+# minus the quant's loss; one unit ~ doubling the parameters. A mixture of experts counts all its
+# parameters (gpt-oss-20b scores between Qwen3-14B and -32B on the reasoning benchmarks of its model card
+# and of independent indexes, gpt-oss-120b above every dense model here); Gemma 3n's per-layer embedding
+# tables are lookups and do not count (Google calls E4B a 4B model). Penalties follow llama.cpp's
 # published perplexity ladder: Q8_0 is near-lossless, Q4_K_M mild, Q3 noticeable, Q2 heavy.
 QUANT_PENALTY = {"F32": 0.0, "F16": 0.0, "BF16": 0.0, "Q8_0": -0.02, "Q6_K": -0.05, "Q5_K_M": -0.1,
                  "Q5_K_S": -0.12, "Q5_1": -0.12, "Q5_0": -0.15, "Q4_K_M": -0.25, "Q4_K_S": -0.3,
                  "IQ4_XS": -0.3, "Q4_1": -0.3, "Q4_0": -0.4, "IQ4_NL": -0.35, "Q3_K_L": -0.55,
                  "Q3_K_M": -0.7, "IQ3_M": -0.75, "Q3_K_S": -0.9, "Q2_K": -1.5,
                  # GPTQ with group-128 scales: 4-bit loses about what Q4_1 does, 8-bit about what Q8_0 does.
-                 "GPTQ-INT4": -0.3, "GPTQ-INT8": -0.02}
-FAMILY_BONUS = {"qwen3": 0.3, "gemma3": 0.2, "qwen2.5": 0.1, "llama3": 0.0, "smollm2": -0.5}
+                 "GPTQ-INT4": -0.3, "GPTQ-INT8": -0.02,
+                 # gpt-oss was post-trained with its experts in MXFP4: the published file is the model as released.
+                 "MXFP4": 0.0, "MXFP4_MOE": 0.0}
+FAMILY_BONUS = {"qwen3": 0.3, "gemma3": 0.2, "gemma3n": 0.2, "qwen2.5": 0.1, "llama3": 0.0, "smollm2": -0.5}
 KV_PENALTY = {"f16": 0.0, "q8_0": -0.02}
 SHORT_CONTEXT_PENALTY = 0.1   # planning 4k instead of 8k tokens costs about a Q5->Q4 step
 DEFAULT_CONTEXTS = (8192, 4096)
@@ -121,7 +126,7 @@ class Plan:
 
 def quality(model: ModelFacts, quant: str) -> float:
     """Quality score of a model at a quant (see QUANT_PENALTY)."""
-    return (math.log2(max(model.params_b, 0.01)) + 10 + FAMILY_BONUS.get(model.family, 0.0)
+    return (math.log2(max(model.params_b - model.table_params_b(), 0.01)) + 10 + FAMILY_BONUS.get(model.family, 0.0)
             + QUANT_PENALTY.get(quant.upper(), -0.5))
 
 

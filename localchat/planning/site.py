@@ -44,9 +44,9 @@ class Site:
                                                whole_file), "budget": device.budget, "free": device.free}
 
     def embeddings_on_host(self) -> dict:
-        """The token embedding stays in RAM whatever runs on the GPUs (llama.cpp keeps it there)."""
+        """The token embeddings stay in RAM whatever runs on the GPUs (llama.cpp keeps them there)."""
         host = self.use(self.cpu, 0, False)
-        weights = self.model.embedding_bytes(self.quant)
+        weights = self.model.host_bytes(self.quant)
         return {**host, "weights": weights, "total": weights}
 
     @property

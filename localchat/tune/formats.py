@@ -17,6 +17,7 @@ from .. import gptq
 from ..errors import LocalchatError
 from ..hardware import HardwareInfo
 from ..models.catalog import ModelFacts
+from ..models.split_files import model_bytes
 from ..planning.cost import DEFAULT_EFFICIENCY, devices_of
 from ..planning.gptq_options import TORCH_GPTQ_EFFICIENCY, unavailable
 from ..planning.planner import Wants, quality
@@ -49,7 +50,7 @@ class FormatRun:
 
 
 def _weights(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.glob("*.safetensors")) if path.is_dir() else path.stat().st_size
+    return sum(p.stat().st_size for p in path.glob("*.safetensors")) if path.is_dir() else model_bytes(path)
 
 
 def run_once(path: Path, n_ctx: int, n_threads: int, n_gpu_layers: int, tokens: tuple[int, int],
