@@ -154,9 +154,13 @@ def test_an_import_takes_only_a_readable_gguf_from_the_upload_folder(tmp_path: P
         with pytest.raises(ModelLoadError, match=why):
             import_gguf(sent)
         assert not sent.exists()  # refused: the upload is gone, nothing reached the models folder
-    first = import_gguf(upload("my model.gguf", tiny))
-    second = import_gguf(upload("my model.gguf", tiny))
+    sent = upload("my model.gguf", tiny)
+    placed = import_gguf(sent)
+    first = placed.path
     assert first == models_dir() / "imported" / "my model.gguf" and first.read_bytes() == tiny
+    assert (placed.how, placed.said) == ("moved", "moved my model.gguf into the models folder")
+    assert not sent.exists() and not list(sent.parent.glob("*.gguf"))  # moved: no second copy left behind
+    second = import_gguf(upload("my model.gguf", tiny)).path
     assert second.name == "my model-2.gguf"  # never over a model already there
     first.unlink()
     second.unlink()
