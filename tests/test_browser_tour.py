@@ -495,3 +495,37 @@ def test_on_a_phone_the_models_panel_offers_load_and_delete_within_the_screen(ph
     shot(phone, "13-phone-model-delete-asks")
     phone.locator("#model-delete-cancel").click()
     expect(confirm).to_be_hidden()
+
+
+def test_the_wizard_with_downloads_off_measures_the_models_already_here_in_the_windows_words(
+        browser, ui: RunningUI, start_file: Path, q8_model_path: Path, tmp_path: Path, monkeypatch):
+    # A home whose models folder holds one file and no catalog file: with the window's own model (a file of the
+    # user's, outside every folder searched) two models are here, and nothing may be downloaded.
+    home = tmp_path / "home"
+    (home / "cache" / "models").mkdir(parents=True)
+    (home / "cache" / "models" / q8_model_path.name).symlink_to(q8_model_path)
+    monkeypatch.setenv("LOCALCHAT_HOME", str(home))
+    from localchat.ui.wizard import tuning
+
+    plain = tuning.tune_command  # other programs on a shared machine must not stop it (test_tune.py tests that)
+    monkeypatch.setattr(tuning, "tune_command", lambda *a, **k: [*plain(*a, **k), "--allow-busy"])
+    ui.runtime.switch(str(start_file))
+    page = new_page(browser, ui, DESKTOP)
+    try:
+        page.get_by_text("Hardware wizard (not tuned yet)").click()
+        expect(page.locator("#tune-download input")).not_to_be_checked()  # downloads off
+        page.locator("#tune-placements input").uncheck()
+        page.locator("#tune-button").click()
+        progress, log = page.locator("#tune-progress .lc-tune-progress"), page.locator("#tune-progress .lc-tune-log pre")
+        expect(log).to_contain_text("Downloads off: measuring the 2 models already on this machine (my-own-model "
+                                    f"Q4_1, {q8_model_path.stem} Q8_0).", timeout=LONG)
+        expect(progress.locator(".lc-tune-now")).to_have_text(re.compile("Measure the candidates"), timeout=LONG)
+        shot(page, "14-wizard-downloads-off")
+        expect(progress).to_have_attribute("data-state", "kept", timeout=900_000)
+        said = log.text_content()
+        assert " --" not in said and "`localchat" not in said, said  # the window's words, not the command's
+        expect(page.locator("#tune-note")).to_contain_text("Tuned")
+        shot(page, "14b-wizard-downloads-off-kept")
+    finally:
+        page.context.close()
+        ui.runtime.switch(str(start_file))
