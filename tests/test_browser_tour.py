@@ -482,6 +482,14 @@ def load_and_delete(page, ui: RunningUI, placed: Path, original: Path, start_fil
     expect(page.get_by_role("option", name=placed.name, exact=True)).to_have_count(0)
     page.keyboard.press("Escape")
     assert placed.stem not in listed_ids(ui)  # the API's list follows at once
+    # A path no row lists, sent as a row's Delete would send it, is refused and touches nothing.
+    unlisted = original.parent / "not-listed.gguf"
+    os.link(original, unlisted)
+    page.evaluate("(path) => { window.localchatModelAction = `delete:${path}`; "
+                  "document.querySelector('#model-action-go').click(); }", str(unlisted))
+    expect(page.locator("#models-note")).to_contain_text("that file is not in the list of model files")
+    expect(page.locator("#model-delete-confirm")).to_be_hidden()
+    assert unlisted.exists()
 
 
 def test_on_a_phone_the_models_panel_offers_load_and_delete_within_the_screen(phone, ui: RunningUI):
@@ -520,6 +528,7 @@ def test_the_wizard_with_downloads_off_measures_the_models_already_here_in_the_w
         expect(log).to_contain_text("Downloads off: measuring the 2 models already on this machine (my-own-model "
                                     f"Q4_1, {q8_model_path.stem} Q8_0).", timeout=LONG)
         expect(progress.locator(".lc-tune-now")).to_have_text(re.compile("Measure the candidates"), timeout=LONG)
+        expect(progress.locator(".lc-tune-recent")).to_contain_text("Downloads off: measuring the 2 models")
         shot(page, "14-wizard-downloads-off")
         expect(progress).to_have_attribute("data-state", "kept", timeout=900_000)
         said = log.text_content()

@@ -33,6 +33,7 @@ CLI = Words(downloads_off="Downloads off (--no-download)",
 WINDOW = Words(downloads_off="Downloads off",
                nothing_here="Download a model in the Models panel, or allow the wizard to download one.",
                keep_busy="")
+ALREADY_HERE = "already on this machine ("  # in the line that opens the measuring of the files here
 NO_NETWORK = "No network"
 DOWNLOADS_FAILED = "No download succeeded"
 
@@ -124,6 +125,6 @@ def here_candidates(hardware: HardwareInfo, facts: dict[str, ModelFacts], entrie
     print_candidates(chosen, out)
     left = len(first) + len(rest) - len(chosen)
     count = f"the {len(chosen)} models" if len(chosen) > 1 else "the model"
-    print(f"{why}: measuring {count} already on this machine ({', '.join(c.label for c in chosen)})"
+    print(f"{why}: measuring {count} {ALREADY_HERE}{', '.join(c.label for c in chosen)})"
           + (f"; {left} more here not measured." if left else "."), file=out, flush=True)
     return chosen
