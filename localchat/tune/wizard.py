@@ -114,18 +114,22 @@ def _machine_and_catalog(probe_fn: Callable[[], HardwareInfo], catalog: Path | N
 
 
 def _candidates(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str, ModelFacts], wants: Wants,
-                download: bool, max_measured: int, out: TextIO, words: Words,
+                download: bool, max_measured: int, out: TextIO,
                 ask: Ask | None = None) -> tuple[list[Candidate], list[Candidate]]:
-    """The plan's candidates (the top 3 printed) and those whose file is here or was fetched."""
+    """The plan's candidates (the top 3 printed) and those whose file is here or was fetched (perhaps none)."""
     considered = candidates_of(plan(hardware, facts, wants), hardware, facts, wants)
     print("plan (top 3, predicted):", file=out)
     print_candidates(considered[:3], out)
-    ready = gather(considered, hardware, facts, entries, wants, download, max_measured, out, ask)
-    if not ready:
-        tried = "; ".join(f"{c.label}: {c.status}" for c in considered)
-        raise ModelNotFoundError(f"no candidate model file is here or could be fetched ({tried}). "
-                                 f"{words.nothing_here}")
-    return considered, ready
+    return considered, gather(considered, hardware, facts, entries, wants, download, max_measured, out, ask)
+
+
+def _nothing_ready(considered: list[Candidate], words: Words) -> str:
+    """Why no candidate is ready: DOWNLOADS_FAILED when downloads were tried and none came (the files here are
+    measured instead); anything else is a ModelNotFoundError that says what to do."""
+    if any(c.status.startswith("cannot download") for c in considered):
+        return DOWNLOADS_FAILED
+    tried = "; ".join(f"{c.label}: {c.status}" for c in considered)
+    raise ModelNotFoundError(f"no candidate model file is here or could be fetched ({tried}). {words.nothing_here}")
 
 
 def _measure_each(ready: list[Candidate], hardware: HardwareInfo, fill: int, out: TextIO, allow_busy: bool,
@@ -244,12 +248,8 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = usable_machine, catalog: P
                                                                  download if refresh is None else refresh, out)
     why = words.downloads_off if not download else NO_NETWORK if unreachable else ""
     if not why:
-        try:
-            considered, ready = _candidates(hardware, facts, entries, wants, download, max_measured, out, words, ask)
-        except ModelNotFoundError as exc:
-            if "cannot download" not in str(exc):
-                raise
-            why = DOWNLOADS_FAILED  # the hub answered the sizes but no file came: measure what is here
+        considered, ready = _candidates(hardware, facts, entries, wants, download, max_measured, out, ask)
+        why = "" if ready else _nothing_ready(considered, words)  # downloads that failed: measure what is here
     if why:
         download = False  # nothing is fetched below: no format race download either
         ready = here_candidates(hardware, facts, entries, wants, include or [], max_measured, why, words, out)

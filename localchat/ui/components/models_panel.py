@@ -16,8 +16,8 @@ from ...errors import LocalchatError
 from ...models.catalog import ModelFacts, load_catalog
 from ...models.download import cached_file
 from ...models.importers import local_models
-from ..models import local_files
 from ..chat.core import ChatCore
+from ..models import local_files
 from ..models.model_browser import Downloads, catalog_rows, choice_of, machine, size_text
 from ..models.model_import import import_gguf
 from ..models.models_html import catalog_table, local_table, progress_html
@@ -181,6 +181,9 @@ class ModelsPanel:
         """A row's Load (the picker's switch, with its progress) or Delete (asked first, beside the button)."""
         verb, _, path = (request or "").partition(":")
         skip = (gr.skip(),) * 4
+        if verb not in ("load", "delete"):  # the page script sends only these
+            yield *skip, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return
         try:
             model = local_files.listed(self.core.runtime, path)
             question = local_files.delete_question(self.core.runtime, model) if verb == "delete" else ""
@@ -189,8 +192,8 @@ class ModelsPanel:
             yield *skip, gr.update(visible=False), gr.skip(), gr.skip(), None, str(exc)
             return
         if verb == "delete":
-            remove = "Delete" if question.startswith("Delete") else "Remove"
-            yield *skip, gr.update(visible=True), question, gr.update(value=remove), str(model.path), ""
+            button = "Delete" if local_files.deletes_file(model) else "Remove"
+            yield *skip, gr.update(visible=True), question, gr.update(value=button), str(model.path), ""
             return
         for shown in self.switch(str(model.path), listed=True):
             yield *shown, gr.update(visible=False), gr.skip(), gr.skip(), None, ""

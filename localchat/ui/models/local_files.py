@@ -51,14 +51,19 @@ def listed(runtime: Runtime, path_text: str) -> LocalModel:
                          "and choose one listed there.")
 
 
+def deletes_file(model: LocalModel) -> bool:
+    """Whether Delete deletes the file itself (localchat's own), rather than a link to it or its place in the list."""
+    return in_models_folder(model.path) and not model.path.is_symlink()
+
+
 def delete_question(runtime: Runtime, model: LocalModel) -> str:
     """What Delete will do to `model`, asked before it is done (Markdown)."""
     refuse_loaded(runtime, model)
     name = model.path.name
-    if in_models_folder(model.path):
-        if model.path.is_symlink():
-            return f"Remove the link **{name}** from localchat's models folder? The file it points at stays."
+    if deletes_file(model):
         return f"Delete **{name}** from localchat's models folder for good?"
+    if in_models_folder(model.path):
+        return f"Remove the link **{name}** from localchat's models folder? The file it points at stays."
     if model.source in ELSEWHERE:
         raise ModelLoadError(f"{name} belongs to {ELSEWHERE[model.source]}, not to localchat, so localchat does "
                              f"not delete it; delete it there ({model.path}).")

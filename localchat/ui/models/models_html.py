@@ -41,8 +41,10 @@ STYLE = """<style>
   background: var(--button-secondary-background-fill) !important; color: var(--button-secondary-text-color);
   cursor: pointer; }
 .lc-table .lc-actions button:disabled { opacity: 0.45; cursor: default; }
-.lc-table .lc-actions .lc-file-delete { color: #b91c1c; }  /* red like the chat's Delete: it cannot be undone */
-.dark .lc-table .lc-actions .lc-file-delete { color: #fca5a5; }
+/* Red like the chat's Delete (it cannot be undone), hovered and focused too. */
+.lc-table .lc-actions .lc-file-delete, .lc-table .lc-actions .lc-file-delete:hover { color: #b91c1c !important; }
+.dark .lc-table .lc-actions .lc-file-delete, .dark .lc-table .lc-actions .lc-file-delete:hover {
+  color: #fca5a5 !important; }
 /* A phone: a file's name wraps, so its Load and Delete sit on the screen beside it. */
 @media (max-width: 800px) { .lc-table td:first-child { white-space: normal; overflow-wrap: anywhere;
   min-width: 7rem; } }
