@@ -168,14 +168,16 @@ models:
 """
 
 
-def test_wizard_measures_the_draft_pairing_and_the_planner_uses_it(model_path, tmp_path, own_profile_home) -> None:
-    """An F16 target with its Q4_1 sibling as the catalog's draft: both real files, same tokenizer."""
+def test_wizard_measures_the_draft_pairing_and_the_planner_uses_it(model_path, tmp_path, home_with) -> None:
+    """An F16 target with its Q4_1 sibling as the catalog's draft: both real files, same tokenizer, and no other
+    model file here (with downloads off the wizard measures every one here)."""
     from localchat.config import load_settings
     from localchat.models.catalog import load_catalog
     from localchat.models.derive import requantize
     from localchat.planning.planner import Wants, plan
 
     f16 = requantize(model_path, "F16")
+    home_with(f16, model_path)
     catalog = tmp_path / "pair.yaml"
     catalog.write_text(PAIR_CATALOG.format(f16=f16.name, f16_size=f16.stat().st_size, q4=model_path.name,
                                            q4_size=model_path.stat().st_size))
