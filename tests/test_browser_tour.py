@@ -524,7 +524,8 @@ def test_the_wizard_with_downloads_off_measures_the_models_already_here_in_the_w
         expect(page.locator("#tune-download input")).not_to_be_checked()  # downloads off
         page.locator("#tune-placements input").uncheck()
         page.locator("#tune-button").click()
-        progress, log = page.locator("#tune-progress .lc-tune-progress"), page.locator("#tune-progress .lc-tune-log pre")
+        progress = page.locator("#tune-progress .lc-tune-progress")
+        log = page.locator("#tune-progress .lc-tune-log pre")
         expect(log).to_contain_text("Downloads off: measuring the 2 models already on this machine (my-own-model "
                                     f"Q4_1, {q8_model_path.stem} Q8_0).", timeout=LONG)
         expect(progress.locator(".lc-tune-now")).to_have_text(re.compile("Measure the candidates"), timeout=LONG)

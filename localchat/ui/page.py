@@ -76,7 +76,8 @@ footer { display: none !important; }
 .lc-tune-log summary { cursor: pointer; color: var(--body-text-color-subdued); }
 /* A confirmation opens beside what asked for it (the page script sets where), above the sidebar and the chat, on
    any screen: inside the sidebar it opened off screen whenever the sidebar was closed (a phone). */
-#delete-confirm, #model-delete-confirm { position: fixed; z-index: 1100; top: var(--lc-ask-top, 30vh); left: var(--lc-ask-left, 8px);
+#delete-confirm, #model-delete-confirm { position: fixed; z-index: 1100; top: var(--lc-ask-top, 30vh);
+  left: var(--lc-ask-left, 8px);
   width: min(20rem, calc(100vw - 16px)); padding: 0.8em; border: 1px solid var(--border-color-primary);
   border-radius: var(--radius-lg); background: var(--background-fill-primary); box-shadow: var(--shadow-drop-lg); }
 /* What cannot be undone looks it: red, with white text (6.5:1), never the grey of "Keep it". */
