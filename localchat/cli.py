@@ -26,7 +26,7 @@ DELEGATED = {
 }
 
 
-COMMANDS = {"chat", "pull", "models", "serve", "ui", "bench", "selftest", *DELEGATED}
+COMMANDS = {"chat", "pull", "import", "models", "serve", "ui", "bench", "selftest", *DELEGATED}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     pull = sub.add_parser("pull", help="download a catalog model")
     pull.add_argument("name", help="catalog name, optionally NAME:QUANT")
 
+    imported = sub.add_parser("import", help="add a GGUF file of yours to localchat's models folder (linked, not "
+                                             "copied, where the disk allows)")
+    imported.add_argument("path", help="the .gguf file")
     sub.add_parser("models", help="list local and catalog models")
     for name, (_, about) in DELEGATED.items():
         sub.add_parser(name, help=about, add_help=False)
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("localchat").setLevel(logging.DEBUG)
     command = args.command
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
-        "chat": _cmd_chat, "pull": _cmd_pull, "models": _cmd_models, "bench": _cmd_bench,
+        "chat": _cmd_chat, "pull": _cmd_pull, "import": _cmd_import, "models": _cmd_models, "bench": _cmd_bench,
         "serve": _cmd_serve, "ui": _cmd_ui, "selftest": _cmd_selftest,
     }
     return _guarded(lambda: handlers[command](args))
@@ -163,6 +166,16 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
     path = resolve_model(args.name, progress=progress_bar(f"fetching {args.name}"))
     print(path)
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .models.own_files import link_in
+
+    placed = link_in(Path(args.path))
+    print(f"{placed.said[0].upper()}{placed.said[1:]}: {placed.path}")
     return 0
 
 

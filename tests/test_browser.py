@@ -970,13 +970,14 @@ def test_at_390_by_844_the_message_box_the_chat_and_the_drawers_are_clear_of_eac
 
 
 def test_the_hardware_wizard_tunes_from_the_window_and_switches_to_the_kept_model(page, ui: RunningUI, tmp_path,
-                                                                                   monkeypatch):
+                                                                                   monkeypatch, model_path: Path):
     from localchat.paths import models_dir
 
-    # A home of its own (the model files shared): the profile the wizard saves must not reach other tests.
+    # A home of its own holding the catalog's SmolLM2 alone: the profile the wizard saves must not reach other
+    # tests, and with downloads off the wizard measures every model file here (at most two).
     home = tmp_path / "home"
-    (home / "cache").mkdir(parents=True)
-    (home / "cache" / "models").symlink_to(models_dir(), target_is_directory=True)
+    (home / "cache" / "models").mkdir(parents=True)
+    (home / "cache" / "models" / model_path.name).symlink_to(models_dir() / model_path.name)
     monkeypatch.setenv("LOCALCHAT_HOME", str(home))
     # The load check has tests of its own (test_tune.py); here other programs on a shared machine must not
     # stop the wizard the window runs.

@@ -261,6 +261,11 @@ def test_a_gguf_from_the_file_picker_is_checked_imported_and_listed(page, place,
     shutil.copyfile(place["tiny"], mine)
     page.locator("#import-gguf input[type=file]").set_input_files(str(mine))
     expect(page.locator("#models-note")).to_contain_text("Imported my-tiny-model.gguf")
+    # The upload is the one copy the browser's bytes make: it is moved into place, none left where it arrived.
+    expect(page.locator("#models-note")).to_contain_text("moved my-tiny-model.gguf into the models folder")
+    from localchat.ui.documents.uploads import received_dir
+
+    assert not [p for p in received_dir().rglob("*") if p.is_file() and p.name.endswith(".gguf")]
     expect(page.locator("#local-models tr").filter(has_text="my-tiny-model.gguf")).to_contain_text(
         "localchat's models folder")
     assert (place["models"] / "imported" / "my-tiny-model.gguf").read_bytes() == mine.read_bytes()

@@ -398,3 +398,144 @@ def test_a_button_clicked_again_as_soon_as_its_answer_shows_is_heard_every_time(
         box.fill(str(n))
         page.locator("#reload-context").click()
         expect(page.locator(".toast-body").filter(has_text=f"{n:,} tokens is out of range")).to_be_visible()
+
+
+def local_row(page, name: str):
+    return page.locator("#local-models tr").filter(has_text=name)
+
+
+def listed_ids(ui: RunningUI) -> list[str]:
+    return [m["id"] for m in httpx.get(ui.url + "/v1/models", timeout=30).json()["data"]]
+
+
+DESKTOP = {"width": 1400, "height": 900}
+
+
+def test_the_models_panel_loads_a_file_and_deletes_only_what_localchat_holds_asking_beside_the_button(
+        browser, ui: RunningUI, start_file: Path, model_path: Path, tmp_path: Path):
+    from localchat.models.own_files import link_in
+
+    # The user's own file, brought in as `localchat import PATH` does: linked, so deleting it later must leave
+    # the user's file alone.
+    original = tmp_path / "tour-mine.gguf"
+    os.link(model_path, original)
+    placed = link_in(original)
+    assert placed.how == "linked" and placed.path.stat().st_ino == original.stat().st_ino  # no bytes copied
+    page = new_page(browser, ui, DESKTOP)
+    try:
+        load_and_delete(page, ui, placed.path, original, start_file)
+    finally:
+        page.context.close()
+
+
+def load_and_delete(page, ui: RunningUI, placed: Path, original: Path, start_file: Path) -> None:
+    open_models(page)
+    mine, started = local_row(page, placed.name), local_row(page, start_file.name)
+    expect(started).to_contain_text("loaded now")
+    expect(started.locator(".lc-file-load")).to_be_disabled()  # the one answering now
+    page.locator("#local-models").scroll_into_view_if_needed()
+    shot(page, "11-models-load-delete")
+
+    # Load: the same switch as the picker's; the row is marked and its Load goes off.
+    mine.locator(".lc-file-load").click()
+    expect(mine).to_contain_text("loaded now", timeout=LONG)
+    expect(mine.locator(".lc-file-load")).to_be_disabled()
+    expect(started.locator(".lc-file-load")).to_be_enabled()
+    assert ui.runtime.engine.worker.model_path == placed
+    # The loaded model is not deleted: the line says why and what to do.
+    mine.locator(".lc-file-delete").click()
+    expect(page.locator("#models-note")).to_contain_text("is the model answering now, so it cannot be deleted")
+    expect(page.locator("#model-delete-confirm")).to_be_hidden()
+
+    # The file the window was started with (--model PATH) loads again from its row.
+    started.locator(".lc-file-load").click()
+    expect(started).to_contain_text("loaded now", timeout=LONG)
+    assert ui.runtime.engine.worker.model_path == start_file
+
+    # Delete asks beside the button that asked, in red; "Keep it" keeps the file.
+    delete = mine.locator(".lc-file-delete")
+    delete.click()
+    confirm = page.locator("#model-delete-confirm")
+    expect(confirm).to_be_visible()
+    expect(confirm).to_contain_text(f"Delete {placed.name} from localchat's models folder for good?")
+    asked, box = delete.bounding_box(), confirm.bounding_box()
+    assert abs(box["y"] - (asked["y"] + asked["height"])) < 200, (asked, box)  # beside it, not across the page
+    colour = page.locator("#model-delete-yes").evaluate("b => getComputedStyle(b).backgroundColor")
+    assert colour == "rgb(185, 28, 28)", colour
+    shot(page, "12-model-delete-asks")
+    page.locator("#model-delete-cancel").click()
+    expect(confirm).to_be_hidden()
+    assert placed.exists()
+
+    deadline = time.monotonic() + 60  # the API's index looks at the disk every few seconds
+    while placed.stem not in listed_ids(ui):
+        assert time.monotonic() < deadline, "the imported file never reached /v1/models"
+        time.sleep(0.5)
+    delete.click()
+    page.locator("#model-delete-yes").click()
+    expect(page.locator("#models-note")).to_contain_text(f"Removed {placed.name} from localchat's models folder; "
+                                                         "it was a hard link")
+    expect(mine).to_have_count(0)
+    assert not placed.exists() and original.read_bytes()[:4] == b"GGUF"  # the user's file stays
+    page.locator("#model input").click()
+    expect(page.get_by_role("option", name=start_file.name, exact=True)).to_be_visible()
+    expect(page.get_by_role("option", name=placed.name, exact=True)).to_have_count(0)
+    page.keyboard.press("Escape")
+    assert placed.stem not in listed_ids(ui)  # the API's list follows at once
+    # A path no row lists, sent as a row's Delete would send it, is refused and touches nothing.
+    unlisted = original.parent / "not-listed.gguf"
+    os.link(original, unlisted)
+    page.evaluate("(path) => { window.localchatModelAction = `delete:${path}`; "
+                  "document.querySelector('#model-action-go').click(); }", str(unlisted))
+    expect(page.locator("#models-note")).to_contain_text("that file is not in the list of model files")
+    expect(page.locator("#model-delete-confirm")).to_be_hidden()
+    assert unlisted.exists()
+
+
+def test_on_a_phone_the_models_panel_offers_load_and_delete_within_the_screen(phone, ui: RunningUI):
+    open_models(phone)
+    row = phone.locator("#local-models tbody tr").nth(1)  # the first is the loaded one: its Delete refuses
+    row.locator(".lc-file-delete").scroll_into_view_if_needed()
+    expect(row.locator(".lc-file-delete")).to_be_in_viewport(ratio=1)
+    row.locator(".lc-file-delete").click()
+    confirm = phone.locator("#model-delete-confirm")
+    expect(confirm).to_be_in_viewport(ratio=1)
+    shot(phone, "13-phone-model-delete-asks")
+    phone.locator("#model-delete-cancel").click()
+    expect(confirm).to_be_hidden()
+
+
+def test_the_wizard_with_downloads_off_measures_the_models_already_here_in_the_windows_words(
+        browser, ui: RunningUI, start_file: Path, q8_model_path: Path, tmp_path: Path, monkeypatch):
+    # A home whose models folder holds one file and no catalog file: with the window's own model (a file of the
+    # user's, outside every folder searched) two models are here, and nothing may be downloaded.
+    home = tmp_path / "home"
+    (home / "cache" / "models").mkdir(parents=True)
+    (home / "cache" / "models" / q8_model_path.name).symlink_to(q8_model_path)
+    monkeypatch.setenv("LOCALCHAT_HOME", str(home))
+    from localchat.ui.wizard import tuning
+
+    plain = tuning.tune_command  # other programs on a shared machine must not stop it (test_tune.py tests that)
+    monkeypatch.setattr(tuning, "tune_command", lambda *a, **k: [*plain(*a, **k), "--allow-busy"])
+    ui.runtime.switch(str(start_file))
+    page = new_page(browser, ui, DESKTOP)
+    try:
+        page.get_by_text("Hardware wizard (not tuned yet)").click()
+        expect(page.locator("#tune-download input")).not_to_be_checked()  # downloads off
+        page.locator("#tune-placements input").uncheck()
+        page.locator("#tune-button").click()
+        progress = page.locator("#tune-progress .lc-tune-progress")
+        log = page.locator("#tune-progress .lc-tune-log pre")
+        expect(log).to_contain_text("Downloads off: measuring the 2 models already on this machine (my-own-model "
+                                    f"Q4_1, {q8_model_path.stem} Q8_0).", timeout=LONG)
+        expect(progress.locator(".lc-tune-now")).to_have_text(re.compile("Measure the candidates"), timeout=LONG)
+        expect(progress.locator(".lc-tune-recent")).to_contain_text("Downloads off: measuring the 2 models")
+        shot(page, "14-wizard-downloads-off")
+        expect(progress).to_have_attribute("data-state", "kept", timeout=900_000)
+        said = log.text_content()
+        assert " --" not in said and "`localchat" not in said, said  # the window's words, not the command's
+        expect(page.locator("#tune-note")).to_contain_text("Tuned")
+        shot(page, "14b-wizard-downloads-off-kept")
+    finally:
+        page.context.close()
+        ui.runtime.switch(str(start_file))

@@ -253,7 +253,7 @@ FACES = {
     "runtime.constraints": {"grammar", "resample"},
     "runtime.kv": {"kv_slots", "kv_disk"},
     "runtime.templates": {"chat_template"},
-    "runtime.backends": {"threads"},
+    "runtime.backends": {"threads", "devices", "residence"},
 }
 
 

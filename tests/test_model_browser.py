@@ -4,6 +4,7 @@ cancel against a local hub (the real huggingface_hub client), and the checks an 
 from __future__ import annotations
 
 import dataclasses
+import os
 import hashlib
 import re
 import time
@@ -154,9 +155,52 @@ def test_an_import_takes_only_a_readable_gguf_from_the_upload_folder(tmp_path: P
         with pytest.raises(ModelLoadError, match=why):
             import_gguf(sent)
         assert not sent.exists()  # refused: the upload is gone, nothing reached the models folder
-    first = import_gguf(upload("my model.gguf", tiny))
-    second = import_gguf(upload("my model.gguf", tiny))
+    sent = upload("my model.gguf", tiny)
+    placed = import_gguf(sent)
+    first = placed.path
     assert first == models_dir() / "imported" / "my model.gguf" and first.read_bytes() == tiny
+    assert (placed.how, placed.said) == ("moved", "moved my model.gguf into the models folder")
+    assert not sent.exists() and not list(sent.parent.glob("*.gguf"))  # moved: no second copy left behind
+    second = import_gguf(upload("my model.gguf", tiny)).path
     assert second.name == "my model-2.gguf"  # never over a model already there
     first.unlink()
     second.unlink()
+
+
+def test_delete_leaves_other_programs_files_and_takes_a_model_path_file_off_the_list(
+        model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The Models panel's Delete on what is not localchat's: LM Studio's file stays with a line saying where to
+    delete it; a file given with --model (served earlier) is taken off the lists, its file kept."""
+    from localchat.runtime.engine import Engine, EngineConfig
+    from localchat.runtime.workers.worker import WorkerConfig
+    from localchat.ui.chat.session import Runtime
+    from localchat.ui.models import local_files
+
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # where LM Studio keeps its models
+    lmstudio = tmp_path / "user" / ".lmstudio" / "models" / "someone" / "repo" / "theirs.gguf"
+    lmstudio.parent.mkdir(parents=True)
+    os.link(model_path, lmstudio)
+    started = tmp_path / "elsewhere" / "started.gguf"
+    started.parent.mkdir()
+    os.link(model_path, started)
+    runtime = Runtime(Engine.load(str(model_path), EngineConfig(worker=WorkerConfig(n_ctx=512, n_threads=1))),
+                      str(model_path), earlier=[str(started)])
+    try:
+        listed = {m.path: m for m in local_files.listed_files(runtime)}
+        assert Path(runtime.engine.worker.model_path).resolve() == next(iter(listed)).resolve()  # loaded first
+        with pytest.raises(ModelLoadError, match=r"theirs.gguf belongs to LM Studio, not to localchat, so localchat "
+                                                 r"does not delete it; delete it there"):
+            local_files.delete(runtime, local_files.listed(runtime, str(lmstudio)))
+        assert lmstudio.is_file()
+        with pytest.raises(ModelLoadError, match="is the model answering now, so it cannot be deleted"):
+            local_files.delete_question(runtime, listed[model_path])
+        mine = local_files.listed(runtime, str(started))
+        assert local_files.delete_question(runtime, mine).startswith("Take **started.gguf** off the list?")
+        said = local_files.delete(runtime, mine)
+        assert said.startswith("Took started.gguf off the list; the file stays at") and started.is_file()
+        assert str(started) not in runtime.earlier
+        assert started not in {m.path for m in local_files.listed_files(runtime)}
+        with pytest.raises(ModelLoadError, match="not in the list of model files"):  # a path sent by a client
+            local_files.listed(runtime, str(started))
+    finally:
+        runtime.engine.close()

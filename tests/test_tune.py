@@ -46,16 +46,31 @@ def own_profile_home(model_path, tmp_path, monkeypatch: pytest.MonkeyPatch):
     return home
 
 
-def test_wizard_measures_keeps_and_saves(model_path, own_profile_home) -> None:
+@pytest.fixture
+def home_with(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """A home of its own whose models folder holds links to the given files only."""
+    def make(*files: Path) -> Path:
+        home = tmp_path / "home"
+        models = home / "cache" / "models"
+        models.mkdir(parents=True)
+        for file in files:
+            (models / file.name).symlink_to(file)
+        monkeypatch.setenv("LOCALCHAT_HOME", str(home))
+        return home
+
+    return make
+
+
+def test_wizard_measures_keeps_and_saves(model_path, home_with) -> None:
+    home_with(model_path)
     machine = cpu_only()
     out = io.StringIO()
     # The load check has tests of its own (below); here other programs on a shared machine must not stop it.
     profile = run_wizard(lambda: machine, download=False, out=out, fill=256, placement_doc_tokens=300,
                          allow_busy=True)
     text = out.getvalue()
-    assert "plan (top 3, predicted)" in text and "falling back to smollm2-135m" in text
-    # The plan's own pick is not here and may not be fetched: noted, not raised.
-    assert any("not downloaded" in c["status"] for c in profile.candidates)
+    # Nothing may be downloaded: the model already here is measured, and the command line's words say why.
+    assert "Downloads off (--no-download): measuring the model already on this machine (smollm2-135m Q4_1)." in text
     assert profile.model == "smollm2-135m" and profile.quant == "Q4_1"
     assert profile.decode_tps > 0 and profile.prefill_tps > 0
     assert profile.predicted_decode_tps > 0 and set(profile.efficiency) >= {"bandwidth", "cpu_decode_compute"}
@@ -85,8 +100,10 @@ def test_wizard_measures_keeps_and_saves(model_path, own_profile_home) -> None:
     progress = Progress.of(text.splitlines())
     assert progress.current == len(STEPS) - 1
     firsts = [lines[0] if lines else "" for lines in progress.lines]
-    assert firsts[0].startswith("hardware:") and firsts[1].startswith("plan (top 3")
-    assert firsts[2].startswith("measuring smollm2-135m Q4_1") and firsts[6].startswith("kept smollm2-135m Q4_1")
+    assert firsts[0].startswith("hardware:") and firsts[1].startswith("plan (the models already here")
+    assert firsts[2].startswith("Downloads off (--no-download): measuring")
+    assert firsts[6].startswith("kept smollm2-135m")
+    assert progress.lines[2][1].startswith("measuring smollm2-135m Q4_1")
     assert any(line.startswith("format:") for line in progress.lines[3])
     assert any(line.startswith("measuring placement") for line in progress.lines[5])
 
@@ -153,14 +170,16 @@ models:
 """
 
 
-def test_wizard_measures_the_draft_pairing_and_the_planner_uses_it(model_path, tmp_path, own_profile_home) -> None:
-    """An F16 target with its Q4_1 sibling as the catalog's draft: both real files, same tokenizer."""
+def test_wizard_measures_the_draft_pairing_and_the_planner_uses_it(model_path, tmp_path, home_with) -> None:
+    """An F16 target with its Q4_1 sibling as the catalog's draft: both real files, same tokenizer, and no other
+    model file here (with downloads off the wizard measures every one here)."""
     from localchat.config import load_settings
     from localchat.models.catalog import load_catalog
     from localchat.models.derive import requantize
     from localchat.planning.planner import Wants, plan
 
     f16 = requantize(model_path, "F16")
+    home_with(f16, model_path)
     catalog = tmp_path / "pair.yaml"
     catalog.write_text(PAIR_CATALOG.format(f16=f16.name, f16_size=f16.stat().st_size, q4=model_path.name,
                                            q4_size=model_path.stat().st_size))
@@ -268,3 +287,38 @@ def test_the_wizard_downloads_only_what_the_person_at_the_terminal_agreed_to(mod
     assert asked and all(re.fullmatch(r"download \S+ \S+ \(\d[\d.]* [MG]B\) to measure it\?", q) for q in asked), asked
     assert any(c.status == "not downloaded (declined)" for c in considered)
     assert [(c.key, c.status) for c in ready] == [("smollm2-135m", "local")]  # only the file already here
+
+
+def test_with_no_network_the_wizard_measures_the_files_already_here_in_the_windows_words(
+        model_path, q8_model_path, home_with, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No catalog file here: the user's own files (one the window was started with, outside every folder, and
+    one in the models folder) are measured, and nothing the window shows names a flag or a command."""
+    from localchat.errors import ModelNotFoundError
+    from localchat.tune.here import CLI, WINDOW
+
+    home_with()
+    machine = cpu_only()
+    with pytest.raises(ModelNotFoundError) as nothing:  # no file at all: the CLI says what to run
+        run_wizard(lambda: machine, download=False, out=io.StringIO(), words=CLI)
+    assert str(nothing.value).startswith("Downloads off (--no-download), and no model file") \
+        and "`localchat pull`" in str(nothing.value)
+    with pytest.raises(ModelNotFoundError) as nothing:  # the window names its own controls
+        run_wizard(lambda: machine, download=False, out=io.StringIO(), words=WINDOW)
+    assert "--" not in str(nothing.value) and "localchat " not in str(nothing.value)
+    assert "Download a model in the Models panel" in str(nothing.value)
+
+    mine = tmp_path / "elsewhere" / "started-with.gguf"
+    mine.parent.mkdir()
+    mine.symlink_to(model_path)
+    (Path(tmp_path / "home" / "cache" / "models") / q8_model_path.name).symlink_to(q8_model_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no network: the downloads allowed cannot happen
+    out = io.StringIO()
+    profile = run_wizard(lambda: machine, download=True, out=out, fill=256, placement_doc_tokens=0,
+                         race_tokens=(16, 8), allow_busy=True, include=[mine], words=WINDOW)
+    text = out.getvalue()
+    assert (f"No network: measuring the 2 models already on this machine (started-with Q4_1, "
+            f"{q8_model_path.stem} Q8_0).") in text
+    assert "measuring started-with Q4_1" in text and f"measuring {q8_model_path.stem} Q8_0" in text
+    assert Path(profile.path) in (mine, Path(tmp_path / "home" / "cache" / "models" / q8_model_path.name))
+    assert profile.decode_tps > 0 and {c["status"] for c in profile.candidates} <= {"measured", "kept"}
+    assert " --" not in text and "`localchat" not in text, text

@@ -15,7 +15,7 @@ from localchat.config import load_settings
 from localchat.models.catalog import load_catalog
 from localchat.tune.profile import load_profile
 from localchat.tune.wizard import run_wizard
-from test_tune import cpu_only, own_profile_home  # noqa: F401  (a fixture)
+from test_tune import cpu_only, home_with, own_profile_home  # noqa: F401  (fixtures)
 
 CATALOG = """
 models:
@@ -43,9 +43,10 @@ def catalog_file(tmp_path: Path, model_path: Path, folder: Path | None, name: st
     return path
 
 
-def test_the_wizard_measures_gptq_beside_gguf_and_keeps_the_faster(model_path, tmp_path, own_profile_home) -> None:
+def test_the_wizard_measures_gptq_beside_gguf_and_keeps_the_faster(model_path, tmp_path, home_with) -> None:
     pytest.importorskip("torch", reason="the gptq extra is not installed")
     folder = smollm2_gptq4(model_path)
+    home_with(model_path, folder)  # no other model file here: with downloads off the wizard measures every one
     out = io.StringIO()
     profile = run_wizard(lambda: cpu_only(), catalog=catalog_file(tmp_path, model_path, folder), download=False,
                          out=out, fill=256, max_measured=1, placement_doc_tokens=0, race_tokens=(16, 4),

@@ -86,6 +86,11 @@ class LocalService:
         """`name` (its file at `path`) was the served model until a switch: it stays listed and loadable."""
         self._earlier[name] = Path(path)
 
+    def forget(self, path: Path) -> None:
+        """The model file at `path` was deleted or taken off the window's list: no longer a model by name."""
+        self._earlier = {name: known for name, known in self._earlier.items() if known.resolve() != path.resolve()}
+        self._servable.refresh()
+
     def _path(self) -> Path | None:
         return _path_of(self.engine)
 

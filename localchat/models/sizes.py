@@ -43,6 +43,7 @@ class SizeRefresh:
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     changed: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (key, quant) -> (old, new)
+    unreachable: bool = False  # the hub was asked and did not answer, or HF_HUB_OFFLINE forbids asking it
 
 
 def _wanted(facts: dict[str, ModelFacts]) -> dict[Repo, set[str]]:
@@ -122,13 +123,15 @@ def refresh_sizes(facts: dict[str, ModelFacts], *, network: bool = True, timeout
     from the hub (HF_ENDPOINT); never raises. Offline, older cached answers beat the catalog's figures."""
     wanted = _wanted(facts)
     result = SizeRefresh(facts)
+    forbidden = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    result.unreachable = forbidden and network
     if not wanted:
         return result
     endpoint = hub_endpoint()
     cache, now = _read_cache(), time.time()
     stale = sorted(r for r in wanted if now - cache.get(_key(endpoint, r), {}).get("checked", 0) > max_age)
     offline = ""
-    if stale and os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+    if stale and forbidden:
         offline = "HF_HUB_OFFLINE is set"
     elif stale and not network:
         offline = "asked not to use the network"
@@ -137,6 +140,7 @@ def refresh_sizes(facts: dict[str, ModelFacts], *, network: bool = True, timeout
         unreachable = [a["error"] for a in answers.values() if a.get("network")]
         if unreachable or len(answers) < len(stale):
             offline = f"{endpoint} did not answer ({unreachable[0] if unreachable else f'within {deadline:.0f} s'})"
+            result.unreachable = True
         refused = {r: a["error"] for r, a in answers.items() if not a.get("network") and "error" in a}
         for repo, answer in answers.items():
             if not answer.get("network"):  # a refusal is an answer too: do not ask again for a day

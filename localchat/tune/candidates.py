@@ -102,7 +102,7 @@ def _obtain(c: Candidate, entries: dict[str, ModelFacts], download: bool, out: T
         c.status = "local"
         return True
     if not download:
-        c.status = "not downloaded (--no-download)"
+        c.status = "not downloaded (downloads off)"
         return False
     model_file = entries[c.key].files[c.quant]
     if not agreed(ask, c.label, model_file.size):

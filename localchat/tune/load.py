@@ -124,11 +124,13 @@ def wait_until_quiet(out: TextIO, limit_s: float = QUIET_WAIT_S, sample_s: float
 
 
 def measured_when_quiet(run: Callable[[], T], label: str, out: TextIO, *, allow_busy: bool = False,
-                        quiet_wait_s: float = QUIET_WAIT_S, sample_s: float = QUIET_SAMPLE_S) -> T:
+                        quiet_wait_s: float = QUIET_WAIT_S, sample_s: float = QUIET_SAMPLE_S,
+                        keep_busy: str = "") -> T:
     """`run()` (one measurement) on a machine other programs leave alone: it waits for them first (bounded),
     watches them while it runs, and runs once more when they were busy meanwhile. Busy both times: a
     BusyMachineError, so that nothing measured then is kept. `allow_busy`: measure as the machine is,
-    noting the load, for a machine that is never idle."""
+    noting the load, for a machine that is never idle. `keep_busy`: how the user asks for that
+    where the wizard runs (tune/here.py: Words), said last."""
     load: Load | None = None
     for attempt in range(2):
         if not allow_busy:
@@ -149,4 +151,4 @@ def measured_when_quiet(run: Callable[[], T], label: str, out: TextIO, *, allow_
     raise BusyMachineError(
         f"another program used {load.text()} while measuring {label}, twice; speeds measured beside it would "
         "make every prediction slower than this machine runs, so nothing was saved. Close it and run the wizard "
-        "again (`localchat tune --allow-busy` keeps such numbers, for a machine that is never idle).")
+        f"again{keep_busy}.")

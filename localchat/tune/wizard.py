@@ -27,6 +27,7 @@ from .candidates import Ask, Candidate, candidates_of, gather, print_candidates
 from .chart import ChartRow, save_chart
 from .draft import Speculation, measure_draft
 from .formats import RACE_TOKENS, FormatRun, race
+from .here import CLI, DOWNLOADS_FAILED, NO_NETWORK, WINDOW, Words, here_candidates
 from .load import QUIET_WAIT_S, measured_when_quiet
 from .measure import Measurement, measure
 from .placements import tune_placement
@@ -98,9 +99,10 @@ def machine_line(hardware: HardwareInfo) -> str:
 
 
 def _machine_and_catalog(probe_fn: Callable[[], HardwareInfo], catalog: Path | None, network: bool,
-                         out: TextIO) -> tuple[HardwareInfo, dict[str, ModelFacts], dict[str, ModelFacts]]:
-    """The machine, the catalog's entries and their facts with current file sizes (asking the hub with
-    `network`); prints the machine's line and what the sizes' refresh noted."""
+                         out: TextIO) -> tuple[HardwareInfo, dict[str, ModelFacts], dict[str, ModelFacts], bool]:
+    """The machine, the catalog's entries, their facts with current file sizes (asking the hub with
+    `network`) and whether the hub was asked and did not answer; prints the machine's line and what the
+    sizes' refresh noted."""
     hardware = probe_fn()
     entries = load_catalog(catalog)
     sized = refresh_sizes(entries, network=network)
@@ -108,26 +110,30 @@ def _machine_and_catalog(probe_fn: Callable[[], HardwareInfo], catalog: Path | N
     print(machine_line(hardware), file=out)
     for note in sized.reasons + sized.warnings:
         print(f"  {note}", file=out)
-    return hardware, entries, sized.facts
+    return hardware, entries, sized.facts, network and sized.unreachable
 
 
 def _candidates(hardware: HardwareInfo, facts: dict[str, ModelFacts], entries: dict[str, ModelFacts], wants: Wants,
                 download: bool, max_measured: int, out: TextIO,
                 ask: Ask | None = None) -> tuple[list[Candidate], list[Candidate]]:
-    """The plan's candidates (the top 3 printed) and those whose file is here or was fetched."""
+    """The plan's candidates (the top 3 printed) and those whose file is here or was fetched (perhaps none)."""
     considered = candidates_of(plan(hardware, facts, wants), hardware, facts, wants)
     print("plan (top 3, predicted):", file=out)
     print_candidates(considered[:3], out)
-    ready = gather(considered, hardware, facts, entries, wants, download, max_measured, out, ask)
-    if not ready:
-        tried = "; ".join(f"{c.label}: {c.status}" for c in considered)
-        raise ModelNotFoundError(f"no candidate model file is here or could be fetched ({tried}). Connect to the "
-                                 "network and run `localchat tune` again, or `localchat pull` a model first.")
-    return considered, ready
+    return considered, gather(considered, hardware, facts, entries, wants, download, max_measured, out, ask)
+
+
+def _nothing_ready(considered: list[Candidate], words: Words) -> str:
+    """Why no candidate is ready: DOWNLOADS_FAILED when downloads were tried and none came (the files here are
+    measured instead); anything else is a ModelNotFoundError that says what to do."""
+    if any(c.status.startswith("cannot download") for c in considered):
+        return DOWNLOADS_FAILED
+    tried = "; ".join(f"{c.label}: {c.status}" for c in considered)
+    raise ModelNotFoundError(f"no candidate model file is here or could be fetched ({tried}). {words.nothing_here}")
 
 
 def _measure_each(ready: list[Candidate], hardware: HardwareInfo, fill: int, out: TextIO, allow_busy: bool,
-                  quiet_wait_s: float) -> list[Candidate]:
+                  quiet_wait_s: float, words: Words) -> list[Candidate]:
     """Measure each candidate on the real runtime, with other programs quiet (load.py: measured again once,
     else a BusyMachineError); one that fails to load is noted in its status and skipped. Returns those
     measured; none is a ModelNotFoundError."""
@@ -140,7 +146,8 @@ def _measure_each(ready: list[Candidate], hardware: HardwareInfo, fill: int, out
                            fill=fill)
 
         try:
-            c.measurement = measured_when_quiet(run, c.label, out, allow_busy=allow_busy, quiet_wait_s=quiet_wait_s)
+            c.measurement = measured_when_quiet(run, c.label, out, allow_busy=allow_busy, quiet_wait_s=quiet_wait_s,
+                                                keep_busy=words.keep_busy)
         except BusyMachineError:
             raise
         except LocalchatError as exc:
@@ -225,18 +232,29 @@ def run_wizard(probe_fn: Callable[[], HardwareInfo] = usable_machine, catalog: P
                out: TextIO = sys.stdout, *, wants: Wants | None = None, fill: int = DECODE_FILL,
                max_measured: int = 2, refresh: bool | None = None, draft_tokens: int = DRAFT_TOKENS,
                placement_doc_tokens: int = PLACEMENT_DOC_TOKENS, race_tokens: tuple[int, int] = RACE_TOKENS,
-               allow_busy: bool = False, quiet_wait_s: float = QUIET_WAIT_S, ask: Ask | None = None) -> Profile:
+               allow_busy: bool = False, quiet_wait_s: float = QUIET_WAIT_S, ask: Ask | None = None,
+               include: list[Path] | None = None, words: Words = CLI) -> Profile:
     """Tune this machine end to end and save the profile; returns it. `refresh`: ask the hub for current
     file sizes (default: when downloading is allowed). `placement_doc_tokens` 0 skips measuring placements.
     `race_tokens`: the prompt and answer of the side-by-side run of the kept model's GGUF and GPTQ files.
     Candidates are measured with other programs quiet (waiting up to `quiet_wait_s` for them); measured
     beside them twice is a BusyMachineError and nothing is saved, unless `allow_busy`. `ask`: the question
-    before each download (the terminal's yes or no); None downloads without one."""
+    before each download (the terminal's yes or no); None downloads without one. With downloads off, or no
+    network, the model files already here are measured (tune/here.py), the files in `include` among them;
+    `words`: the command line's or the window's (tune/here.py)."""
     # Predict decode at the fill the measurements use, so predicted and measured compare.
     wants = replace(wants or Wants(), decode_fill=fill)
-    hardware, entries, facts = _machine_and_catalog(probe_fn, catalog, download if refresh is None else refresh, out)
-    considered, ready = _candidates(hardware, facts, entries, wants, download, max_measured, out, ask)
-    measured = _measure_each(ready, hardware, fill, out, allow_busy, quiet_wait_s)
+    hardware, entries, facts, unreachable = _machine_and_catalog(probe_fn, catalog,
+                                                                 download if refresh is None else refresh, out)
+    why = words.downloads_off if not download else NO_NETWORK if unreachable else ""
+    if not why:
+        considered, ready = _candidates(hardware, facts, entries, wants, download, max_measured, out, ask)
+        why = "" if ready else _nothing_ready(considered, words)  # downloads that failed: measure what is here
+    if why:
+        download = False  # nothing is fetched below: no format race download either
+        ready = here_candidates(hardware, facts, entries, wants, include or [], max_measured, why, words, out)
+        considered = list(ready)
+    measured = _measure_each(ready, hardware, fill, out, allow_busy, quiet_wait_s, words)
     best = _keep_best(measured, wants)
     best.status = "kept"
     efficiency, runs, format_reason = _calibrate(best, hardware, facts, entries, wants, download, race_tokens, out,
@@ -281,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-busy", action="store_true",
                         help="keep speeds measured while other programs use the CPU (by default the wizard waits "
                              "for them, measures again, and saves nothing when they stay busy)")
+    parser.add_argument("--include", type=Path, action="append", default=[], metavar="PATH",
+                        help="with downloads off or no network, measure this model file too, among the models "
+                             "already here (repeatable)")
+    parser.add_argument("--window", action="store_true", help=argparse.SUPPRESS)  # the window's words, not flags
     parser.add_argument("--yes", action="store_true",
                         help="download a better model without asking first (at a terminal the wizard asks before "
                              "each download; elsewhere it never waits for an answer)")
@@ -292,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = run_wizard(catalog=args.catalog, download=args.download, out=out,
                          wants=Wants(min_decode_tps=args.min_speed),
                          placement_doc_tokens=PLACEMENT_DOC_TOKENS if args.placements else 0,
-                         allow_busy=args.allow_busy, ask=ask)
+                         allow_busy=args.allow_busy, ask=ask, include=args.include,
+                         words=WINDOW if args.window else CLI)
     if args.json:
         print(json.dumps(profile.to_dict(), indent=2))
     return 0

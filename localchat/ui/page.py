@@ -76,12 +76,14 @@ footer { display: none !important; }
 .lc-tune-log summary { cursor: pointer; color: var(--body-text-color-subdued); }
 /* A confirmation opens beside what asked for it (the page script sets where), above the sidebar and the chat, on
    any screen: inside the sidebar it opened off screen whenever the sidebar was closed (a phone). */
-#delete-confirm { position: fixed; z-index: 1100; top: var(--lc-ask-top, 30vh); left: var(--lc-ask-left, 8px);
+#delete-confirm, #model-delete-confirm { position: fixed; z-index: 1100; top: var(--lc-ask-top, 30vh);
+  left: var(--lc-ask-left, 8px);
   width: min(20rem, calc(100vw - 16px)); padding: 0.8em; border: 1px solid var(--border-color-primary);
   border-radius: var(--radius-lg); background: var(--background-fill-primary); box-shadow: var(--shadow-drop-lg); }
 /* What cannot be undone looks it: red, with white text (6.5:1), never the grey of "Keep it". */
-#delete-yes { background: #b91c1c !important; border-color: #991b1b !important; color: #fff !important; }
-#delete-yes:hover { background: #991b1b !important; }
+#delete-yes, #model-delete-yes { background: #b91c1c !important; border-color: #991b1b !important;
+  color: #fff !important; }
+#delete-yes:hover, #model-delete-yes:hover { background: #991b1b !important; }
 #delete, #delete-preset { color: #b91c1c !important; }
 .dark #delete, .dark #delete-preset { color: #fca5a5 !important; }
 /* Files dragged over the window: where they go. */
@@ -144,6 +146,14 @@ function localchatAct(request) {
   window.localchatAction = request;
   document.querySelector("#action-go")?.click();
 }
+// A model file's Load and Delete (the Models panel) go through the panel's own hidden button, with the row's path.
+document.addEventListener("click", (event) => {
+  const button = event.target.closest?.("#local-models .lc-file-load, #local-models .lc-file-delete");
+  if (!button || button.disabled) return;
+  const verb = button.classList.contains("lc-file-load") ? "load" : "delete";
+  window.localchatModelAction = `${verb}:${button.dataset.path}`;
+  document.querySelector("#model-action-go")?.click();
+});
 document.addEventListener("click", (event) => {
   const target = event.target.closest ? event.target : event.target.parentElement;
   const arrow = target?.closest("#chat a[href^='#lc-branch-']");
@@ -240,9 +250,10 @@ document.addEventListener("change", (event) => {
   if (!kept.length) event.stopImmediatePropagation();
 }, true);
 
-// A confirmation opens beside what asked for it (the sidebar's Delete, the chat's trash icon), kept on screen.
+// A confirmation opens beside what asked for it (the sidebar's Delete, the chat's trash icon, a model file's
+// Delete), kept on screen.
 document.addEventListener("click", (event) => {
-  const asker = event.target.closest?.("#delete, #chat button[aria-label='Clear']");
+  const asker = event.target.closest?.("#delete, #chat button[aria-label='Clear'], #local-models .lc-file-delete");
   if (!asker) return;
   const box = asker.getBoundingClientRect(), root = document.documentElement.style;
   root.setProperty("--lc-ask-top", `${Math.round(Math.max(8, Math.min(box.bottom + 6, innerHeight - 160)))}px`);
@@ -316,7 +327,7 @@ document.addEventListener("click", (event) => {
   const target = event.target;
   if (!target.closest || innerWidth >= LC_NARROW_PX) return;
   if (target.closest("#conversations label, #new-chat")) return setTimeout(() => localchatCloseDrawers(null), 0);
-  if (target.closest(".sidebar, #open-settings, #delete-confirm, .toast-wrap")) return;
+  if (target.closest(".sidebar, #open-settings, #delete-confirm, #model-delete-confirm, .toast-wrap")) return;
   localchatCloseDrawers(null);
 });
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import LocalchatError
@@ -49,6 +50,13 @@ class Runtime:
                 self.service.engine, self.service.model_name = engine, served_name(model)
                 self.service.served_before(served_name(left), old.worker.model_path)
         old.close_when_done()
+
+    def forget(self, path: str) -> None:
+        """The model file at `path` was deleted or taken off the list: it is no longer one served earlier, and
+        the API stops listing it now (not at its next look at the disk)."""
+        self.earlier = [m for m in self.earlier if m != path]
+        if self.service is not None:
+            self.service.forget(Path(path))
 
 
 WINDOW_MAX_TOKENS = 512  # a new chat's answer limit unless the server was given --max-tokens

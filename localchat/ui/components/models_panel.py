@@ -1,6 +1,6 @@
 """The window's Models panel: the catalog and what fits here, a hub search beyond it (hub_search_panel.py), the
-files found on this machine, downloads with progress (pause, resume, cancel), import of a GGUF from the file
-picker, and switching with loading progress."""
+files found on this machine with Load and Delete (asked first), downloads with progress (pause, resume,
+cancel), import of a GGUF from the file picker, and switching with loading progress."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ...models.catalog import ModelFacts, load_catalog
 from ...models.download import cached_file
 from ...models.importers import local_models
 from ..chat.core import ChatCore
+from ..models import local_files
 from ..models.model_browser import Downloads, catalog_rows, choice_of, machine, size_text
 from ..models.model_import import import_gguf
 from ..models.models_html import catalog_table, local_table, progress_html
@@ -80,6 +81,16 @@ class ModelsPanel:
         self.progress = gr.HTML(progress_html([]), elem_id="downloads")
         gr.Markdown("**Model files on this machine**: localchat's models folder, the hub cache, LM Studio, Ollama.")
         self.local = gr.HTML(elem_id="local-models")
+        # A row's Load or Delete (models_html.py: _actions): the page script names the action and the row's path.
+        self.action = gr.Textbox(elem_id="model-action", elem_classes="lc-hidden", show_label=False, container=False)
+        self.action_go = gr.Button("Act", elem_id="model-action-go", elem_classes="lc-hidden")
+        self.asked = gr.State(None)  # the path a Delete asked about, until Yes or No
+        # Beside the Delete that asked (the page script places it), as the chat's delete asks.
+        with gr.Column(visible=False, elem_id="model-delete-confirm") as self.confirm:
+            self.question = gr.Markdown(elem_id="model-delete-question")
+            with gr.Row():
+                self.delete_yes = gr.Button("Delete", variant="stop", size="sm", elem_id="model-delete-yes")
+                self.delete_no = gr.Button("Keep it", size="sm", elem_id="model-delete-cancel")
         self.importer = gr.File(label="Import a GGUF model file", file_types=[".gguf"], file_count="single",
                                 height=110, elem_id="import-gguf")
         self.note = gr.Markdown(elem_id="models-note")
@@ -103,8 +114,10 @@ class ModelsPanel:
 
     def local_files(self) -> tuple:
         """The local files table and the model picker (the catalog table plans every row: not for these)."""
-        return local_table(local_models(), self.loaded()), gr.update(choices=self.choices(),
-                                                      value=self.core.runtime.model)
+        return self.local_html(), gr.update(choices=self.choices(), value=self.core.runtime.model)
+
+    def local_html(self) -> str:
+        return local_table(local_files.listed_files(self.core.runtime), self.loaded())
 
     def loaded(self) -> Path:
         """The file the window answers with now."""
@@ -156,22 +169,55 @@ class ModelsPanel:
         if not upload:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         try:
-            target = import_gguf(upload)
+            placed = import_gguf(upload)
         except LocalchatError as exc:
             gr.Warning(str(exc))
             return "", gr.skip(), gr.skip(), None
-        gr.Info(f"Imported {target.name}; choose it in the Model list.")
+        gr.Info(f"Imported {placed.path.name}; choose it in the Model list.")
         local, picker = self.local_files()
-        return f"Imported **{target.name}** into localchat's models folder.", local, picker, None
+        return f"Imported **{placed.path.name}**: {placed.said}.", local, picker, None
 
-    def switch(self, name: str) -> Iterator[tuple]:
-        """Load the chosen model in the background; the current one answers until the new one is ready."""
+    def act(self, request: str | None) -> Iterator[tuple]:
+        """A row's Load (the picker's switch, with its progress) or Delete (asked first, beside the button)."""
+        verb, _, path = (request or "").partition(":")
+        skip = (gr.skip(),) * 4
+        if verb not in ("load", "delete"):  # the page script sends only these
+            yield *skip, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return
+        try:
+            model = local_files.listed(self.core.runtime, path)
+            question = local_files.delete_question(self.core.runtime, model) if verb == "delete" else ""
+        except LocalchatError as exc:
+            gr.Warning(str(exc))
+            yield *skip, gr.update(visible=False), gr.skip(), gr.skip(), None, str(exc)
+            return
+        if verb == "delete":
+            button = "Delete" if local_files.deletes_file(model) else "Remove"
+            yield *skip, gr.update(visible=True), question, gr.update(value=button), str(model.path), ""
+            return
+        for shown in self.switch(str(model.path), listed=True):
+            yield *shown, gr.update(visible=False), gr.skip(), gr.skip(), None, ""
+
+    def delete(self, path: str | None) -> tuple:
+        """Delete the file asked about (or take it off the list), and say which was done."""
+        runtime = self.core.runtime
+        try:
+            said = local_files.delete(runtime, local_files.listed(runtime, path or ""))
+        except (LocalchatError, OSError) as exc:
+            gr.Warning(str(exc))
+            return gr.update(visible=False), None, str(exc), gr.skip(), gr.skip()
+        gr.Info(said)
+        return gr.update(visible=False), None, said, *self.local_files()
+
+    def switch(self, name: str, listed: bool = False) -> Iterator[tuple]:
+        """Load the chosen model in the background; the current one answers until the new one is ready.
+        `listed`: a file the local files list holds (its Load button), checked there."""
         core = self.core
         if not name or name == core.runtime.model or time.monotonic() - self._failed.get(name, -60) < 10:
             yield gr.skip(), core.status(), gr.skip(), gr.skip()
             return
         # The name comes from the client: only a model this window lists may load.
-        if name not in {value for _, value in self.choices()}:
+        if not listed and name not in {value for _, value in self.choices()}:
             raise gr.Error("that model is not in the list; choose one of the listed models, or start localchat "
                            "with --model to use another file.", print_exception=False)
         shown = Path(name).name
@@ -203,7 +249,7 @@ class ModelsPanel:
         # in the local files.
         rows = catalog_rows(self.catalog(), machine(), self.downloads, self.loaded())
         yield gr.update(choices=self.choices(), value=core.runtime.model), core.status(), \
-            local_table(local_models(), self.loaded()), catalog_table(rows)
+            self.local_html(), catalog_table(rows)
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -225,6 +271,13 @@ class ModelsPanel:
         # The status line shows the load as it goes: no spinner over it.
         model.input(self.switch, [model], [model, status, self.local, self.table], api_name=False,
                     concurrency_limit=1, show_progress="hidden")
+        asking = [self.confirm, self.question, self.delete_yes, self.asked, self.note]
+        self.action_go.click(self.act, [self.action], [model, status, self.local, self.table, *asking], api_name=False,
+                             concurrency_limit=1, show_progress="hidden",
+                             js="(request) => [window.localchatModelAction || '']")
+        self.delete_no.click(lambda: (gr.update(visible=False), None), None, [self.confirm, self.asked], api_name=False)
+        self.delete_yes.click(self.delete, [self.asked], [self.confirm, self.asked, self.note, self.local, model],
+                              api_name=False, concurrency_limit=1)
         # Another tab's download shows here too, and keeps moving while it runs.
         demo.load(lambda: self.choice_update(), None, [self.choice], api_name=False).then(
             self.follow, None, shown, **quiet)

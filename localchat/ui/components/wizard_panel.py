@@ -70,7 +70,7 @@ def wire(w: Window, wizard: Wizard, progress: WizardProgress, models: ModelsPane
     def tune(download: bool, placements: bool) -> Iterator[tuple]:
         job = jobs.get("current")
         if job is None or not job.running:
-            job = jobs["current"] = TuneJob(download, placements)
+            job = jobs["current"] = TuneJob(download, placements, loaded=core.runtime.engine.worker.model_path)
         # The Cancel button shows while it runs, the Hide button once it has ended.
         running, ended = (gr.update(visible=True), gr.update(visible=False)), (gr.update(visible=False),
                                                                                gr.update(visible=True))

@@ -33,6 +33,21 @@ STYLE = """<style>
 .lc-bad { color: var(--error-text-color, #b91c1c); font-size: 0.85em; white-space: normal; }
 .lc-path { font-family: var(--font-mono); font-size: 0.85em; word-break: break-all; min-width: 24rem;
   color: var(--body-text-color-subdued); }
+.lc-actions { white-space: nowrap; }
+/* Small row buttons, not the page's big ones: a table of files stays a table. */
+.lc-table .lc-actions button { padding: 0.05rem 0.5rem !important; margin: 0 0.1rem 0 0; min-width: 0;
+  font-size: var(--text-sm) !important; font-weight: 400 !important; line-height: 1.4; box-shadow: none !important;
+  border: 1px solid var(--border-color-primary) !important; border-radius: var(--radius-sm) !important;
+  background: var(--button-secondary-background-fill) !important; color: var(--button-secondary-text-color);
+  cursor: pointer; }
+.lc-table .lc-actions button:disabled { opacity: 0.45; cursor: default; }
+/* Red like the chat's Delete (it cannot be undone), hovered and focused too. */
+.lc-table .lc-actions .lc-file-delete, .lc-table .lc-actions .lc-file-delete:hover { color: #b91c1c !important; }
+.dark .lc-table .lc-actions .lc-file-delete, .dark .lc-table .lc-actions .lc-file-delete:hover {
+  color: #fca5a5 !important; }
+/* A phone: a file's name wraps, so its Load and Delete sit on the screen beside it. */
+@media (max-width: 800px) { .lc-table td:first-child { white-space: normal; overflow-wrap: anywhere;
+  min-width: 7rem; } }
 .lc-download { margin: 0.25rem 0; }
 .lc-download progress { width: 14rem; height: 0.7rem; vertical-align: middle; appearance: none;
   border: 1px solid var(--border-color-primary); border-radius: 0.35rem; overflow: hidden;
@@ -77,25 +92,28 @@ def catalog_table(rows: list[CatalogRow]) -> str:
 
 
 def local_table(models: list[LocalModel], loaded: Path | None = None) -> str:
-    """The GGUF files found on this machine and where; the file answering now (`loaded`) first and marked,
-    listed even when it lies outside the folders searched (a path given with --model)."""
-    if loaded is not None and loaded.suffix.lower() == ".gguf":
-        try:
-            real = loaded.resolve()
-            this = next((m for m in models if m.path.resolve() == real), None) \
-                or LocalModel(loaded.name, loaded, loaded.stat().st_size, "path")
-            models = [this, *(m for m in models if m is not this)]
-        except OSError:  # gone from the disk meanwhile: the rows found stand alone
-            loaded = None
+    """The GGUF files found on this machine and where (local_files.py: listed_files lists them, the file
+    answering now first), each with Load and Delete; the loaded one is marked and its Load is off."""
     if not models:
         return "<p class='lc-no'>No GGUF files found here yet.</p>"
     bad = bad_files.reasons()
     now = loaded.resolve() if loaded is not None else None
-    body = "".join(f"<tr>{_local_name(m, bad(m.path), m.path.resolve() == now)}"
-                   f"{_cell(FOUND_IN.get(m.source, m.source))}"
-                   f"{_cell(size_text(m.size), 'lc-num')}{_cell(str(m.path), 'lc-path')}</tr>" for m in models)
-    return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr><th>File</th><th>Found in</th>"
-            f"<th>Size</th><th>Path</th></tr></thead><tbody>{body}</tbody></table></div>")
+    rows = []
+    for m in models:
+        this = m.path.resolve() == now
+        rows.append(f"<tr data-path='{escape(str(m.path))}'>{_local_name(m, bad(m.path), this)}{_actions(m, this)}"
+                    f"{_cell(FOUND_IN.get(m.source, m.source))}"
+                    f"{_cell(size_text(m.size), 'lc-num')}{_cell(str(m.path), 'lc-path')}</tr>")
+    return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr><th>File</th><th></th>"
+            f"<th>Found in</th><th>Size</th><th>Path</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def _actions(model: LocalModel, loaded: bool) -> str:
+    """Load (off for the file answering now) and Delete; the page script sends the row's path with either."""
+    path = escape(str(model.path))
+    load = (f"<button class='lc-file-load' data-path='{path}' disabled title='The model answering now'>Load</button>"
+            if loaded else f"<button class='lc-file-load' data-path='{path}'>Load</button>")
+    return f"<td class='lc-actions'>{load} <button class='lc-file-delete' data-path='{path}'>Delete</button></td>"
 
 
 def _local_name(model: LocalModel, bad: str | None, loaded: bool = False) -> str:

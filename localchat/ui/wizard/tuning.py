@@ -16,18 +16,21 @@ from ...errors import LocalchatError
 from ...tune.profile import Profile
 
 
-def tune_command(download: bool, placements: bool = True) -> list[str]:
-    """The wizard's command line: the bundle's own program, or this Python with the package."""
+def tune_command(download: bool, placements: bool = True, loaded: str | Path | None = None) -> list[str]:
+    """The wizard's command line: the bundle's own program, or this Python with the package. It speaks the
+    window's words (--window: its controls, never the command's flags); with nothing to download it measures
+    the models here, the `loaded` file among them."""
     base = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "localchat"]
     # The tick is the yes to a download (--yes): the wizard's child has no terminal to ask at.
-    return [*base, "tune", *(["--yes"] if download else ["--no-download"]),
-            *([] if placements else ["--no-placements"])]
+    return [*base, "tune", "--window", *(["--yes"] if download else ["--no-download"]),
+            *([] if placements else ["--no-placements"]), *(["--include", str(loaded)] if loaded else [])]
 
 
 class TuneJob:
     """One wizard run: its output lines so far and, once it ends, its exit code."""
 
-    def __init__(self, download: bool = True, placements: bool = True, command: list[str] | None = None) -> None:
+    def __init__(self, download: bool = True, placements: bool = True, command: list[str] | None = None,
+                 loaded: str | Path | None = None) -> None:
         self.lines: list[str] = []
         self.returncode: int | None = None
         self.cancelled = False
@@ -35,9 +38,9 @@ class TuneJob:
         from ...runtime.backends.kernels import child_environ
 
         env = {**child_environ(), "PYTHONUNBUFFERED": "1"}  # lines arrive as the wizard prints them
-        self._process = subprocess.Popen(command or tune_command(download, placements), stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                         errors="replace")
+        self._process = subprocess.Popen(command or tune_command(download, placements, loaded),
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         text=True, env=env, errors="replace")
         self._reader = threading.Thread(target=self._read, name="localchat-tune-log", daemon=True)
         self._reader.start()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
+from ...tune.here import ALREADY_HERE
 from ...units import duration_text
 
 STEPS = ("Read this machine", "Plan the candidates", "Measure the candidates", "Compare file formats",
@@ -28,7 +29,7 @@ def step_of(line: str) -> int | None:
         return 5
     if line.startswith("format:") or line.endswith("side by side ..."):
         return 3
-    if line.startswith(("measuring ", "fetching ")):
+    if line.startswith(("measuring ", "fetching ")) or ALREADY_HERE in line:  # why it measures what is here
         return 2
     if line.startswith(("kept ", "planner corrections:", "profile:", "chart:")):
         return 6

@@ -1,0 +1,133 @@
+"""localchat's own model files: a GGUF brought into its models folder (linked, moved or copied, and saying
+which), and a file taken out of it again.
+
+A file the user already has is linked, never duplicated: a hard link when the models folder is on the
+same filesystem (one file, two names), else a symbolic link. Only when neither can be made is it copied,
+and the message says why. Deleting works on the name in the models folder alone: a link goes, the file it
+points at (the user's own) stays, and nothing outside the folder is ever deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LocalchatError, ModelLoadError
+from ..paths import PRIVATE_FILE_MODE, models_dir
+from ..units import size_text
+from .gguf_info import read_gguf
+from .importers import is_gguf
+
+IMPORTED = "imported"  # the subfolder of the models folder that holds imported files
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A file put into the models folder, and how: "linked", "moved" or "copied", with the why in `said`."""
+
+    path: Path
+    how: str
+    said: str
+
+
+def check_gguf(path: Path, name: str) -> None:
+    """A ModelLoadError that says what is wrong unless `path` (shown as `name`) reads as a GGUF language model."""
+    if not name.lower().endswith(".gguf"):
+        raise ModelLoadError(f"{name} is not a .gguf file; localchat imports GGUF models.")
+    if not is_gguf(path):
+        raise ModelLoadError(f"{name} does not start like a GGUF file; it may be damaged or another format.")
+    try:
+        info = read_gguf(path)
+    except (LocalchatError, OSError, ValueError) as exc:
+        reason = str(exc).replace(str(path), name)  # the file's own name, not where it waits
+        raise ModelLoadError(f"{name} is not a readable GGUF model ({reason}).") from None
+    if not info.n_layer:
+        raise ModelLoadError(f"{name} holds no model layers; it is not a language model.")
+
+
+def import_target(name: str) -> Path:
+    """A free path for `name` in the imported folder: a model already here is never overwritten."""
+    folder = models_dir() / IMPORTED
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / name
+    stem, number = Path(name).stem, 2
+    while target.exists() or target.is_symlink():
+        target = folder / f"{stem}-{number}.gguf"
+        number += 1
+    return target
+
+
+def link_in(source: Path) -> Placed:
+    """The user's GGUF at `source` in localchat's models folder without a second copy of its bytes."""
+    source = source.expanduser().resolve()
+    if not source.is_file():
+        raise ModelLoadError(f"{source} is not a file; give the path of a .gguf model file.")
+    check_gguf(source, source.name)
+    if source.is_relative_to(models_dir().resolve()):
+        raise ModelLoadError(f"{source.name} is already in localchat's models folder ({source.parent}).")
+    target = import_target(source.name)
+    try:
+        os.link(source, target)
+        return Placed(target, "linked", f"linked {source.name} into localchat's models folder (a hard link: one "
+                                        "file with two names, no bytes copied)")
+    except OSError as hard:
+        try:
+            target.symlink_to(source)
+            return Placed(target, "linked", f"linked {source.name} into localchat's models folder (a symbolic "
+                                            f"link: a hard link is not possible here, {_why(hard)}); "
+                                            "moving or deleting the original breaks the link")
+        except OSError as soft:
+            shutil.copyfile(source, target)
+            os.chmod(target, PRIVATE_FILE_MODE)
+            return Placed(target, "copied", f"copied {source.name} ({size_text(source.stat().st_size)}) into "
+                                            "localchat's models folder because no link can be made there "
+                                            f"({_why(soft)})")
+
+
+def move_in(source: Path, name: str) -> Placed:
+    """An uploaded file (already a copy of the user's, made by the upload) moved into the models folder: a
+    rename on the same filesystem; across filesystems copied, then the upload deleted, and said so."""
+    target = import_target(name)
+    try:
+        os.rename(source, target)
+        how, said = "moved", f"moved {name} into the models folder"
+    except OSError:  # another filesystem: a rename cannot cross it
+        shutil.copyfile(source, target)
+        source.unlink()
+        how, said = "copied", (f"copied {name} into the models folder because the upload folder is on another "
+                               "disk; the uploaded file was deleted")
+    os.chmod(target, PRIVATE_FILE_MODE)
+    return Placed(target, how, said)
+
+
+def _why(exc: OSError) -> str:
+    return (exc.strerror or str(exc)).lower()
+
+
+def in_models_folder(path: Path) -> bool:
+    """Whether the name `path` lies in localchat's models folder (the folder holding it, links resolved: a
+    link inside the folder is the folder's, the file it points at is not)."""
+    try:
+        return path.parent.resolve().is_relative_to(models_dir().resolve())
+    except OSError:
+        return False
+
+
+def remove_own(path: Path) -> str:
+    """Delete `path` from localchat's models folder and say what went: the file, or only its link (the
+    original it pointed at stays). A path outside the folder is refused: localchat deletes only its own."""
+    if not in_models_folder(path):
+        raise ModelLoadError(f"{path.name} is not in localchat's models folder, so it was not deleted; localchat "
+                             "deletes only the files it keeps itself.")
+    if path.is_symlink():
+        original = os.readlink(path)
+        path.unlink()
+        return f"Removed the link {path.name}; the original file at {original} stays."
+    info = path.stat()
+    path.unlink()
+    if info.st_nlink > 1:
+        return (f"Removed {path.name} from localchat's models folder; it was a hard link, so the same file stays "
+                "under its other name.")
+    return f"Deleted {path.name} ({size_text(info.st_size)}) from localchat's models folder."
