@@ -41,7 +41,18 @@ footer { display: none !important; }
 #chat .message-row:has(textarea.edit-textarea) > .flex-wrap { flex: 1; }
 #chat textarea.edit-textarea { width: 100% !important; min-height: 4lh !important; field-sizing: content;
   max-height: 50vh; padding: 0.5em 0.7em; }
-#chat a[href^="#lc-branch-"] { text-decoration: none; padding: 0 0.3em; }
+/* The controls under a message: "‹ 2/3 ›" (an answer's versions, a turn's branches: one look) and its Delete. */
+#chat .lc-tools { display: inline-flex; flex-wrap: wrap; align-items: center; gap: 0.6em; font-size: 0.9em;
+  color: var(--lc-quiet-text); }
+#chat .lc-stepper { display: inline-flex; align-items: center; gap: 0.1em; white-space: nowrap; }
+#chat .lc-tools button { min-width: 1.9em; min-height: 1.9em; padding: 0 0.35em; border: 1px solid transparent;
+  border-radius: var(--radius-sm); background: none; color: inherit; font: inherit; line-height: 1; cursor: pointer; }
+#chat .lc-tools button.lc-step { font-size: 1.25em; }
+#chat .lc-tools button:hover:not(:disabled) { border-color: var(--border-color-primary); color: var(--body-text-color); }
+#chat .lc-tools button:focus-visible { outline: 2px solid var(--color-accent); outline-offset: 1px; }
+#chat .lc-tools button:disabled { opacity: 0.35; cursor: default; }
+#chat .lc-tools button.lc-delete-message:hover { color: #b91c1c; }
+.dark #chat .lc-tools button.lc-delete-message:hover { color: #fca5a5; }
 /* A message sent while the answer streams: faded until its turn comes, its Cancel a small button; nothing
    of it is stored yet to copy or edit, so its message buttons are hidden. */
 #chat .message-row:has(a[href^="#lc-cancel-"]) { opacity: 0.7; }
@@ -76,12 +87,20 @@ footer { display: none !important; }
 .lc-tune-log summary { cursor: pointer; color: var(--body-text-color-subdued); }
 /* A confirmation opens beside what asked for it (the page script sets where), above the sidebar and the chat, on
    any screen: inside the sidebar it opened off screen whenever the sidebar was closed (a phone). */
-#delete-confirm { position: fixed; z-index: 1100; top: var(--lc-ask-top, 30vh); left: var(--lc-ask-left, 8px);
+#delete-confirm, #lc-ask-message { position: fixed; z-index: 1100; top: var(--lc-ask-top, 30vh); left: var(--lc-ask-left, 8px);
   width: min(20rem, calc(100vw - 16px)); padding: 0.8em; border: 1px solid var(--border-color-primary);
   border-radius: var(--radius-lg); background: var(--background-fill-primary); box-shadow: var(--shadow-drop-lg); }
 /* What cannot be undone looks it: red, with white text (6.5:1), never the grey of "Keep it". */
-#delete-yes { background: #b91c1c !important; border-color: #991b1b !important; color: #fff !important; }
-#delete-yes:hover { background: #991b1b !important; }
+#delete-yes, #lc-ask-message .lc-ask-yes { background: #b91c1c !important; border-color: #991b1b !important;
+  color: #fff !important; }
+#delete-yes:hover, #lc-ask-message .lc-ask-yes:hover { background: #991b1b !important; }
+/* A message's Delete asks in a box of the page script's own, made to look like the chat's. */
+#lc-ask-message p { margin: 0 0 0.7em; color: var(--body-text-color); }
+#lc-ask-message .lc-ask-buttons { display: flex; gap: 0.5em; }
+#lc-ask-message button { flex: 1; padding: var(--button-small-padding); border-radius: var(--button-small-radius);
+  border: 1px solid var(--button-secondary-border-color); background: var(--button-secondary-background-fill);
+  color: var(--button-secondary-text-color); font-weight: var(--button-small-text-weight);
+  font-size: var(--button-small-text-size); cursor: pointer; }
 #delete, #delete-preset { color: #b91c1c !important; }
 .dark #delete, .dark #delete-preset { color: #fca5a5 !important; }
 /* Files dragged over the window: where they go. */
@@ -92,6 +111,9 @@ footer { display: none !important; }
 #lc-drop-zone.lc-shown { display: flex; }
 .lc-refusal { margin: 0.4em 0; padding: 0.4em 0.7em; border-left: 3px solid #b91c1c; color: #b91c1c; }
 .dark .lc-refusal { color: #fca5a5; border-color: #fca5a5; }
+.lc-refusal-fix { display: block; margin-top: 0.4em; padding: var(--button-small-padding); cursor: pointer;
+  border: 1px solid currentColor; border-radius: var(--button-small-radius); background: none; color: inherit;
+  font-weight: 600; }
 .lc-clamped { font-size: 0.85em; color: var(--lc-quiet-text); margin: 0.2em 0; }
 /* A phone: the message box takes the composer's first row whole, its placeholder on one line, and Attach, Send
    and Stop share the row under it; the chat takes the height. */
@@ -138,29 +160,91 @@ document.addEventListener("keydown", (event) => {
 });
 
 // Requests that carry a value go to the server through one hidden button, whose event reads
-// window.localchatAction: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›),
-// "cancel:N" (a waiting message's Cancel).
+// window.localchatAction: "remove:I" (a chip's ×), "branch:I:STEP" and "version:I:STEP" (a message's ‹ or ›),
+// "delete-turn:I" and "delete-version:I" (a message's Delete, once confirmed), "cancel:N" (a waiting message's
+// Cancel).
 function localchatAct(request) {
   window.localchatAction = request;
   document.querySelector("#action-go")?.click();
 }
 document.addEventListener("click", (event) => {
   const target = event.target.closest ? event.target : event.target.parentElement;
-  const arrow = target?.closest("#chat a[href^='#lc-branch-']");
+  const arrow = target?.closest("#chat button.lc-step");
+  const remove = target?.closest("#chat button.lc-delete-message");
   const chip = target?.closest("#attachments .lc-chip-remove");
   const cancel = target?.closest("#chat a[href^='#lc-cancel-']");
-  if (!arrow && !chip && !cancel) return;
+  const leave = target?.closest("#refusal #leave-out");
+  if (!arrow && !remove && !chip && !cancel && !leave) return;
   event.preventDefault();
   event.stopPropagation();
   if (chip) return localchatAct(`remove:${chip.dataset.index}`);
   if (cancel) return localchatAct(`cancel:${cancel.getAttribute("href").slice("#lc-cancel-".length)}`);
-  const [, index, way] = arrow.getAttribute("href").match(/^#lc-branch-(\d+)-(prev|next)$/) || [];
-  if (index !== undefined) localchatAct(`branch:${index}:${way === "prev" ? -1 : 1}`);
+  if (remove) return localchatAskDelete(remove);
+  if (leave) return localchatLeaveOut(leave);
+  if (arrow.disabled) return;
+  window.localchatRefocus = arrow.value;  // the chat is drawn anew: the arrow keeps the keyboard's focus
+  localchatAct(arrow.value);
 }, true);
+new MutationObserver(() => {
+  // The chat's sanitizer keeps a button's title but no aria-label: the title names it for a screen reader too.
+  for (const button of document.querySelectorAll("#chat .lc-tools button[title]:not([aria-label])")) {
+    button.setAttribute("aria-label", button.title);
+  }
+  const step = window.localchatRefocus;
+  const arrow = step && document.querySelector(`#chat button.lc-step[value="${step}"]`);
+  if (!arrow || document.activeElement === arrow) return;
+  window.localchatRefocus = null;
+  if (!arrow.disabled) arrow.focus();
+  else arrow.closest(".lc-stepper")?.querySelector("button.lc-step:not(:disabled)")?.focus();
+}).observe(document.documentElement, { childList: true, subtree: true });
+
+// A refusal's Leave out: once the server has let the earlier documents go (the refusal leaves), the message
+// still in the box is sent again.
+function localchatLeaveOut(button) {
+  button.disabled = true;
+  localchatAct("unpin");
+  let frames = 0;
+  const send = () => {
+    if (document.querySelector("#refusal #leave-out")) return void (frames++ < 1800 && requestAnimationFrame(send));
+    document.querySelector("#send")?.click();
+  };
+  requestAnimationFrame(send);
+}
+
+// A message's Delete asks beside itself (red Delete, Keep it), as the chat's Delete does; Esc or a click
+// elsewhere keeps the message.
+function localchatAskDelete(asker) {
+  document.getElementById("lc-ask-message")?.remove();
+  const box = document.createElement("div");
+  box.id = "lc-ask-message";
+  box.setAttribute("role", "alertdialog");
+  box.setAttribute("aria-modal", "false");
+  const what = asker.value.startsWith("delete-version") ? "this version of the answer"
+    : "this message and its answer";
+  box.innerHTML = `<p></p><div class="lc-ask-buttons"><button type="button" class="lc-ask-yes">Delete</button>`
+    + `<button type="button" class="lc-ask-no">Keep it</button></div>`;
+  box.querySelector("p").textContent = `Delete ${what} for good? This cannot be undone.`;
+  box.setAttribute("aria-label", `Delete ${what}?`);
+  const close = () => { box.remove(); asker.isConnected && asker.focus(); };
+  box.querySelector(".lc-ask-yes").addEventListener("click", () => { box.remove(); localchatAct(asker.value); });
+  box.querySelector(".lc-ask-no").addEventListener("click", close);
+  box.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    event.stopPropagation();  // Esc here keeps the message; it does not stop the answer
+    close();
+  });
+  document.body.appendChild(box);
+  box.querySelector(".lc-ask-no").focus();
+}
+document.addEventListener("click", (event) => {
+  const box = document.getElementById("lc-ask-message");
+  if (box && !event.target.closest?.("#lc-ask-message, #chat button.lc-delete-message")) box.remove();
+});
 
 // The edit box of a user message starts with what the chat shows: the notes under the message
-// (its documents, its branches ‹ 1/2 ›) are not part of it, so they leave the box (the server drops them too).
-const LC_NOTE = /\n\n(\*Attached: .*\*|\[‹\]\(#lc-branch-\d+-prev\) \d+\/\d+ \[›\]\(#lc-branch-\d+-next\))$/;
+// (its documents, its controls: branches ‹ 1/2 › and Delete) are not part of it, so they leave the box (the
+// server drops them too).
+const LC_NOTE = /\n\n(\*Attached: .*\*|<span class="lc-tools">.*<\/span>)$/;
 document.addEventListener("click", (event) => {
   if (!event.target.closest || !event.target.closest("#chat button[aria-label='Edit']")) return;
   let frames = 0;
@@ -242,7 +326,7 @@ document.addEventListener("change", (event) => {
 
 // A confirmation opens beside what asked for it (the sidebar's Delete, the chat's trash icon), kept on screen.
 document.addEventListener("click", (event) => {
-  const asker = event.target.closest?.("#delete, #chat button[aria-label='Clear']");
+  const asker = event.target.closest?.("#delete, #chat button[aria-label='Clear'], #chat button.lc-delete-message");
   if (!asker) return;
   const box = asker.getBoundingClientRect(), root = document.documentElement.style;
   root.setProperty("--lc-ask-top", `${Math.round(Math.max(8, Math.min(box.bottom + 6, innerHeight - 160)))}px`);
@@ -316,7 +400,7 @@ document.addEventListener("click", (event) => {
   const target = event.target;
   if (!target.closest || innerWidth >= LC_NARROW_PX) return;
   if (target.closest("#conversations label, #new-chat")) return setTimeout(() => localchatCloseDrawers(null), 0);
-  if (target.closest(".sidebar, #open-settings, #delete-confirm, .toast-wrap")) return;
+  if (target.closest(".sidebar, #open-settings, #delete-confirm, #lc-ask-message, .toast-wrap")) return;
   localchatCloseDrawers(null);
 });
 
