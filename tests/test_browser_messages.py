@@ -23,6 +23,8 @@ from localchat.ui.chat import transfer
 
 pytestmark = needs_chromium
 
+DESKTOP = {"width": 1400, "height": 900}  # the screenshots' desktop
+
 
 def wait_for(check, what: str, timeout_s: float = LONG / 1000):
     """Poll the store for what the page cannot show (every version kept, a flag stored)."""
@@ -50,6 +52,7 @@ def versions_and_branches(ui: RunningUI, title: str) -> str:
 
 
 def test_ten_quick_regenerates_each_keep_a_version_and_the_arrows_step_through_them_by_keyboard(page, ui):
+    page.set_viewport_size(DESKTOP)
     question = "Name the capital city of Chile."
     ask(page, question)
     expect(last_reply(page)).to_contain_text("TTFT", timeout=LONG)
@@ -79,6 +82,7 @@ def test_ten_quick_regenerates_each_keep_a_version_and_the_arrows_step_through_t
 
 
 def test_versions_and_branches_share_one_control_disabled_at_the_ends(page, phone, ui: RunningUI):
+    page.set_viewport_size(DESKTOP)
     versions_and_branches(ui, "Arrows alike")
     for shown in (page, phone):
         shown.reload()
@@ -113,6 +117,7 @@ def test_versions_and_branches_share_one_control_disabled_at_the_ends(page, phon
 
 
 def test_a_message_is_deleted_after_asking_beside_it_and_stays_deleted_in_a_reload_and_the_export(page, phone, ui):
+    page.set_viewport_size(DESKTOP)
     conv = ui.store.create("Two questions")
     for role, text, stats in (("user", "First question?", {}), ("assistant", "First answer.", {}),
                               ("user", "Second question?", {}),
@@ -177,6 +182,7 @@ def test_a_message_is_deleted_after_asking_beside_it_and_stays_deleted_in_a_relo
 
 
 def test_a_message_deleted_while_its_chat_answers_is_refused_with_a_line_and_the_answer_goes_on(page, ui):
+    page.set_viewport_size(DESKTOP)
     set_max_tokens(page, 400)
     question = "Count from 1 to 300, separated by commas."
     ask(page, question)
@@ -197,6 +203,7 @@ def test_a_message_deleted_while_its_chat_answers_is_refused_with_a_line_and_the
 
 def test_a_chat_whose_earlier_turn_pinned_a_document_is_not_stuck_after_the_context_shrinks(page, phone, ui,
                                                                                              tmp_path: Path):
+    page.set_viewport_size(DESKTOP)
     doc = tmp_path / "harbour-log.txt"
     doc.write_text(FILLER * 9 + "\n\nThe harbour master is Ines Varga.\n\n" + FILLER * 9)  # ~650 tokens
     attach_files(page, doc)
@@ -232,8 +239,45 @@ def test_a_chat_whose_earlier_turn_pinned_a_document_is_not_stuck_after_the_cont
         assert messages[0].stats.get("unpinned") is True
         assert messages[-2].content == "Thank you. What day is it?" and messages[-2].stats["left_out"] == [0]
         ask(page, "And what day is tomorrow?")  # the chat goes on, the document left out
-        expect(page.locator("#chat .bot")).to_have_count(3, timeout=LONG)
+        expect(page.locator("#chat .user").last).to_contain_text("And what day is tomorrow?")
+        wait_for(lambda: len(ui.store.get(conv.id).messages) == 6, "the third answer kept")
+        expect(page.locator("#chat .bot")).to_have_count(3)
         expect(last_reply(page)).to_contain_text(re.compile("TTFT|cut at max tokens"), timeout=LONG)
+        expect(last_reply(page)).not_to_contain_text("Reading the prompt")
         shot(page, "14c-pinned-left-out")
     finally:
         ui.runtime.switch(ui.runtime.model, n_ctx=before)
+
+
+def timers_shown(page) -> list[str]:
+    """Gradio's progress timers ("0.4s", "processing | 0.1/11.9s") drawn in the composer's lines above the message
+    box (the attached files and the reading line), as they read on screen."""
+    return page.evaluate("""() => [...document.querySelectorAll('#attachments *, #reading *')]
+        .filter((e) => !e.children.length && /\\d\\.\\ds|processing/.test(e.textContent) && e.checkVisibility({
+            opacityProperty: true, visibilityProperty: true}))
+        .map((e) => e.textContent.trim())""")
+
+
+def test_attaching_a_long_document_while_an_answer_streams_shows_no_gradio_timer_in_the_reading_line(page, phone, ui,
+                                                                                                     tmp_path: Path):
+    page.set_viewport_size(DESKTOP)
+    long_doc = tmp_path / "long-report.txt"
+    long_doc.write_text(FILLER * 400)  # ~11,000 tokens: read for a few seconds
+    question = "Count from 1 to 300, separated by commas."
+    set_max_tokens(page, 400)
+    ask(page, question)
+    expect(last_reply(page)).to_contain_text("generating", timeout=LONG)
+    phone.reload()
+    open_window(phone, ui)
+    open_chat(phone, question)  # the chat's settings: long answers
+    for shown in (page, phone):
+        if shown is phone:
+            ask(phone, "And from 300 down to 1?")
+            expect(last_reply(phone)).to_contain_text("generating", timeout=LONG)
+        attach_files(shown, long_doc)
+        seen: list[str] = []
+        while not shown.locator("#attachments .lc-chip").count():  # until the file is read and its chip shows
+            seen += timers_shown(shown)
+        seen += timers_shown(shown)
+        assert not seen, seen
+        shown.locator("#stop").click()

@@ -8,6 +8,9 @@ CSS = """
 :root { --lc-quiet-text: var(--neutral-600); }
 .dark { --lc-quiet-text: var(--neutral-300); }
 #meter, #reading { font-size: 0.9em; margin-top: 0.3em; color: var(--lc-quiet-text); }
+/* Gradio's progress timer ("processing | 0.1/11.9s") drew over the line of the attached files and the reading line
+   while a file was read: those lines say what is happening in words, and the timer read as part of them. */
+#attachments [data-testid="status-tracker"], #reading [data-testid="status-tracker"] { display: none !important; }
 footer { display: none !important; }
 /* Toasts open below the drawers' toggles (at the window's top edges, 16 to 48 px down), never over them: the
    settings drawer stays one click away while a toast shows. Gradio puts the first toast at this plus 12 px. */
@@ -113,7 +116,7 @@ footer { display: none !important; }
 .dark .lc-refusal { color: #fca5a5; border-color: #fca5a5; }
 .lc-refusal-fix { display: block; margin-top: 0.4em; padding: var(--button-small-padding); cursor: pointer;
   border: 1px solid currentColor; border-radius: var(--button-small-radius); background: none; color: inherit;
-  font-weight: 600; }
+  font: inherit; font-weight: 600; }
 .lc-clamped { font-size: 0.85em; color: var(--lc-quiet-text); margin: 0.2em 0; }
 /* A phone: the message box takes the composer's first row whole, its placeholder on one line, and Attach, Send
    and Stop share the row under it; the chat takes the height. */
