@@ -263,7 +263,7 @@ def test_attaching_a_long_document_while_an_answer_streams_shows_no_gradio_timer
     page.set_viewport_size(DESKTOP)
     long_doc = tmp_path / "long-report.txt"
     long_doc.write_text(FILLER * 400)  # ~11,000 tokens: read for a few seconds
-    question = "Count from 1 to 300, separated by commas."
+    question = "Count from 1 to 250, separated by commas."
     set_max_tokens(page, 400)
     ask(page, question)
     expect(last_reply(page)).to_contain_text("generating", timeout=LONG)
