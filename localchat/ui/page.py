@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .page_messages import MESSAGE_CSS, MESSAGE_SCRIPT
+
 CSS = """
 #chat { flex-grow: 1; }
 /* Quiet text that still reads: the theme's subdued grey is 2.4:1 on white, under AA's 4.5:1 for text this small. */
@@ -44,18 +46,6 @@ footer { display: none !important; }
 #chat .message-row:has(textarea.edit-textarea) > .flex-wrap { flex: 1; }
 #chat textarea.edit-textarea { width: 100% !important; min-height: 4lh !important; field-sizing: content;
   max-height: 50vh; padding: 0.5em 0.7em; }
-/* The controls under a message: "‹ 2/3 ›" (an answer's versions, a turn's branches: one look) and its Delete. */
-#chat .lc-tools { display: inline-flex; flex-wrap: wrap; align-items: center; gap: 0.6em; font-size: 0.9em;
-  color: var(--lc-quiet-text); }
-#chat .lc-stepper { display: inline-flex; align-items: center; gap: 0.1em; white-space: nowrap; }
-#chat .lc-tools button { min-width: 1.9em; min-height: 1.9em; padding: 0 0.35em; border: 1px solid transparent;
-  border-radius: var(--radius-sm); background: none; color: inherit; font: inherit; line-height: 1; cursor: pointer; }
-#chat .lc-tools button.lc-step { font-size: 1.25em; }
-#chat .lc-tools button:hover:not(:disabled) { border-color: var(--border-color-primary); color: var(--body-text-color); }
-#chat .lc-tools button:focus-visible { outline: 2px solid var(--color-accent); outline-offset: 1px; }
-#chat .lc-tools button:disabled { opacity: 0.35; cursor: default; }
-#chat .lc-tools button.lc-delete-message:hover { color: #b91c1c; }
-.dark #chat .lc-tools button.lc-delete-message:hover { color: #fca5a5; }
 /* A message sent while the answer streams: faded until its turn comes, its Cancel a small button; nothing
    of it is stored yet to copy or edit, so its message buttons are hidden. */
 #chat .message-row:has(a[href^="#lc-cancel-"]) { opacity: 0.7; }
@@ -97,13 +87,6 @@ footer { display: none !important; }
 #delete-yes, #lc-ask-message .lc-ask-yes { background: #b91c1c !important; border-color: #991b1b !important;
   color: #fff !important; }
 #delete-yes:hover, #lc-ask-message .lc-ask-yes:hover { background: #991b1b !important; }
-/* A message's Delete asks in a box of the page script's own, made to look like the chat's. */
-#lc-ask-message p { margin: 0 0 0.7em; color: var(--body-text-color); }
-#lc-ask-message .lc-ask-buttons { display: flex; gap: 0.5em; }
-#lc-ask-message button { flex: 1; padding: var(--button-small-padding); border-radius: var(--button-small-radius);
-  border: 1px solid var(--button-secondary-border-color); background: var(--button-secondary-background-fill);
-  color: var(--button-secondary-text-color); font-weight: var(--button-small-text-weight);
-  font-size: var(--button-small-text-size); cursor: pointer; }
 #delete, #delete-preset { color: #b91c1c !important; }
 .dark #delete, .dark #delete-preset { color: #fca5a5 !important; }
 /* Files dragged over the window: where they go. */
@@ -129,7 +112,7 @@ footer { display: none !important; }
   #answer-buttons { flex-wrap: wrap; gap: 0.3em; }
   #answer-buttons > button { flex: 1 1 30% !important; min-width: 0 !important; font-size: 0.8em; }
 }
-"""
+""" + MESSAGE_CSS
 
 # Gradio's copy button copies what the chat shows: the answer with its "Included:" line and its
 # numbers, with model HTML escaped. The page keeps each message's own text (#sources, JSON, one
@@ -188,61 +171,6 @@ document.addEventListener("click", (event) => {
   window.localchatRefocus = arrow.value;  // the chat is drawn anew: the arrow keeps the keyboard's focus
   localchatAct(arrow.value);
 }, true);
-new MutationObserver(() => {
-  // The chat's sanitizer keeps a button's title but no aria-label: the title names it for a screen reader too.
-  for (const button of document.querySelectorAll("#chat .lc-tools button[title]:not([aria-label])")) {
-    button.setAttribute("aria-label", button.title);
-  }
-  const step = window.localchatRefocus;
-  const arrow = step && document.querySelector(`#chat button.lc-step[value="${step}"]`);
-  if (!arrow || document.activeElement === arrow) return;
-  window.localchatRefocus = null;
-  if (!arrow.disabled) arrow.focus();
-  else arrow.closest(".lc-stepper")?.querySelector("button.lc-step:not(:disabled)")?.focus();
-}).observe(document.documentElement, { childList: true, subtree: true });
-
-// A refusal's Leave out: once the server has let the earlier documents go (the refusal leaves), the message
-// still in the box is sent again.
-function localchatLeaveOut(button) {
-  button.disabled = true;
-  localchatAct("unpin");
-  let frames = 0;
-  const send = () => {
-    if (document.querySelector("#refusal #leave-out")) return void (frames++ < 1800 && requestAnimationFrame(send));
-    document.querySelector("#send")?.click();
-  };
-  requestAnimationFrame(send);
-}
-
-// A message's Delete asks beside itself (red Delete, Keep it), as the chat's Delete does; Esc or a click
-// elsewhere keeps the message.
-function localchatAskDelete(asker) {
-  document.getElementById("lc-ask-message")?.remove();
-  const box = document.createElement("div");
-  box.id = "lc-ask-message";
-  box.setAttribute("role", "alertdialog");
-  box.setAttribute("aria-modal", "false");
-  const what = asker.value.startsWith("delete-version") ? "this version of the answer"
-    : "this message and its answer";
-  box.innerHTML = `<p></p><div class="lc-ask-buttons"><button type="button" class="lc-ask-yes">Delete</button>`
-    + `<button type="button" class="lc-ask-no">Keep it</button></div>`;
-  box.querySelector("p").textContent = `Delete ${what} for good? This cannot be undone.`;
-  box.setAttribute("aria-label", `Delete ${what}?`);
-  const close = () => { box.remove(); asker.isConnected && asker.focus(); };
-  box.querySelector(".lc-ask-yes").addEventListener("click", () => { box.remove(); localchatAct(asker.value); });
-  box.querySelector(".lc-ask-no").addEventListener("click", close);
-  box.addEventListener("keydown", (event) => {
-    if (event.key !== "Escape") return;
-    event.stopPropagation();  // Esc here keeps the message; it does not stop the answer
-    close();
-  });
-  document.body.appendChild(box);
-  box.querySelector(".lc-ask-no").focus();
-}
-document.addEventListener("click", (event) => {
-  const box = document.getElementById("lc-ask-message");
-  if (box && !event.target.closest?.("#lc-ask-message, #chat button.lc-delete-message")) box.remove();
-});
 
 // The edit box of a user message starts with what the chat shows: the notes under the message
 // (its documents, its controls: branches ‹ 1/2 › and Delete) are not part of it, so they leave the box (the
@@ -420,5 +348,5 @@ function localchatToggleTheme() {
 }
 window.addEventListener("DOMContentLoaded", localchatApplyTheme);
 window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", localchatApplyTheme);
-</script>
+""" + MESSAGE_SCRIPT + """</script>
 """
