@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -249,6 +250,16 @@ def test_a_chat_whose_earlier_turn_pinned_a_document_is_not_stuck_after_the_cont
         ui.runtime.switch(ui.runtime.model, n_ctx=before)
 
 
+def reading_ahead() -> bool:
+    """Whether a thread of this process (the test server's) is in the attached documents' read-ahead."""
+    def frames(frame):
+        while frame is not None:
+            yield frame
+            frame = frame.f_back
+    return any(f.f_code.co_filename.endswith("pre_read.py")
+               for top in sys._current_frames().values() for f in frames(top))
+
+
 def timers_shown(page) -> list[str]:
     """Gradio's progress timers ("0.4s", "processing | 0.1/11.9s") drawn in the composer's lines above the message
     box (the attached files and the reading line), as they read on screen."""
@@ -262,7 +273,7 @@ def test_attaching_a_long_document_while_an_answer_streams_shows_no_gradio_timer
                                                                                                      tmp_path: Path):
     page.set_viewport_size(DESKTOP)
     long_doc = tmp_path / "long-report.txt"
-    long_doc.write_text(FILLER * 400)  # ~11,000 tokens: read for a few seconds
+    long_doc.write_text(FILLER * 400)  # ~11,000 tokens: seconds to read (a short one showed no timer)
     question = "Count from 1 to 250, separated by commas."
     set_max_tokens(page, 400)
     ask(page, question)
@@ -280,4 +291,7 @@ def test_attaching_a_long_document_while_an_answer_streams_shows_no_gradio_timer
             seen += timers_shown(shown)
         seen += timers_shown(shown)
         assert not seen, seen
+        # Too long to read whole, it is searched per question: its read-ahead only chunks it, on the server's
+        # thread, which must have ended before the server stops (a tokenizer on a closed model crashes).
+        wait_for(lambda: not reading_ahead(), "the read-ahead to end")
         shown.locator("#stop").click()
