@@ -47,6 +47,10 @@ class ContextOverflowError(RequestError):
     """Prompt plus max_tokens does not fit the context window."""
 
 
+class PinnedDocumentsError(ContextOverflowError):
+    """The documents an earlier turn of a chat read leave no room for the next message; leaving them out would."""
+
+
 class AuthError(LocalchatError):
     """An API request without the right bearer token."""
 

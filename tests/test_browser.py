@@ -232,7 +232,7 @@ def test_a_message_sent_mid_answer_waits_in_the_chat_and_one_cancelled_is_never_
 def test_expected_errors_are_toasts_that_keep_the_window_and_log_no_traceback(page, capfd):
     badges = page.locator("#chat .error, #conversations .error, #status .error, #message .error, #meter .error")
     # With no chat open there is nothing to answer again, edit, rename or delete: those wait, switched off.
-    for button in ("#previous-answer", "#next-answer", "#regenerate", "#edit", "#delete"):
+    for button in ("#regenerate", "#edit", "#delete"):
         expect(page.locator(button)).to_be_disabled()
     expect(page.locator("#rename textarea")).to_be_disabled()
     shot(page, "7-empty-chat")
@@ -616,13 +616,13 @@ def test_regenerate_keeps_the_earlier_answer_beside_the_new_one(page, ui: Runnin
     page.locator("#regenerate").click()
     expect(last_reply(page)).to_contain_text("‹ 2/2 ›", timeout=LONG)
     wait_answered(page)
-    page.locator("#previous-answer").click()
+    last_reply(page).get_by_role("button", name="previous answer").click()
     expect(last_reply(page)).to_contain_text("‹ 1/2 ›")
     shot(page, "17-answer-versions")
     conv = conversation_titled(ui, "Name the capital city of Norway.")
     reply = ui.store.get(conv.id).messages[-1]
     assert reply.stats["version"] == 0 and len(reply.stats["versions"]) == 2
-    page.locator("#next-answer").click()
+    last_reply(page).get_by_role("button", name="next answer").click()
     expect(last_reply(page)).to_contain_text("‹ 2/2 ›")
 
 
@@ -645,7 +645,7 @@ def test_an_edited_message_forks_the_chat_and_the_old_branch_stays_reachable(pag
     conv = conversation_titled(ui, "Name the capital city of Greece.")  # the title followed the first message
     messages = ui.store.get(conv.id).messages
     assert [m.role for m in messages] == ["user", "assistant"] and "Greece" in messages[0].content
-    first.get_by_role("link", name="‹").click()  # back to the first branch, its later turns with it
+    first.get_by_role("button", name="previous branch").click()  # back to the first branch, its later turns with it
     expect(page.locator("#chat .user")).to_have_count(2)
     expect(first).to_contain_text("‹ 1/2 ›")
     expect(page.locator("#chat .user").last).to_contain_text("Name the capital city of Austria.")
@@ -655,7 +655,7 @@ def test_an_edited_message_forks_the_chat_and_the_old_branch_stays_reachable(pag
     page.locator("#chat button[aria-label='Edit']").first.click()
     expect(box).to_have_value("Name the capital city of Portugal.")
     page.locator("#chat button[aria-label='Cancel']").click()
-    first.get_by_role("link", name="›").click()
+    first.get_by_role("button", name="next branch").click()
     expect(page.locator("#chat .user")).to_have_count(1)
     expect(first).to_contain_text("Name the capital city of Greece.")
     expect(first).to_contain_text("‹ 2/2 ›")

@@ -352,7 +352,7 @@ def test_chips_the_meter_and_passage_titles_read_at_aa_contrast(page, ui: Runnin
 
 
 def test_a_first_screen_offers_only_what_can_be_done_and_each_reply_names_its_model(page, ui: RunningUI):
-    for button in ("#previous-answer", "#next-answer", "#regenerate", "#edit", "#delete"):
+    for button in ("#regenerate", "#edit", "#delete"):
         expect(page.locator(button)).to_be_disabled()
     expect(page.locator("#rename textarea")).to_be_disabled()
     expect(page.locator("#tune-note")).to_be_hidden()  # the wizard waits closed, its title saying if tuned

@@ -105,7 +105,9 @@ def test_an_edited_turn_keeps_each_branch_and_a_switch_brings_one_back_whole(tmp
     assert contents() == [] and [m.content for m in cut] == ["Portugal?", "Lisbon.", "Austria?", "Vienna."]
     store.append(conv, "user", "Greece?", branches)
     store.append(conv, "assistant", "Athens.")
-    assert branch_marker(0, store.get(conv).messages[0].stats).endswith("2/2 [›](#lc-branch-0-next)")
+    marker = branch_marker(0, store.get(conv).messages[0].stats)
+    assert " 2/2 " in marker and 'title="next branch" disabled' in marker  # the last branch: nowhere next
+    assert 'value="branch:0:-1" title="previous branch">' in marker
     assert show_branch(store, conv, 0, -1)
     assert contents() == ["Portugal?", "Lisbon.", "Austria?", "Vienna."]
     first = store.get(conv).messages[0]
@@ -114,7 +116,7 @@ def test_an_edited_turn_keeps_each_branch_and_a_switch_brings_one_back_whole(tmp
     # A second edit of the same turn adds a third branch; each keeps its own later turns.
     branches, _ = fork(store, conv, 0)
     store.append(conv, "user", "Spain?", branches)
-    assert branch_marker(0, store.get(conv).messages[0].stats).endswith("3/3 [›](#lc-branch-0-next)")
+    assert " 3/3 " in branch_marker(0, store.get(conv).messages[0].stats)
     assert show_branch(store, conv, 0, -1) and contents() == ["Greece?", "Athens."]
     assert show_branch(store, conv, 0, +1) and contents() == ["Spain?"]
     # A refused edit puts back what the fork cut.
@@ -123,3 +125,37 @@ def test_an_edited_turn_keeps_each_branch_and_a_switch_brings_one_back_whole(tmp
     assert contents() == ["Spain?"] and store.get(conv).messages[0].stats["branch"] == 2
     store.splice(conv, 1, [Message("assistant", "Madrid.", {})])
     assert contents() == ["Spain?", "Madrid."]
+
+
+def test_a_deleted_turn_takes_its_answer_and_the_turns_left_out_after_it_keep_their_places(tmp_path: Path):
+    from localchat.runtime.overflow import without
+    from localchat.ui.chat.removal import remove_turn, remove_version
+
+    store = Store(tmp_path / "c.sqlite3")
+    conv = store.create("Harbour")
+    for role, text, stats in (("user", "One?", {}), ("assistant", "1.", {}), ("user", "Two?", {}),
+                              ("assistant", "2.", {}), ("user", "Three?", {}), ("assistant", "3.", {}),
+                              ("user", "Four?", {"left_out": [0, 2]}), ("assistant", "4.", {"left_out": 2})):
+        store.append(conv, role, text, stats)
+    assert not remove_turn(store, conv, 1)  # an answer is not a turn
+    assert not remove_turn(store, conv, 99)
+    assert remove_turn(store, conv, 2)  # "Two?" with its answer; "Three?" moves up to turn 1
+    messages = store.get(conv).messages
+    assert [m.content for m in messages] == ["One?", "1.", "Three?", "3.", "Four?", "4."]
+    assert messages[4].stats["left_out"] == [0, 1]  # still "One?" and "Three?"
+    kept = without([{"role": m.role, "content": m.content} for m in messages], messages[4].stats["left_out"])
+    assert [m["content"] for m in kept] == ["Four?", "4."]
+    assert remove_turn(store, conv, 0)  # the first turn: the chat is named by the one that is first now
+    assert store.get(conv).title == "Three?" and store.get(conv).messages[2].stats["left_out"] == [0]
+
+    versions = [{"content": "Fore.", "stats": {"n": 1}}, {"content": "Four.", "stats": {"n": 2}},
+                {"content": "IV.", "stats": {"n": 3}}]
+    store.replace(conv, 3, "Four.", {"n": 2, "versions": versions, "version": 1})
+    assert not remove_version(store, conv, 1)  # only the last answer's versions are shown to switch
+    assert remove_version(store, conv, 3)  # the one shown goes; the one before it shows
+    last = store.get(conv).messages[-1]
+    assert last.content == "Fore." and last.stats["version"] == 0 and len(last.stats["versions"]) == 2
+    assert remove_version(store, conv, 3)
+    last = store.get(conv).messages[-1]
+    assert last.content == "IV." and last.stats == {"n": 3}  # one left: a plain answer again
+    assert not remove_version(store, conv, 3)

@@ -102,5 +102,5 @@ def test_a_reply_whose_imported_numbers_are_partial_is_shown_with_its_text(tmp_p
         {"role": "user", "content": "q"}, {"role": "assistant", "content": "the <b>answer</b>",
                                            "stats": {"completion_tokens": 5, "total_s": "long"}}]}]}
     (conv_id,) = import_json(store, json.dumps(doc).encode())
-    shown = ChatCore.display(ChatCore.__new__(ChatCore), store.get(conv_id))  # display reads only the chat
+    shown = ChatCore.display(store.get(conv_id))  # display reads only the chat
     assert shown[-1]["content"] == "the &lt;b&gt;answer&lt;/b&gt;"

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from .page_messages import MESSAGE_CSS, MESSAGE_SCRIPT
+
 CSS = """
 #chat { flex-grow: 1; }
 /* Quiet text that still reads: the theme's subdued grey is 2.4:1 on white, under AA's 4.5:1 for text this small. */
 :root { --lc-quiet-text: var(--neutral-600); }
 .dark { --lc-quiet-text: var(--neutral-300); }
 #meter, #reading { font-size: 0.9em; margin-top: 0.3em; color: var(--lc-quiet-text); }
+/* Gradio's progress timer ("processing | 0.1/11.9s") drew over the line of the attached files and the reading line
+   while a file was read: those lines say what is happening in words, and the timer read as part of them. */
+#attachments [data-testid="status-tracker"], #reading [data-testid="status-tracker"] { display: none !important; }
 footer { display: none !important; }
 /* Toasts open below the drawers' toggles (at the window's top edges, 16 to 48 px down), never over them: the
    settings drawer stays one click away while a toast shows. Gradio puts the first toast at this plus 12 px. */
@@ -41,7 +46,6 @@ footer { display: none !important; }
 #chat .message-row:has(textarea.edit-textarea) > .flex-wrap { flex: 1; }
 #chat textarea.edit-textarea { width: 100% !important; min-height: 4lh !important; field-sizing: content;
   max-height: 50vh; padding: 0.5em 0.7em; }
-#chat a[href^="#lc-branch-"] { text-decoration: none; padding: 0 0.3em; }
 /* A message sent while the answer streams: faded until its turn comes, its Cancel a small button; nothing
    of it is stored yet to copy or edit, so its message buttons are hidden. */
 #chat .message-row:has(a[href^="#lc-cancel-"]) { opacity: 0.7; }
@@ -76,14 +80,14 @@ footer { display: none !important; }
 .lc-tune-log summary { cursor: pointer; color: var(--body-text-color-subdued); }
 /* A confirmation opens beside what asked for it (the page script sets where), above the sidebar and the chat, on
    any screen: inside the sidebar it opened off screen whenever the sidebar was closed (a phone). */
-#delete-confirm, #model-delete-confirm { position: fixed; z-index: 1100; top: var(--lc-ask-top, 30vh);
+#delete-confirm, #model-delete-confirm, #lc-ask-message { position: fixed; z-index: 1100; top: var(--lc-ask-top, 30vh);
   left: var(--lc-ask-left, 8px);
   width: min(20rem, calc(100vw - 16px)); padding: 0.8em; border: 1px solid var(--border-color-primary);
   border-radius: var(--radius-lg); background: var(--background-fill-primary); box-shadow: var(--shadow-drop-lg); }
 /* What cannot be undone looks it: red, with white text (6.5:1), never the grey of "Keep it". */
-#delete-yes, #model-delete-yes { background: #b91c1c !important; border-color: #991b1b !important;
-  color: #fff !important; }
-#delete-yes:hover, #model-delete-yes:hover { background: #991b1b !important; }
+#delete-yes, #model-delete-yes, #lc-ask-message .lc-ask-yes { background: #b91c1c !important;
+  border-color: #991b1b !important; color: #fff !important; }
+#delete-yes:hover, #model-delete-yes:hover, #lc-ask-message .lc-ask-yes:hover { background: #991b1b !important; }
 #delete, #delete-preset { color: #b91c1c !important; }
 .dark #delete, .dark #delete-preset { color: #fca5a5 !important; }
 /* Files dragged over the window: where they go. */
@@ -94,6 +98,9 @@ footer { display: none !important; }
 #lc-drop-zone.lc-shown { display: flex; }
 .lc-refusal { margin: 0.4em 0; padding: 0.4em 0.7em; border-left: 3px solid #b91c1c; color: #b91c1c; }
 .dark .lc-refusal { color: #fca5a5; border-color: #fca5a5; }
+.lc-refusal-fix { display: block; margin-top: 0.4em; padding: var(--button-small-padding); cursor: pointer;
+  border: 1px solid currentColor; border-radius: var(--button-small-radius); background: none; color: inherit;
+  font: inherit; font-weight: 600; }
 .lc-clamped { font-size: 0.85em; color: var(--lc-quiet-text); margin: 0.2em 0; }
 /* A phone: the message box takes the composer's first row whole, its placeholder on one line, and Attach, Send
    and Stop share the row under it; the chat takes the height. */
@@ -106,7 +113,7 @@ footer { display: none !important; }
   #answer-buttons { flex-wrap: wrap; gap: 0.3em; }
   #answer-buttons > button { flex: 1 1 30% !important; min-width: 0 !important; font-size: 0.8em; }
 }
-"""
+""" + MESSAGE_CSS
 
 # Gradio's copy button copies what the chat shows: the answer with its "Included:" line and its
 # numbers, with model HTML escaped. The page keeps each message's own text (#sources, JSON, one
@@ -140,8 +147,9 @@ document.addEventListener("keydown", (event) => {
 });
 
 // Requests that carry a value go to the server through one hidden button, whose event reads
-// window.localchatAction: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›),
-// "cancel:N" (a waiting message's Cancel).
+// window.localchatAction: "remove:I" (a chip's ×), "branch:I:STEP" and "version:I:STEP" (a message's ‹ or ›),
+// "delete-turn:I" and "delete-version:I" (a message's Delete, once confirmed), "cancel:N" (a waiting message's
+// Cancel).
 function localchatAct(request) {
   window.localchatAction = request;
   document.querySelector("#action-go")?.click();
@@ -156,21 +164,27 @@ document.addEventListener("click", (event) => {
 });
 document.addEventListener("click", (event) => {
   const target = event.target.closest ? event.target : event.target.parentElement;
-  const arrow = target?.closest("#chat a[href^='#lc-branch-']");
+  const arrow = target?.closest("#chat button.lc-step");
+  const remove = target?.closest("#chat button.lc-delete-message");
   const chip = target?.closest("#attachments .lc-chip-remove");
   const cancel = target?.closest("#chat a[href^='#lc-cancel-']");
-  if (!arrow && !chip && !cancel) return;
+  const leave = target?.closest("#refusal #leave-out");
+  if (!arrow && !remove && !chip && !cancel && !leave) return;
   event.preventDefault();
   event.stopPropagation();
   if (chip) return localchatAct(`remove:${chip.dataset.index}`);
   if (cancel) return localchatAct(`cancel:${cancel.getAttribute("href").slice("#lc-cancel-".length)}`);
-  const [, index, way] = arrow.getAttribute("href").match(/^#lc-branch-(\d+)-(prev|next)$/) || [];
-  if (index !== undefined) localchatAct(`branch:${index}:${way === "prev" ? -1 : 1}`);
+  if (remove) return localchatAskDelete(remove);
+  if (leave) return localchatLeaveOut(leave);
+  if (arrow.disabled) return;
+  window.localchatRefocus = arrow.value;  // the chat is drawn anew: the arrow keeps the keyboard's focus
+  localchatAct(arrow.value);
 }, true);
 
 // The edit box of a user message starts with what the chat shows: the notes under the message
-// (its documents, its branches ‹ 1/2 ›) are not part of it, so they leave the box (the server drops them too).
-const LC_NOTE = /\n\n(\*Attached: .*\*|\[‹\]\(#lc-branch-\d+-prev\) \d+\/\d+ \[›\]\(#lc-branch-\d+-next\))$/;
+// (its documents, its controls: branches ‹ 1/2 › and Delete) are not part of it, so they leave the box (the
+// server drops them too).
+const LC_NOTE = /\n\n(\*Attached: .*\*|<span class="lc-tools">.*<\/span>)$/;
 document.addEventListener("click", (event) => {
   if (!event.target.closest || !event.target.closest("#chat button[aria-label='Edit']")) return;
   let frames = 0;
@@ -253,7 +267,8 @@ document.addEventListener("change", (event) => {
 // A confirmation opens beside what asked for it (the sidebar's Delete, the chat's trash icon, a model file's
 // Delete), kept on screen.
 document.addEventListener("click", (event) => {
-  const asker = event.target.closest?.("#delete, #chat button[aria-label='Clear'], #local-models .lc-file-delete");
+  const asker = event.target.closest?.("#delete, #chat button[aria-label='Clear'], #local-models .lc-file-delete, "
+                                       + "#chat button.lc-delete-message");
   if (!asker) return;
   const box = asker.getBoundingClientRect(), root = document.documentElement.style;
   root.setProperty("--lc-ask-top", `${Math.round(Math.max(8, Math.min(box.bottom + 6, innerHeight - 160)))}px`);
@@ -327,7 +342,9 @@ document.addEventListener("click", (event) => {
   const target = event.target;
   if (!target.closest || innerWidth >= LC_NARROW_PX) return;
   if (target.closest("#conversations label, #new-chat")) return setTimeout(() => localchatCloseDrawers(null), 0);
-  if (target.closest(".sidebar, #open-settings, #delete-confirm, #model-delete-confirm, .toast-wrap")) return;
+  if (target.closest(".sidebar, #open-settings, #delete-confirm, #model-delete-confirm, #lc-ask-message, .toast-wrap")) {
+    return;
+  }
   localchatCloseDrawers(null);
 });
 
@@ -344,5 +361,5 @@ function localchatToggleTheme() {
 }
 window.addEventListener("DOMContentLoaded", localchatApplyTheme);
 window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", localchatApplyTheme);
-</script>
+""" + MESSAGE_SCRIPT + """</script>
 """

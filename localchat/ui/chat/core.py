@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from ...errors import ContextOverflowError, LocalchatError
+from ...errors import ContextOverflowError, LocalchatError, PinnedDocumentsError
 from ...ingest import Document, Selection, VectorStore, build_prompt, document_tokens, select
 from ...ingest.fit import document_budget, passage_budget
 from ...runners.embedding import shared_models
@@ -21,9 +21,9 @@ from ...runtime.events import Done, Failed, PrefillProgress, Stats, Stream, Text
 from ...runtime.overflow import Fitted, fit, without
 from ...runtime.templates.chat_template import check_prompt_size
 from ..documents.uploads import read_upload
-from . import render, versions
+from . import pinned, render, shown, versions
 from .session import Runtime, Sampling, max_answer_tokens, settings_of
-from .store import Conversation, Message, Store
+from .store import Conversation, Store
 from .thinking_view import Budgeted, ThinkingView, switches, with_thinking
 
 log = logging.getLogger(__name__)
@@ -154,41 +154,10 @@ class ChatCore:
         gone = asked[-1].stats.get("left_out", []) if asked and not whole else []
         return without(messages, gone) if gone else messages
 
-    def display(self, conv: Conversation | None) -> list[dict[str, str]]:
-        """The conversation as the chat window shows it. A turn whose stored numbers cannot be shown (a chat
-        imported or stored by another version) is shown as its text alone: no chat breaks the page."""
-        if conv is None:
-            return []
-        shown = []
-        for index, m in enumerate(conv.messages):
-            try:
-                content = self._shown(index, m)
-            except Exception:  # noqa: BLE001 - any stats at all: the page must open
-                log.warning("turn %d of a chat could not be displayed; showing its text alone", index + 1)
-                content = f"*(cannot display this turn's details)*\n\n{render.inert(m.content)}"
-            shown.append({"role": "user" if m.role == "user" else "assistant", "content": content})
-        return shown
-
-    def _shown(self, index: int, m: Message) -> str:
-        if m.role == "user":
-            return render.inert(m.content) + self.turn_note(index, m)
-        versions = len(m.stats.get("versions", []))
-        shown_version = f"‹ {m.stats.get('version', 0) + 1}/{versions} ›" if versions > 1 else ""
-        note = " · ".join(x for x in (shown_version, render.reply_note(m.stats)) if x)
-        try:
-            return render.reply_markdown(m.content, m.stats, m.stats.get("included", ""), note,
-                                         m.stats.get("passages")) + error_note(m.stats)
-        except (KeyError, TypeError, ValueError):  # an imported chat's numbers may be partial or odd
-            log.warning("a reply's stored numbers could not be shown; showing its text alone")
-            return render.inert(m.content)
-
     @staticmethod
-    def turn_note(index: int, message: Message) -> str:
-        """What the window adds under a user turn: its documents, its branches (‹ 1/2 ›)."""
-        docs = message.stats.get("documents")
-        names = ", ".join(render.plain(Path(p).name) for p in docs) if docs else ""
-        lines = [f"*Attached: {names}*" if names else "", versions.branch_marker(index, message.stats)]
-        return "".join(f"\n\n{line}" for line in lines if line)
+    def display(conv: Conversation | None) -> list[dict[str, str]]:
+        """The conversation as the chat window shows it (shown.py)."""
+        return shown.conversation(conv)
 
     def edit_turn(self, conv_id: str, index: int, message: str, system: str, sampling: Sampling) -> None:
         """Put an edited user turn at `index`, its documents kept; what followed stays as a branch to go back to."""
@@ -269,14 +238,23 @@ class ChatCore:
         asked = [m for m in conv.messages if m.role == "user"]
         first = 0 if not conv.messages or conv.messages[0].role == "user" else 1  # an imported chat may not
         messages = self.engine_messages(conv, whole=True) + [{"role": "user", "content": turn}]
-        try:
+
+        def fitting(keep_pinned: bool = True) -> Fitted:
             return fit(messages, lambda kept: len(engine.prompt_tokens(Request(messages=kept))),
                        engine.n_ctx - sampling.max_tokens, sampling.context_overflow,
-                       pinned=lambda i: 0 <= i - first < len(asked) and bool(asked[i - first].stats.get("documents")),
+                       pinned=lambda i: keep_pinned and 0 <= i - first < len(asked) and pinned.pinned(asked[i - first]),
                        at_least=len(asked[-1].stats.get("left_out", [])) if asked else 0)
+        said = f"(Max tokens, {sampling.max_tokens:,}, is set aside for the answer; the model's context is " \
+               f"{engine.n_ctx:,}.)"
+        try:
+            return fitting()
         except ContextOverflowError as exc:
-            raise ContextOverflowError(f"{exc} (Max tokens, {sampling.max_tokens:,}, is set aside for the answer; "
-                                       f"the model's context is {engine.n_ctx:,}.)") from None
+            error = ContextOverflowError(f"{exc} {said}")
+        names = pinned.pinned_names(conv) if sampling.context_overflow != "refuse" else []
+        with contextlib.suppress(ContextOverflowError):  # the way out is offered only where it is one
+            if names and fitting(keep_pinned=False):
+                error = PinnedDocumentsError(pinned.refusal(names, said))
+        raise error
 
     # -- generation -----------------------------------------------------------------------
 
@@ -362,7 +340,7 @@ class ChatCore:
             if versions:
                 saved |= {"versions": [*versions, {"content": text, "stats": dict(saved)}], "version": len(versions)}
             self.store.append(conv_id, "assistant", text, saved)
-        yield render.reply_markdown(text, saved, included, render.reply_note(saved), passages) + error_note(saved)
+        yield render.reply_markdown(text, saved, included, render.reply_note(saved), passages) + shown.error_note(saved)
 
     @contextlib.contextmanager
     def turn(self, conv_id: str) -> Iterator["Turn"]:
@@ -404,8 +382,3 @@ class ChatCore:
                                       rt.engine.drafter_name, residence.describe_all(placed), rt.engine.template.fallback,
                                       residence.memory_text(residence.live_memory(rt.engine)))
 
-
-def error_note(stats: dict[str, Any]) -> str:
-    """The error an answer ended with, under its text (kept in its stats, not in what the model reads)."""
-    error = stats.get("error")
-    return f"\n\n*error: {render.plain(error)}*" if isinstance(error, str) and error else ""

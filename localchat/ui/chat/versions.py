@@ -27,10 +27,11 @@ def drop_reply(store: Store, conv_id: str) -> list[dict[str, Any]]:
     return reply.stats.get("versions") or [{"content": reply.content, "stats": reply.stats}]
 
 
-def show_version(store: Store, conv_id: str, step: int) -> None:
-    """Show the previous (-1) or next (+1) of the last reply's versions; the chat continues from it."""
+def show_version(store: Store, conv_id: str, index: int, step: int) -> None:
+    """Show the previous (-1) or next (+1) of the versions of the last reply (message `index`); the chat continues
+    from it."""
     conv = store.get(conv_id)
-    if conv is None or not conv.messages or conv.messages[-1].role != "assistant":
+    if conv is None or index != len(conv.messages) - 1 or conv.messages[-1].role != "assistant":
         return
     reply = conv.messages[-1]
     versions = reply.stats.get("versions", [])
@@ -82,9 +83,48 @@ def show_branch(store: Store, conv_id: str, index: int, step: int) -> bool:
     return True
 
 
+def stepper(kind: str, index: int, shown: int, count: int, live: bool = True) -> str:
+    """"‹ 2/3 ›" under message `index`: its answer versions (kind "version") or its branches (kind "branch"),
+    one control for both. The arrows are buttons (keyboard reachable; their title is their name, which the page
+    script gives screen readers as aria-label: the chat's sanitizer keeps no aria- or data- attribute) whose value
+    the page script sends as a request ("version:I:-1"); one with nowhere to go is disabled, and both are when the chat
+    went on from this message (`live` False: an earlier answer's versions are shown, not switched)."""
+    noun = "answer" if kind == "version" else "branch"
+
+    def arrow(step: int, sign: str, way: str) -> str:
+        off = "" if live and 0 <= shown + step < count else " disabled"
+        return (f'<button type="button" class="lc-step" value="{kind}:{index}:{step}" '
+                f'title="{way} {noun}"{off}>{sign}</button>')
+
+    return f'<span class="lc-stepper">{arrow(-1, "‹", "previous")} {shown + 1}/{count} {arrow(1, "›", "next")}</span>'
+
+
 def branch_marker(index: int, stats: dict[str, Any]) -> str:
-    """"‹ 2/3 ›" under an edited user turn, its arrows links the page script turns into branch switches."""
+    """"‹ 2/3 ›" under an edited user turn (its branches), or "" for a turn never edited."""
     branches = stats.get("branches") or []
     if len(branches) < 2:
         return ""
-    return f"[‹](#lc-branch-{index}-prev) {stats.get('branch', 0) + 1}/{len(branches)} [›](#lc-branch-{index}-next)"
+    return stepper("branch", index, stats.get("branch", 0), len(branches))
+
+
+def version_marker(index: int, stats: dict[str, Any], last: bool) -> str:
+    """"‹ 2/3 ›" under a regenerated answer (its versions), switchable on the `last` answer only: the chat
+    after an earlier one went on from the version shown."""
+    kept = stats.get("versions") or []
+    if len(kept) < 2:
+        return ""
+    return stepper("version", index, stats.get("version", 0), len(kept), live=last)
+
+
+def delete_button(target: str, label: str) -> str:
+    """A message's Delete ("turn:I", "version:I"): the page script asks beside it first, then sends
+    "delete-turn:I" or "delete-version:I" (removal.py does it)."""
+    return (f'<button type="button" class="lc-delete-message" value="delete-{target}" '
+            f'title="{label}">Delete</button>')
+
+
+def tools(*controls: str) -> str:
+    """The controls under a message on one line ("" with none): the page script knows the line by its class (an
+    edit box leaves it out)."""
+    shown = " ".join(c for c in controls if c)
+    return f'<span class="lc-tools">{shown}</span>' if shown else ""

@@ -1,6 +1,6 @@
 """The chat: the conversation with its copy texts and the page script's request box, the composer under it
 (composer.py), the answer buttons under that; and the handlers that answer: Send, Regenerate, an edit in place,
-a branch's ‹ ›, an answer's versions."""
+the ‹ › of a turn's branches and of an answer's versions, a message's Delete."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from typing import Any, Iterator
 import gradio as gr
 
 from ...errors import LocalchatError
-from ..chat import render, versions
+from ..chat import pinned, removal, render, versions
 from ..chat.core import Turn
 from ..chat.session import Sampling
+from ..chat.shown import turn_note
 from . import composer as composing
 from .settings_panel import sampling_of
 from .window import Window
@@ -32,8 +33,6 @@ class ChatView:
     action: gr.Textbox
     action_go: gr.Button
     compose: composing.Composer
-    previous: gr.Button
-    next: gr.Button
     regenerate: gr.Button
     edit: gr.Button
     carry_on: gr.Button  # Continue: an answer cut at Max tokens goes on
@@ -54,13 +53,11 @@ def build() -> ChatView:
     compose = composing.build_composer()
     with gr.Row(elem_id="answer-buttons"):
         # Off until a chat is open (layout.py turns them on): with none there is nothing they could act on.
-        prev_btn = gr.Button("‹ Answer", size="sm", elem_id="previous-answer", min_width=60, interactive=False)
-        next_btn = gr.Button("Answer ›", size="sm", elem_id="next-answer", min_width=60, interactive=False)
         regen_btn = gr.Button("Regenerate", size="sm", elem_id="regenerate", interactive=False)
         edit_btn = gr.Button("Edit last message", size="sm", elem_id="edit", interactive=False)
         continue_btn = gr.Button("Continue", size="sm", elem_id="continue", interactive=False)
         settings_btn = gr.Button("Settings", size="sm", elem_id="open-settings")
-    return ChatView(chatbot, copy_texts, action, action_go, compose, prev_btn, next_btn, regen_btn, edit_btn,
+    return ChatView(chatbot, copy_texts, action, action_go, compose, regen_btn, edit_btn,
                     continue_btn, settings_btn)
 
 
@@ -83,7 +80,7 @@ class Replies:
             cid = core.open_conversation(cid, text, sys_prompt, sampling)
         except LocalchatError as exc:
             gr.Warning(str(exc))
-            kept = composing.shown(core, docs or [], sampling.max_tokens, cid) + composing.refusal(str(exc))
+            kept = composing.shown(core, docs or [], sampling.max_tokens, cid) + composing.refusal(exc)
             yield *(gr.skip(),) * 4, kept, gr.skip(), gr.skip(), gr.skip()
             return
         self.w.opened(request, cid)  # a Send comes from the chat on screen
@@ -105,7 +102,7 @@ class Replies:
                 gr.Warning(str(exc))
                 yield (self.w.view(cid)[0], message.text, cid, message.documents,
                        composing.shown(core, message.documents, message.sampling.max_tokens, cid)
-                       + composing.refusal(str(exc)), gr.skip(), gr.skip(), gr.skip())
+                       + composing.refusal(exc), gr.skip(), gr.skip(), gr.skip())
                 return
             yield from self.stream_reply(request, cid, message.sampling, turn=turn)
 
@@ -208,7 +205,7 @@ class Replies:
         if conv is None or not 0 <= index < len(conv.messages) or conv.messages[index].role != "user":
             yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
             return
-        note = core.turn_note(index, conv.messages[index])  # the edit box starts with what the chat shows
+        note = turn_note(index, conv.messages[index])  # the edit box starts with what the chat shows
         text = render.from_inert(text[: -len(note)] if note and text.endswith(note) else text)
         if not text.strip():  # emptied: nothing to ask, the chat stays as it was
             yield view(cid)[0], *(gr.skip(),) * 6, view(cid)[1]
@@ -225,14 +222,10 @@ class Replies:
             self.w.opened(request, conv.id)
             yield from self.stream_reply(request, conv.id, sampling, turn=turn)
 
-    def show_version(self, cid: str | None, step: int) -> tuple:
-        if cid:
-            versions.show_version(self.store, cid, step)
-        return self.w.view(cid)
-
     def act(self, request: str, cid: str | None, draft: str, docs: list[str], mx: float, page: gr.Request) -> tuple:
         """A request of the page script: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›),
-        "cancel:N" (a waiting message's Cancel). Returns the chat, the copy texts, the message box, the
+        "version:I:STEP" (the last answer's ‹ or ›), "delete-turn:I" and "delete-version:I" (a message's Delete,
+        confirmed), "unpin" (a refusal's Leave out), "cancel:N" (a waiting message's Cancel). Returns the chat, the copy texts, the message box, the
         attached files, their chips and meter, and the chat list."""
         core = self.core
         kind, *numbers = (request or "").split(":")
@@ -243,14 +236,26 @@ class Replies:
         if kind == "remove" and len(args) == 1:
             docs = [d for i, d in enumerate(docs or []) if i != args[0]]
             return gr.skip(), gr.skip(), gr.skip(), docs, composing.shown(core, docs, mx, cid), gr.skip()
-        if kind == "branch" and len(args) == 2 and cid:
-            if core.busy(cid):
-                gr.Warning("the answer in progress ends first; stop it to switch branches now.")
+        changes = {"branch": "switch branches", "version": "switch answers", "delete-turn": "delete a message",
+                   "delete-version": "delete an answer"}
+        if kind in changes and len(args) == (2 if kind in ("branch", "version") else 1) and cid:
+            if core.busy(cid):  # what it would change may be the turn being answered
+                gr.Warning(f"an answer is being written in this chat; stop it (Stop or Esc) to {changes[kind]}.")
                 return (gr.skip(),) * 6
             with core.turn(cid):
-                core.show_branch(cid, args[0], max(min(args[1], 1), -1))
-            # A first turn's branch names the chat.
+                if kind == "branch":
+                    core.show_branch(cid, args[0], max(min(args[1], 1), -1))
+                elif kind == "version":
+                    versions.show_version(self.store, cid, args[0], max(min(args[1], 1), -1))
+                elif kind == "delete-turn":
+                    removal.remove_turn(self.store, cid, args[0])
+                else:
+                    removal.remove_version(self.store, cid, args[0])
+            # A first turn's branch or removal names the chat.
             return *self.w.view(cid), gr.skip(), gr.skip(), gr.skip(), self.w.conversations(cid, page)
+        if kind == "unpin" and not args and cid:  # the refusal's Leave out: the page sends again once it is gone
+            pinned.unpin(self.store, cid)
+            return *(gr.skip(),) * 4, composing.shown(core, docs, mx, cid), gr.skip()
         if kind == "cancel" and len(args) == 1 and cid:
             return self.cancel(cid, args[0], draft, docs)
         return (gr.skip(),) * 6
@@ -284,8 +289,9 @@ def wire(w: Window, view: ChatView) -> Replies:
                 api_name="send" if trigger == view.compose.send.click else False, concurrency_limit=8,
                 trigger_mode="multiple")
     composing.wire(view.compose, w)
+    # "multiple": each click answers again (after the answer before it), so ten quick clicks keep ten versions.
     view.regenerate.click(replies.regenerate, [conv_id, *sliders], w.reply_outputs,
-                          api_name=False, concurrency_limit=8)
+                          api_name=False, concurrency_limit=8, trigger_mode="multiple")
     view.carry_on.click(replies.carry_on, [conv_id, *sliders], w.reply_outputs, api_name=False, concurrency_limit=8)
     # The last pencil shown: a waiting message's are hidden (page.py), it is not stored to be edited yet.
     view.edit.click(replies.edit_last, [conv_id], None, api_name=False,
@@ -296,8 +302,6 @@ def wire(w: Window, view: ChatView) -> Replies:
                          [*w.chat_outputs, w.message, w.pending, w.meter, w.convs], api_name=False,
                          js="(request, ...rest) => [window.localchatAction || '', ...rest]")
     view.settings.click(None, None, None, js="() => localchatToggleSettings()", api_name=False)
-    view.previous.click(lambda cid: replies.show_version(cid, -1), [conv_id], w.chat_outputs, api_name=False)
-    view.next.click(lambda cid: replies.show_version(cid, +1), [conv_id], w.chat_outputs, api_name=False)
     view.chatbot.edit(replies.edit_message, [conv_id, *settings_inputs], w.reply_outputs, api_name=False,
                       concurrency_limit=8)
     return replies

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import gradio as gr
 
-from ...errors import LocalchatError
+from ...errors import LocalchatError, PinnedDocumentsError
 from ..chat.core import ChatCore
 from ..documents.uploads import ACCEPTED, discard_received, named_only, store_upload
 from .window import Window
@@ -60,10 +60,13 @@ def shown(core: ChatCore, docs: list[str], max_tokens: float, conv_id: str | Non
     return chips(core.attachment_counts(docs)) + f'<div id="meter" class="lc-meter">{meter}</div>'
 
 
-def refusal(text: str) -> str:
+def refusal(error: Exception) -> str:
     """A message the window refused to send, and why, kept under the message box until the next change (a
-    toast fades while the user is still reading the chat)."""
-    return f'<div id="refusal" class="lc-refusal" role="alert">Not sent: {html.escape(text)}</div>'
+    toast fades while the user is still reading the chat); with its way out where the window has one: the
+    documents an earlier turn read left out (the page script sends again once they are)."""
+    fix = ('<button type="button" id="leave-out" class="lc-refusal-fix">Leave out and send</button>'
+           if isinstance(error, PinnedDocumentsError) else "")
+    return f'<div id="refusal" class="lc-refusal" role="alert">Not sent: {html.escape(str(error))}{fix}</div>'
 
 
 def attach(core: ChatCore, uploaded: list[str] | None, docs: list[str], max_tokens: float,

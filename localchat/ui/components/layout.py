@@ -47,7 +47,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         wire_settings_panel(panel, core, presets, defaults, conv_id, bar.status)
         sidebar.wire(w, bar)
         conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)
-        for_a_chat = [view.previous, view.next, view.regenerate, view.edit, view.carry_on, bar.rename, bar.delete]
+        for_a_chat = [view.regenerate, view.edit, view.carry_on, bar.rename, bar.delete]
         conv_id.change(lambda cid: [gr.update(interactive=cid is not None)] * len(for_a_chat), [conv_id],
                        for_a_chat, api_name=False, queue=False)
         models.wire(bar.model, bar.status, demo)  # the model picker switches through the panel

@@ -14,6 +14,7 @@ from ..chat.core import ChatCore
 from ..chat.pre_read import PreReader
 from ..chat.presets import Presets
 from ..chat.session import SHOWN_SETTINGS, Sampling, max_answer_tokens
+from ..chat.shown import turn_note
 from ..chat.store import Message, Store
 from ..chat.underway import Underway, Waiting
 from .models_panel import model_choices
@@ -126,7 +127,7 @@ class Window:
 
     def waiting_note(self, message: Waiting) -> str:
         """What a waiting message's bubble notes under it, as a sent one's does (its attached documents)."""
-        return self.core.turn_note(-1, Message("user", message.text, {"documents": message.documents}))
+        return turn_note(-1, Message("user", message.text, {"documents": message.documents}))
 
     def load(self, cid: str | None) -> tuple:
         """The chat `cid` opened (`chat_state`'s values)."""
