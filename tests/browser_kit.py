@@ -37,3 +37,12 @@ def open_window(page, ui: RunningUI) -> None:
     page.goto(ui.url + "/")
     page.locator("#message textarea").wait_for()
     expect(page.locator("#status")).to_contain_text("Context")  # the page's load event has run
+
+
+def last_reply(page):
+    return page.locator("#chat .bot").last
+
+
+def ask(page, question: str) -> None:
+    page.locator("#message textarea").fill(question)
+    page.locator("#send").click()

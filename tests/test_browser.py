@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from browser_kit import ARTIFACTS, LONG, WIDE, expect, needs_chromium, open_window
+from browser_kit import ARTIFACTS, LONG, WIDE, ask, expect, last_reply, needs_chromium, open_window
 from ui_server import RunningUI, start_ui
 
 FILLER = ("The quarterly report covers deliveries, staffing and the state of the warehouse. "
@@ -38,15 +38,6 @@ def page(ui: RunningUI, browser):
 
 def shot(page, name: str, full_page: bool = False) -> None:
     page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"), full_page=full_page)
-
-
-def last_reply(page):
-    return page.locator("#chat .bot").last
-
-
-def ask(page, question: str) -> None:
-    page.locator("#message textarea").fill(question)
-    page.locator("#send").click()
 
 
 def open_new_chat(page) -> None:

@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from browser_kit import LONG, expect, needs_chromium, open_window
+from browser_kit import LONG, ask, expect, last_reply, needs_chromium, open_window
 from test_browser import FILLER, attach_files
-from test_browser_tour import (PHONE, ask, last_reply, open_chat, page, phone, rgb, set_max_tokens, shot,  # noqa: F401
+from test_browser_tour import (PHONE, open_chat, page, phone, rgb, set_max_tokens, shot,  # noqa: F401
                                start_file, stored_chat, ui)
 from ui_server import RunningUI
 

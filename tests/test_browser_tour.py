@@ -18,7 +18,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from browser_kit import ARTIFACTS, LONG, WIDE, expect, needs_chromium, open_window
+from browser_kit import ARTIFACTS, LONG, WIDE, ask, expect, last_reply, needs_chromium, open_window
 from ui_server import RunningUI, start_ui
 
 pytestmark = needs_chromium
@@ -66,15 +66,6 @@ def phone(ui: RunningUI, browser):
 
 def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"tour-{name}.png"))
-
-
-def last_reply(page):
-    return page.locator("#chat .bot").last
-
-
-def ask(page, question: str) -> None:
-    page.locator("#message textarea").fill(question)
-    page.locator("#send").click()
 
 
 def open_models(page) -> None:
