@@ -151,7 +151,7 @@ def test_html_in_a_reply_is_shown_as_text_and_never_runs(page, ui: RunningUI):
     ui.store.append(conv, "user", "Show me some HTML.")
     ui.store.append(conv, "assistant", 'Here: <script>window.__pwned = 1</script> '
                     '<img src="x" onerror="window.__pwned = 2"> <b>bold?</b>')
-    page.reload()
+    open_window(page, ui)  # loaded again, and waited for: a chat clicked before the page's load event is not opened
     page.locator("#conversations").get_by_text("Markup check").click()
     reply = last_reply(page)
     expect(reply).to_contain_text('<img src="x" onerror="window.__pwned = 2">')
