@@ -506,6 +506,7 @@ def test_an_answer_streaming_in_one_chat_leaves_another_chat_opened_meanwhile_al
                "the counting answer's end", 300)
     expect(page.locator("#chat .user")).to_have_text([question])  # still this chat
     ask(page, "And of Argentina?")  # sent to the chat on screen
+    expect(page.locator("#chat .bot")).to_have_count(2)  # its own reply: the one before it carries stats already
     wait_answered(page)
     chile = conversation_titled(ui, "Name the capital city of Chile.")
     assert [m.content for m in ui.store.get(chile.id).messages if m.role == "user"] == [
@@ -652,6 +653,7 @@ def test_an_edited_message_forks_the_chat_and_the_old_branch_stays_reachable(pag
     expect(first).to_contain_text("Name the capital city of Greece.")
     expect(first).to_contain_text("‹ 2/2 ›")
     ask(page, "And of Turkey?")  # the chat goes on from the branch shown
+    expect(page.locator("#chat .bot")).to_have_count(2)
     wait_answered(page)
     messages = ui.store.get(conv.id).messages
     assert [m.content for m in messages if m.role == "user"] == ["Name the capital city of Greece.", "And of Turkey?"]

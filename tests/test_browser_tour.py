@@ -229,7 +229,9 @@ def test_max_tokens_follows_a_short_context_and_a_refusal_stays_beside_the_messa
         slider = page.locator("#max-tokens input[type=range]")
         expect(slider).to_have_attribute("max", "384")
         page.locator("#open-settings").click()
+        replies = page.locator("#chat .bot").count()  # the reopened chat's, from earlier tests
         ask(page, "Name the capital city of France.")  # a chat kept from the 4,096 context sends, and is answered
+        expect(page.locator("#chat .bot")).to_have_count(replies + 1)
         expect(last_reply(page)).to_contain_text(re.compile("TTFT|cut at max tokens"), timeout=LONG)
         ask(page, "Please read this. " * 200)  # ~800 tokens: more than the whole context
         refusal = page.locator("#refusal")
