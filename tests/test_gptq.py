@@ -19,6 +19,8 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from localchat.errors import ModelLoadError  # noqa: E402
 from localchat.gptq import derive  # noqa: E402
 from localchat.gptq.format import PARTS, dequantize  # noqa: E402
+from localchat.gptq.kv_cache import SeqCache  # noqa: E402
+from localchat.gptq.model import Row  # noqa: E402
 from localchat.gptq.tokenizer import CheckpointTokenizer  # noqa: E402
 from localchat.paths import models_dir  # noqa: E402
 from localchat.runtime.engine import Engine, EngineConfig, Request  # noqa: E402
@@ -67,8 +69,9 @@ def gptq_engine(gptq4: Path):
         yield eng
 
 
-def engine(folder: Path, n_batch: int = 512, step_budget: int = 0) -> Engine:
-    config = EngineConfig(worker=WorkerConfig(n_ctx=2048, n_batch=n_batch, n_seq_max=4, n_threads=2),
+def engine(folder: Path, n_batch: int = 512, step_budget: int = 0, deterministic: bool = False) -> Engine:
+    config = EngineConfig(worker=WorkerConfig(n_ctx=2048, n_batch=n_batch, n_seq_max=4, n_threads=2,
+                                              deterministic=deterministic),
                           step_budget=step_budget, adapt_threads=False)
     return Engine.load(folder, config)
 
@@ -175,12 +178,40 @@ def test_greedy_tokens_equal_a_plain_reference_forward(gptq4: Path, gptq_engine:
         assert eng.submit(request).result().token_ids == reference_greedy(config, weights, ids, 8), prompt
 
 
-def test_concurrent_equals_alone_and_chunked_equals_one_shot(gptq4: Path, gptq_engine: Engine):
+def test_in_the_deterministic_mode_a_tokens_logits_are_the_same_however_its_prompt_is_read(gptq4: Path):
+    """Whole, in chunks that start anywhere, with its last token alone, or a token at a time (a decode
+    step each): the same logits to the bit. (torch's attention rounds a row read beside others otherwise
+    than alone: in the default mode a chunk of one row, or one starting mid-tile, gives other logits.)"""
+    from localchat.gptq.loader import load_decoder
+
+    _, decoder = load_decoder(gptq4)
+    decoder.row_invariant = True
+    c = decoder.config
+    ids = torch.tensor(CheckpointTokenizer(gptq4, json.loads((gptq4 / "config.json").read_text())).encode(
+        (DATA / "gptq-eval.txt").read_text()[:1200], False, False)[:200])
+
+    def logits(chunks: list[int]) -> torch.Tensor:
+        cache, start, out = SeqCache(c.n_layer, c.n_head_kv, c.head_dim), 0, []
+        with torch.inference_mode():
+            for n in chunks:
+                out.append(decoder.forward(ids[start:start + n], [Row(cache, start, n)], torch.arange(n)))
+                start += n
+        return torch.cat(out)
+
+    whole = logits([len(ids)])
+    for chunks in ([len(ids) - 1, 1], [7, len(ids) - 7], [16] * (len(ids) // 16) + [len(ids) % 16], [1] * len(ids)):
+        assert torch.equal(logits(chunks), whole), chunks[:3]
+
+
+def test_concurrent_equals_alone_and_chunked_equals_one_shot(gptq4: Path):
+    """In the deterministic mode: which prompts share a step, where a chunk ends and what the prefix cache
+    held follow timing (the step budget, arrivals), and change no token."""
     requests = lambda: [Request(messages=chat(p), sampling=greedy(12)) for p in PROMPTS[:3]]  # noqa: E731
-    alone = [gptq_engine.submit(r).result().token_ids for r in requests()]
-    streams = [gptq_engine.submit(r) for r in requests()]
-    assert [s.result().token_ids for s in streams] == alone
-    with engine(gptq4, n_batch=16) as eng:  # prompts of ~40 tokens go in chunks of at most 16
+    with engine(gptq4, deterministic=True) as eng:
+        alone = [eng.submit(r).result().token_ids for r in requests()]
+        streams = [eng.submit(r) for r in requests()]
+        assert [s.result().token_ids for s in streams] == alone
+    with engine(gptq4, n_batch=16, deterministic=True) as eng:  # prompts of ~40 tokens go in chunks of at most 16
         streams = [eng.submit(r) for r in requests()]
         assert [s.result().token_ids for s in streams] == alone
 

@@ -99,6 +99,8 @@ class Decoder:
         self.norm = norm
         self.lm_head = lm_head
         self.kernel_counts: dict[str, int] = {}  # linears per kernel kind (the loader fills it)
+        # The deterministic mode's attention: each row alone over exactly the keys before it (attend_rows).
+        self.row_invariant = False
         self.device = embed.device
         dim = config.head_dim
         self.inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
@@ -159,7 +161,8 @@ class Decoder:
         for row in rows:
             span = slice(first, first + row.n)
             keys, values = row.cache.write(index, row.start, k[span], v[span])
-            out.append(attend(q[span], keys, values, row.start, c.n_head // c.n_head_kv))
+            how = attend_rows if self.row_invariant else attend
+            out.append(how(q[span], keys, values, row.start, c.n_head // c.n_head_kv))
             first += row.n
         return layer.o(torch.cat(out).reshape(-1, c.n_head * c.head_dim))
 
@@ -178,3 +181,13 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int
     out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask, is_causal=causal,
                                          enable_gqa=group > 1)
     return out.transpose(0, 1)
+
+
+def attend_rows(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int, group: int) -> torch.Tensor:
+    """attend() one query row at a time, each over exactly the keys up to its own position: the call a
+    decode step makes for that position. torch's CPU attention kernels tile the query rows and the
+    keys, so a row read beside others (or in a chunk that starts elsewhere) rounds otherwise than
+    the same row alone; which rows share a call follows the step budget, measured in time, and what
+    the prefix cache held. Row by row, a token's logits are the same however its prompt was read."""
+    return torch.cat([attend(q[i:i + 1], keys[:, : start + i + 1], values[:, : start + i + 1], start + i, group)
+                      for i in range(q.shape[0])])

@@ -30,7 +30,8 @@ class WorkerConfig:
     # attention on an F16 cache tiles ubatches of 64+ tokens and splits a lone token's attention
     # over the threads. Deterministic runs the CPU kernels built without llamafile, plain weights
     # and a Q8_0 (else BF16) KV cache, for which flash attention has one per-row kernel whatever
-    # the batch and the thread count.
+    # the batch and the thread count. The torch worker's attention reads each row alone then
+    # (gptq/model.py: attend_rows); its linears give a row the same result in any batch already.
     deterministic: bool = False
     # Where the torch worker runs a GPTQ checkpoint: auto takes CUDA where torch sees a GPU (llama.cpp's
     # workers ignore it; their GPUs are n_gpu_layers' and main_gpu's).

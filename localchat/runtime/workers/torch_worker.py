@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 from pathlib import Path
 
 import llama_cpp
@@ -25,6 +26,8 @@ from ..events import TokenLogprob
 from ..logprobs import token_logprob
 from ..sampling import Sampler, SamplingParams
 from ..worker_types import TORCH_DEVICES, BatchRow, WorkerConfig, default_threads
+
+log = logging.getLogger(__name__)
 
 
 def choose_device(wanted: str) -> torch.device:
@@ -78,6 +81,10 @@ class TorchWorker:
         self.model_path = Path(folder)
         self.device = choose_device(self.config.torch_device)
         self.checkpoint, self.decoder = load_decoder(self.model_path, device=self.device)
+        self.decoder.row_invariant = self.config.deterministic
+        if self.config.deterministic and self.device.type == "cuda":
+            log.warning("--deterministic holds for the attention on any device and for the linears on the CPU; "
+                        "a GPU's matrix products round as its kernels do, which may depend on the batch")
         model = self.checkpoint.model
         self.tokenizer = CheckpointTokenizer(self.model_path, self.checkpoint.config)
         self.n_vocab = model.vocab
