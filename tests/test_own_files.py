@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,32 @@ def test_import_refuses_what_is_not_a_model_and_delete_refuses_files_outside_the
     with pytest.raises(ModelLoadError, match="not in localchat's models folder, so it was not deleted"):
         remove_own(original)
     assert original.is_file()
+
+
+def test_a_split_model_is_imported_whole_into_a_folder_of_its_own_and_deleted_whole(model_path: Path,
+                                                                                    tmp_path: Path):
+    from gguf_shapes import split_gguf
+
+    from localchat.models.importers import scan_folder
+
+    pytest.importorskip("gguf")
+    (tmp_path / "mine").mkdir()
+    parts = split_gguf(model_path, tmp_path / "mine" / "Smol.Q4_1.gguf", 3)
+    parts[2].rename(tmp_path / "elsewhere.gguf")
+    with pytest.raises(ModelLoadError, match="Smol.Q4_1-00003-of-00003.gguf is not beside it"):
+        link_in(parts[0])
+    (tmp_path / "elsewhere.gguf").rename(parts[2])
+    placed = link_in(parts[0])
+    again = link_in(parts[0])  # a second import never overwrites the first
+    try:
+        assert placed.path == models_dir() / "imported" / "Smol.Q4_1" / parts[0].name
+        assert "and its 2 other parts beside it" in placed.said
+        assert again.path.parent.name == "Smol.Q4_1-2"
+        found = scan_folder(placed.path.parent)
+        assert [m.path for m in found] == [placed.path] and found[0].size == sum(p.stat().st_size for p in parts)
+        said = remove_own(placed.path)
+        assert said.startswith(f"Deleted {parts[0].name} and its 2 other parts from localchat's models folder:")
+        assert not placed.path.parent.exists() and all(p.is_file() for p in parts)  # the user's stay
+    finally:
+        shutil.rmtree(placed.path.parent, ignore_errors=True)
+        shutil.rmtree(again.path.parent, ignore_errors=True)

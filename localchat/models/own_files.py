@@ -19,6 +19,7 @@ from ..paths import PRIVATE_FILE_MODE, models_dir
 from ..units import size_text
 from .gguf_info import read_gguf
 from .importers import is_gguf
+from .split_files import model_stem, part_paths
 
 IMPORTED = "imported"  # the subfolder of the models folder that holds imported files
 
@@ -48,26 +49,49 @@ def check_gguf(path: Path, name: str) -> None:
 
 
 def import_target(name: str) -> Path:
-    """A free path for `name` in the imported folder: a model already here is never overwritten."""
+    """A free path for `name` (a file's, or the folder's of a split model) in the imported folder: a model
+    already here is never overwritten."""
     folder = models_dir() / IMPORTED
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / name
-    stem, number = Path(name).stem, 2
+    stem, suffix = (name[:-len(".gguf")], name[-len(".gguf"):]) if name.lower().endswith(".gguf") else (name, "")
+    number = 2
     while target.exists() or target.is_symlink():
-        target = folder / f"{stem}-{number}.gguf"
+        target = folder / f"{stem}-{number}{suffix}"
         number += 1
     return target
 
 
 def link_in(source: Path) -> Placed:
-    """The user's GGUF at `source` in localchat's models folder without a second copy of its bytes."""
+    """The user's GGUF at `source` in localchat's models folder without a second copy of its bytes. A split
+    model (its first part given) comes whole, into a folder of its own: llama.cpp finds the later parts
+    beside the first by their names, which a renamed first part would lose."""
     source = source.expanduser().resolve()
     if not source.is_file():
         raise ModelLoadError(f"{source} is not a file; give the path of a .gguf model file.")
     check_gguf(source, source.name)
     if source.is_relative_to(models_dir().resolve()):
         raise ModelLoadError(f"{source.name} is already in localchat's models folder ({source.parent}).")
-    target = import_target(source.name)
+    parts = part_paths(source)
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise ModelLoadError(f"{source.name} is the first of {len(parts)} parts, and {', '.join(missing)} "
+                             f"{'is' if len(missing) == 1 else 'are'} not beside it in {source.parent}; put every "
+                             "part in one folder, then import the first.")
+    if len(parts) == 1:
+        target = import_target(source.name)
+    else:
+        folder = import_target(model_stem(source.name))
+        folder.mkdir()
+        target = folder / source.name
+    placed = [_link(part, target.with_name(part.name)) for part in parts]
+    how = "copied" if any(p.how == "copied" for p in placed) else "linked"
+    said = placed[0].said if len(parts) == 1 else \
+        f"{placed[0].said} (and its {len(parts) - 1} other parts beside it, each the same way)"
+    return Placed(target, how, said)
+
+
+def _link(source: Path, target: Path) -> Placed:
     try:
         os.link(source, target)
         return Placed(target, "linked", f"linked {source.name} into localchat's models folder (a hard link: one "
@@ -117,10 +141,22 @@ def in_models_folder(path: Path) -> bool:
 
 def remove_own(path: Path) -> str:
     """Delete `path` from localchat's models folder and say what went: the file, or only its link (the
-    original it pointed at stays). A path outside the folder is refused: localchat deletes only its own."""
+    original it pointed at stays). A split model goes whole: its later parts with its first. A path outside
+    the folder is refused: localchat deletes only its own."""
     if not in_models_folder(path):
         raise ModelLoadError(f"{path.name} is not in localchat's models folder, so it was not deleted; localchat "
                              "deletes only the files it keeps itself.")
+    parts = [p for p in part_paths(path) if p == path or p.is_symlink() or p.exists()]
+    said = [_remove_one(part) for part in parts]
+    if len(parts) == 1:
+        return said[0]
+    if path.parent.parent == models_dir() / IMPORTED and not any(path.parent.iterdir()):
+        path.parent.rmdir()  # the split model's own folder, made by its import
+    return f"Deleted {path.name} and its {len(parts) - 1} other parts from localchat's models folder: " + \
+        " ".join(said)
+
+
+def _remove_one(path: Path) -> str:
     if path.is_symlink():
         original = os.readlink(path)
         path.unlink()

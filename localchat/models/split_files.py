@@ -36,6 +36,12 @@ def part_names(first: str) -> list[str]:
     return [f"{stem}-{i:05d}-of-{found[1]:05d}{suffix}" for i in range(1, found[1] + 1)]
 
 
+def model_stem(name: str) -> str:
+    """The model's name without `.gguf` and, for a split model, without its part number."""
+    found = _PART.search(name)
+    return name[:found.start()] if found else name[:-len(".gguf")] if name.lower().endswith(".gguf") else name
+
+
 def part_paths(first: Path) -> list[Path]:
     """The files of the model whose first part (or only file) is `first`, where llama.cpp looks for them."""
     return [first.with_name(name) for name in part_names(first.name)]

@@ -13,6 +13,7 @@ from pathlib import Path
 from ...errors import ModelLoadError
 from ...models.importers import LocalModel, local_models
 from ...models.own_files import in_models_folder, remove_own
+from ...models.split_files import part_paths
 from ..chat.session import Runtime
 
 # What "Found in" each other program's folder means to a person who wants the file gone.
@@ -61,7 +62,9 @@ def delete_question(runtime: Runtime, model: LocalModel) -> str:
     refuse_loaded(runtime, model)
     name = model.path.name
     if deletes_file(model):
-        return f"Delete **{name}** from localchat's models folder for good?"
+        others = len(part_paths(model.path)) - 1
+        whole = f" and its {others} other parts" if others else ""
+        return f"Delete **{name}**{whole} from localchat's models folder for good?"
     if in_models_folder(model.path):
         return f"Remove the link **{name}** from localchat's models folder? The file it points at stays."
     if model.source in ELSEWHERE:
