@@ -211,6 +211,24 @@ def test_the_model_picker_lists_each_file_once(model_path: Path):
         assert not {str(model_path), "smollm2-135m"} <= set(values), values
 
 
+def test_an_embedding_model_is_no_choice_to_chat_with_and_loading_one_says_what_it_is(model_path: Path,
+                                                                                       embedding_model_path: Path):
+    from localchat.errors import ModelLoadError
+    from localchat.models.importers import LocalModel
+    from localchat.runtime.engine import Engine, EngineConfig
+    from localchat.runtime.workers.worker import WorkerConfig
+    from localchat.ui.components.models_panel import model_choices
+    from localchat.ui.models.models_html import local_table
+
+    assert embedding_model_path.parent == model_path.parent  # both in the models folder the lists search
+    values = [value for _, value in model_choices(str(model_path))]
+    assert str(model_path) in values and str(embedding_model_path) not in values
+    row = local_table([LocalModel("minilm", embedding_model_path, 1, "path"), LocalModel("smol", model_path, 1, "path")])
+    assert row.count("disabled title='An embedding model") == 1 and row.count("class='lc-file-load'") == 2
+    with pytest.raises(ModelLoadError, match="is an embedding model: it turns text into vectors .* load a chat model"):
+        Engine.load(embedding_model_path, EngineConfig(worker=WorkerConfig(n_ctx=256)))
+
+
 def test_stop_while_reading_shows_only_stopped(ui: RunningUI):
     from localchat.ui.chat.core import ChatCore, Sampling
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..runtime.gguf_types import FILE_TYPES, GGML_TYPES, GGUF_ARRAY, GGUF_INT32, GGUF_MAGIC, GGUF_SCALARS, GGUF_STRING
+from ..errors import LocalchatError
+from ..runtime.gguf_types import (FILE_TYPES, GGML_TYPES, GGUF_ARRAY, GGUF_INT32, GGUF_MAGIC, GGUF_SCALARS, GGUF_STRING,
+                                  pooling_key)
 from .gguf_bytes import GGUFError, HeaderReader, file_reader
 from .split_files import part_paths
 
@@ -265,6 +268,25 @@ def read_gguf(path: str | Path, header_limit: int = DEFAULT_HEADER_LIMIT) -> GGU
     """Parse the header of a local GGUF file (reads only the header bytes)."""
     with file_reader(Path(path), header_limit) as reader:
         return _parse(reader, str(path))
+
+
+def is_embedding_model(path: Path) -> bool:
+    """Whether the GGUF at `path` is an embedding model (it writes no text: lists to chat with leave it out);
+    its header is read once per version of the file. A file that does not read is not called one."""
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return _embeds(str(path), info.st_size, info.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=512)
+def _embeds(path: str, _size: int, _mtime_ns: int) -> bool:
+    try:
+        info = read_gguf(path)
+    except (LocalchatError, OSError, ValueError):
+        return False
+    return pooling_key(info.arch) in info.metadata
 
 
 def read_model(path: str | Path, header_limit: int = DEFAULT_HEADER_LIMIT) -> GGUFInfo:

@@ -39,3 +39,9 @@ GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7
 GGUF_INT32 = 5
 GGUF_STRING = 8
 GGUF_ARRAY = 9
+
+
+def pooling_key(arch: str) -> str:
+    """The metadata key by which an embedding model's GGUF says how it pools its vectors: a model that
+    writes text has none."""
+    return f"{arch}.pooling_type"

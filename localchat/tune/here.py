@@ -15,6 +15,7 @@ from ..models.catalog import ModelFacts, facts_from_gguf
 from ..models.gguf_info import read_gguf
 from ..models.importers import local_models
 from ..planning.planner import Wants, plan
+from ..runtime.gguf_types import pooling_key
 from .candidates import Candidate, candidates_of, local_file, print_candidates
 
 
@@ -55,7 +56,7 @@ def _chat_model(path: Path, key: str) -> ModelFacts | None:
     """A GGUF's facts when it is a language model to chat with (an embedding model says how it pools)."""
     try:
         info = read_gguf(path)
-        if not info.n_layer or f"{info.arch}.pooling_type" in info.metadata:
+        if not info.n_layer or pooling_key(info.arch) in info.metadata:
             return None
         return facts_from_gguf(info, key, path.stat().st_size)
     except (LocalchatError, OSError, ValueError):

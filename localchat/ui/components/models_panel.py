@@ -15,6 +15,7 @@ import gradio as gr
 from ...errors import LocalchatError
 from ...models.catalog import ModelFacts, load_catalog
 from ...models.download import cached_file
+from ...models.gguf_info import is_embedding_model
 from ...models.importers import local_models
 from ..chat.core import ChatCore
 from ..models import local_files
@@ -37,7 +38,7 @@ def model_choices(current: str, catalog: Callable[[], dict[str, ModelFacts]] = l
     names = [current, *earlier]
     files: dict[str, Path] = {}  # a catalog name -> its file here
     try:
-        names += [str(m.path) for m in local_models()]
+        names += [str(m.path) for m in local_models() if not is_embedding_model(m.path)]  # they write no text
         for key, entry in sorted(catalog().items()):
             for q, f in entry.files.items():
                 path = cached_file(f) if f.format == "gguf" else None

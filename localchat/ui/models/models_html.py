@@ -8,6 +8,7 @@ from html import escape
 from pathlib import Path
 
 from ...models import bad_files
+from ...models.gguf_info import is_embedding_model
 from ...models.importers import LocalModel
 from ...units import rate_text
 from .model_browser import FOUND_IN, LOADED, CatalogRow, Download, file_label, percent, size_text
@@ -111,8 +112,10 @@ def local_table(models: list[LocalModel], loaded: Path | None = None) -> str:
 def _actions(model: LocalModel, loaded: bool) -> str:
     """Load (off for the file answering now) and Delete; the page script sends the row's path with either."""
     path = escape(str(model.path))
-    load = (f"<button class='lc-file-load' data-path='{path}' disabled title='The model answering now'>Load</button>"
-            if loaded else f"<button class='lc-file-load' data-path='{path}'>Load</button>")
+    off = " disabled title='The model answering now'" if loaded else \
+        " disabled title='An embedding model: documents and /v1/embeddings use it; it writes no text'" \
+        if is_embedding_model(model.path) else ""
+    load = f"<button class='lc-file-load' data-path='{path}'{off}>Load</button>"
     return f"<td class='lc-actions'>{load} <button class='lc-file-delete' data-path='{path}'>Delete</button></td>"
 
 
