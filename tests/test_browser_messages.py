@@ -117,6 +117,28 @@ def test_versions_and_branches_share_one_control_disabled_at_the_ends(page, phon
     expect(page.locator("#chat .user").first).to_contain_text("‹ 2/2 ›")
 
 
+def test_an_earlier_answers_versions_switch_and_the_chat_after_each_goes_with_it(page, ui: RunningUI):
+    page.set_viewport_size(DESKTOP)
+    conv = versions_and_branches(ui, "Earlier versions")
+    ui.store.append(conv, "user", "Which crane?", {})
+    ui.store.append(conv, "assistant", "Crane 3.", {})
+    page.reload()
+    open_window(page, ui)
+    open_chat(page, "Earlier versions")
+    first = page.locator("#chat .bot").first
+    expect(first).to_contain_text("‹ 2/2 ›")
+    first.get_by_role("button", name="previous answer").click()  # an earlier answer's arrow is live
+    expect(page.locator("#chat .bot")).to_have_count(1)  # the chat goes on from the version shown: nothing yet
+    expect(first).to_contain_text("Pier 4.")
+    expect(first).to_contain_text("‹ 1/2 ›")
+    shot(page, "12c-earlier-version")
+    first.get_by_role("button", name="next answer").click()
+    expect(page.locator("#chat .user").last).to_contain_text("Which crane?")  # what followed it came back
+    expect(page.locator("#chat .bot")).to_have_count(2)
+    expect(first).to_contain_text("Pier 5.")
+    assert [m.content for m in ui.store.get(conv).messages] == ["Which pier?", "Pier 5.", "Which crane?", "Crane 3."]
+
+
 def test_a_message_is_deleted_after_asking_beside_it_and_stays_deleted_in_a_reload_and_the_export(page, phone, ui):
     page.set_viewport_size(DESKTOP)
     conv = ui.store.create("Two questions")

@@ -151,7 +151,7 @@ def test_a_deleted_turn_takes_its_answer_and_the_turns_left_out_after_it_keep_th
     versions = [{"content": "Fore.", "stats": {"n": 1}}, {"content": "Four.", "stats": {"n": 2}},
                 {"content": "IV.", "stats": {"n": 3}}]
     store.replace(conv, 3, "Four.", {"n": 2, "versions": versions, "version": 1})
-    assert not remove_version(store, conv, 1)  # only the last answer's versions are shown to switch
+    assert not remove_version(store, conv, 1)  # only the last answer's versions are deleted one by one
     assert remove_version(store, conv, 3)  # the one shown goes; the one before it shows
     last = store.get(conv).messages[-1]
     assert last.content == "Fore." and last.stats["version"] == 0 and len(last.stats["versions"]) == 2
@@ -159,3 +159,34 @@ def test_a_deleted_turn_takes_its_answer_and_the_turns_left_out_after_it_keep_th
     last = store.get(conv).messages[-1]
     assert last.content == "IV." and last.stats == {"n": 3}  # one left: a plain answer again
     assert not remove_version(store, conv, 3)
+
+
+def test_an_earlier_answers_version_switches_with_the_chat_that_followed_it(tmp_path: Path):
+    from localchat.ui.chat.versions import show_version
+
+    store = Store(tmp_path / "c.sqlite3")
+    conv = store.create("Harbour")
+    versions = [{"content": "Pier 4.", "stats": {"n": 1}}, {"content": "Pier 5.", "stats": {"n": 2}}]
+    for role, text, stats in (("user", "Which pier?", {}), ("assistant", "Pier 5.", {"n": 2, "versions": versions,
+                                                                                      "version": 1}),
+                              ("user", "Which quay?", {"left_out": [0]}), ("assistant", "Quay 2.", {"n": 3})):
+        store.append(conv, role, text, stats)
+    store.replace(conv, 1, "Pier 5, by the crane.", store.get(conv).messages[1].stats)  # grown by a Continue
+    shown = lambda: [m.content for m in store.get(conv).messages]  # noqa: E731
+    assert not show_version(store, conv, 1, 1)  # the last version: nowhere further
+    assert not show_version(store, conv, 0, -1)  # a question has no versions
+    assert show_version(store, conv, 1, -1)
+    assert shown() == ["Which pier?", "Pier 4."]  # the chat goes on from the version shown
+    reply = store.get(conv).messages[1]
+    assert reply.stats["version"] == 0 and reply.stats["n"] == 1
+    assert reply.stats["versions"][1]["after"][0] == {"role": "user", "content": "Which quay?",
+                                                      "stats": {"left_out": [0]}}
+    store.append(conv, "user", "And the other pier?", {})
+    store.append(conv, "assistant", "Pier 6.", {})
+    assert show_version(store, conv, 1, 1)
+    assert shown() == ["Which pier?", "Pier 5, by the crane.", "Which quay?", "Quay 2."]
+    messages = store.get(conv).messages
+    assert messages[2].stats == {"left_out": [0]} and messages[3].stats == {"n": 3}
+    assert "after" not in messages[1].stats["versions"][1]  # shown: the messages themselves are what followed
+    assert show_version(store, conv, 1, -1)
+    assert shown() == ["Which pier?", "Pier 4.", "And the other pier?", "Pier 6."]

@@ -20,7 +20,11 @@ def a_chat_with_a_branch(store: Store) -> str:
                  {"prompt": "Excerpts…\n\nQuestion: What is the cat called?", "documents": ["/secret/upload/log.txt"],
                   "branches": [old_branch, None], "branch": 1, "included": "log.txt: lines 40–44"})
     store.append(conv, "assistant", "Pepperpot.", {"included": "log.txt: lines 40–44", "completion_tokens": 4,
-                                                   "versions": [{"content": "Pepperpot.", "stats": {}}], "version": 0})
+                                                   "versions": [{"content": "Pepperpot.", "stats": {}},
+                                                                {"content": "Pepper.", "stats": {}, "after": [
+                                                                    {"role": "user", "content": "And the dog?"},
+                                                                    {"role": "assistant", "content": "Marmalade."}]}],
+                                                   "version": 0})
     return conv
 
 
@@ -38,6 +42,7 @@ def test_a_chat_goes_out_and_comes_back_with_its_branches_and_settings(tmp_path:
     first = back.messages[0].stats
     assert first["branches"][0][1]["content"] == "Pepper." and first["branch"] == 1  # the old branch came along
     assert back.messages[1].stats["versions"][0]["content"] == "Pepperpot."
+    assert back.messages[1].stats["versions"][1]["after"][1]["content"] == "Marmalade."  # what followed a version
     assert "documents" not in first  # a path of the exporting machine is never taken
 
 

@@ -34,6 +34,8 @@ ODD_STATS = [
     {"versions": 5},
     {"version": "x", "versions": [{"content": "a", "stats": {}}, {"content": "b", "stats": {}}]},
     {"versions": [1, 2], "version": 0},
+    {"versions": [{"content": "a", "stats": {}, "after": "x"},  # what followed a version: turns or nothing
+                  {"content": "b", "stats": {}, "after": [{"role": "assistant", "content": "c"}]}], "version": 0},
     {"passages": "not a list"},
     {"passages": [{"document": 1}]},
     {"completion_tokens": 5, "ttft_ms": "fast", "tokens_per_s": 1, "prompt_tokens": 1, "n_ctx": 9, "cached_tokens": 0},

@@ -43,9 +43,11 @@ def passages_of(value: Any) -> list[dict[str, str]] | None:
     return kept
 
 
-def reply_stats(stats: dict[str, Any], depth: int = 0) -> dict[str, Any]:
+def reply_stats(stats: dict[str, Any], message: Callable[[Any], tuple[str, str, dict[str, Any]] | None],
+                depth: int = 0) -> dict[str, Any]:
     """An assistant turn's stats: its numbers (all of the footer's or none), how it ended, its thinking, what
-    it read, how many early turns it left out, and its other versions (each checked as this one)."""
+    it read, how many early turns it left out, and its other versions (each checked as this one, with what
+    followed it when it was left checked by `message`: None, not a message)."""
     kept: dict[str, Any] = {}
     if all(_number(stats.get(k)) for k in _NUMBERS) and all(_count(stats.get(k)) for k in _NUMBERS[:3]):
         kept |= {k: stats[k] for k in _NUMBERS}
@@ -71,9 +73,18 @@ def reply_stats(stats: dict[str, Any], depth: int = 0) -> dict[str, Any]:
             and _count(stats.get("version")) and stats["version"] < len(versions) \
             and all(isinstance(v, dict) and _text(v.get("content")) and isinstance(v.get("stats"), dict)
                     for v in versions):
-        kept["versions"] = [{"content": v["content"], "stats": reply_stats(v["stats"], depth + 1)} for v in versions]
+        kept["versions"] = [{"content": v["content"], "stats": reply_stats(v["stats"], message, depth + 1)}
+                            | _after(v.get("after"), message) for v in versions]
         kept["version"] = stats["version"]
     return kept
+
+
+def _after(value: Any, message: Callable[[Any], tuple[str, str, dict[str, Any]] | None]) -> dict[str, Any]:
+    """A version's "after" (the turns that followed it), kept only whole and only if it starts with a question."""
+    turns = [message(m) for m in value] if isinstance(value, list) and value else None
+    if not turns or any(t is None for t in turns) or turns[0][0] != "user":
+        return {}
+    return {"after": [{"role": r, "content": c, "stats": s} for r, c, s in turns]}
 
 
 def user_stats(content: str, stats: dict[str, Any],

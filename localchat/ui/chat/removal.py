@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .core import title_of
 from .store import Message, Store
+from .versions import shown_version
 
 
 def turn_place(messages: list[Message], index: int) -> int:
@@ -36,7 +37,8 @@ def remove_turn(store: Store, conv_id: str, index: int) -> bool:
 
 def remove_version(store: Store, conv_id: str, index: int) -> bool:
     """Remove the version shown of the last answer (message `index`), the one before it shown in its place (the
-    next when it was the first); False unless that answer has another version to show."""
+    next when it was the first) with what followed it when it was left; False unless that answer has another
+    version to show."""
     conv = store.get(conv_id)
     if conv is None or index != len(conv.messages) - 1 or conv.messages[index].role != "assistant":
         return False
@@ -45,7 +47,5 @@ def remove_version(store: Store, conv_id: str, index: int) -> bool:
     if len(kept) < 2 or not 0 <= shown < len(kept):
         return False
     del kept[shown]
-    shown = max(shown - 1, 0)
-    own = kept[shown]["stats"] | ({"versions": kept, "version": shown} if len(kept) > 1 else {})
-    store.replace(conv_id, index, kept[shown]["content"], own)
+    store.splice(conv_id, index, shown_version(kept, max(shown - 1, 0)))
     return True

@@ -30,10 +30,11 @@ def conversation(conv: Conversation | None) -> list[dict[str, str]]:
 
 
 def message(index: int, m: Message, last: bool) -> str:
-    """Message `index` as shown; `last`: the chat's last message (only its versions are switched)."""
+    """Message `index` as shown; `last`: the chat's last message (only its versions are deleted one by one: an
+    earlier version's Delete would take the chat after it along)."""
     if m.role == "user":
         return render.inert(m.content) + turn_note(index, m)
-    marker = versions.version_marker(index, m.stats, last)
+    marker = versions.version_marker(index, m.stats)
     delete = versions.delete_button(f"version:{index}", "delete this answer version") if marker and last else ""
     controls = versions.tools(marker, delete)
     try:

@@ -119,10 +119,10 @@ def _message(m: Any, depth: int) -> tuple[str, str, dict[str, Any]] | None:
     if (not isinstance(m, dict) or m.get("role") not in ("user", "assistant")
             or not isinstance(m.get("content"), str) or not isinstance(m.get("stats", {}), dict)):
         return None
-    stats = m.get("stats", {})
+    stats, inner = m.get("stats", {}), lambda nested: _message(nested, depth + 1)
     if m["role"] == "assistant":
-        return "assistant", m["content"], reply_stats(stats)
-    return "user", m["content"], user_stats(m["content"], stats, lambda inner: _message(inner, depth + 1))
+        return "assistant", m["content"], reply_stats(stats, inner)
+    return "user", m["content"], user_stats(m["content"], stats, inner)
 
 
 def export_file(folder: Path, name: str, text: str) -> Path:

@@ -1,6 +1,7 @@
 """Versions kept in a conversation: the answers of one turn (Regenerate) and the branches of an edited user turn.
 
-An answer's versions live in its stats ("versions", "version": the one shown). An edited user turn keeps
+An answer's versions live in its stats ("versions", "version": the one shown; a version left keeps what followed
+it as "after"). An edited user turn keeps
 each way the chat went from it in its stats: "branches" holds, per branch, the messages from that turn to
 the end as they were when the user left it, and "branch" says which one is live; the live branch's slot
 is None, since the messages themselves are its only copy (one fact in one place).
@@ -13,6 +14,7 @@ from typing import Any
 from .store import Message, Store
 
 BRANCH_KEYS = ("branches", "branch")  # what a user turn's stats say about its branches
+VERSION_KEYS = ("versions", "version")  # what an answer's stats say about its versions
 
 
 def drop_reply(store: Store, conv_id: str) -> list[dict[str, Any]]:
@@ -27,19 +29,36 @@ def drop_reply(store: Store, conv_id: str) -> list[dict[str, Any]]:
     return reply.stats.get("versions") or [{"content": reply.content, "stats": reply.stats}]
 
 
-def show_version(store: Store, conv_id: str, index: int, step: int) -> None:
-    """Show the previous (-1) or next (+1) of the versions of the last reply (message `index`); the chat continues
-    from it."""
+def show_version(store: Store, conv_id: str, index: int, step: int) -> bool:
+    """Show the previous (-1) or next (+1) version of the answer at message `index`; False if there is none.
+    The chat continues from the version shown: what followed the version left is kept with it ("after", as a
+    branch keeps its turns) and what followed the chosen one comes back."""
     conv = store.get(conv_id)
-    if conv is None or index != len(conv.messages) - 1 or conv.messages[-1].role != "assistant":
-        return
-    reply = conv.messages[-1]
-    versions = reply.stats.get("versions", [])
-    if len(versions) < 2:
-        return
-    chosen = min(max(reply.stats.get("version", 0) + step, 0), len(versions) - 1)
-    stats = versions[chosen]["stats"] | {"versions": versions, "version": chosen}
-    store.replace(conv_id, len(conv.messages) - 1, versions[chosen]["content"], stats)
+    if conv is None or not 0 <= index < len(conv.messages) or conv.messages[index].role != "assistant":
+        return False
+    reply = conv.messages[index]
+    kept, current = list(reply.stats.get("versions") or []), reply.stats.get("version", 0)
+    chosen = min(max(current + step, 0), len(kept) - 1)
+    if len(kept) < 2 or chosen == current:
+        return False
+    own = {k: v for k, v in reply.stats.items() if k not in VERSION_KEYS}  # a Continue may have grown it
+    kept[current] = {"content": reply.content, "stats": own, "after": _plain(conv.messages[index + 1:])}
+    store.splice(conv_id, index, shown_version(kept, chosen))
+    return True
+
+
+def shown_version(kept: list[dict[str, Any]], chosen: int) -> list[Message]:
+    """Version `chosen` of `kept` as the answer shown, followed by what followed it when it was left; its entry
+    keeps no "after" while shown (the messages themselves are that)."""
+    entry = kept[chosen]
+    kept[chosen] = {"content": entry["content"], "stats": entry["stats"]}
+    own = entry["stats"] | ({"versions": kept, "version": chosen} if len(kept) > 1 else {})
+    return [Message("assistant", entry["content"], own)] + [Message(m["role"], m["content"], m["stats"])
+                                                            for m in entry.get("after") or []]
+
+
+def _plain(messages: list[Message]) -> list[dict[str, Any]]:
+    return [{"role": m.role, "content": m.content, "stats": m.stats} for m in messages]
 
 
 def _tail(messages: list[Message]) -> list[dict[str, Any]]:
@@ -47,7 +66,7 @@ def _tail(messages: list[Message]) -> list[dict[str, Any]]:
     first, *rest = messages
     kept = [{"role": first.role, "content": first.content,
              "stats": {k: v for k, v in first.stats.items() if k not in BRANCH_KEYS}}]
-    return kept + [{"role": m.role, "content": m.content, "stats": m.stats} for m in rest]
+    return kept + _plain(rest)
 
 
 def fork(store: Store, conv_id: str, index: int) -> tuple[dict[str, Any], list[Message]]:
@@ -83,16 +102,15 @@ def show_branch(store: Store, conv_id: str, index: int, step: int) -> bool:
     return True
 
 
-def stepper(kind: str, index: int, shown: int, count: int, live: bool = True) -> str:
+def stepper(kind: str, index: int, shown: int, count: int) -> str:
     """"‹ 2/3 ›" under message `index`: its answer versions (kind "version") or its branches (kind "branch"),
     one control for both. The arrows are buttons (keyboard reachable; their title is their name, which the page
     script gives screen readers as aria-label: the chat's sanitizer keeps no aria- or data- attribute) whose value
-    the page script sends as a request ("version:I:-1"); one with nowhere to go is disabled, and both are when the chat
-    went on from this message (`live` False: an earlier answer's versions are shown, not switched)."""
+    the page script sends as a request ("version:I:-1"); one with nowhere to go is disabled."""
     noun = "answer" if kind == "version" else "branch"
 
     def arrow(step: int, sign: str, way: str) -> str:
-        off = "" if live and 0 <= shown + step < count else " disabled"
+        off = "" if 0 <= shown + step < count else " disabled"
         return (f'<button type="button" class="lc-step" value="{kind}:{index}:{step}" '
                 f'title="{way} {noun}"{off}>{sign}</button>')
 
@@ -107,13 +125,12 @@ def branch_marker(index: int, stats: dict[str, Any]) -> str:
     return stepper("branch", index, stats.get("branch", 0), len(branches))
 
 
-def version_marker(index: int, stats: dict[str, Any], last: bool) -> str:
-    """"‹ 2/3 ›" under a regenerated answer (its versions), switchable on the `last` answer only: the chat
-    after an earlier one went on from the version shown."""
+def version_marker(index: int, stats: dict[str, Any]) -> str:
+    """"‹ 2/3 ›" under a regenerated answer (its versions), or "" for an answer written once."""
     kept = stats.get("versions") or []
     if len(kept) < 2:
         return ""
-    return stepper("version", index, stats.get("version", 0), len(kept), live=last)
+    return stepper("version", index, stats.get("version", 0), len(kept))
 
 
 def delete_button(target: str, label: str) -> str:

@@ -224,7 +224,7 @@ class Replies:
 
     def act(self, request: str, cid: str | None, draft: str, docs: list[str], mx: float, page: gr.Request) -> tuple:
         """A request of the page script: "remove:I" (a chip's ×), "branch:I:STEP" (a user turn's ‹ or ›),
-        "version:I:STEP" (the last answer's ‹ or ›), "delete-turn:I" and "delete-version:I" (a message's Delete,
+        "version:I:STEP" (an answer's ‹ or ›), "delete-turn:I" and "delete-version:I" (a message's Delete,
         confirmed), "unpin" (a refusal's Leave out), "cancel:N" (a waiting message's Cancel). Returns the chat, the copy texts, the message box, the
         attached files, their chips and meter, and the chat list."""
         core = self.core
