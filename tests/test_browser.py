@@ -230,6 +230,9 @@ def test_expected_errors_are_toasts_that_keep_the_window_and_log_no_traceback(pa
     too_long = "word " * 5000
     ask(page, too_long)
     expect(page.locator(".toast-body").filter(has_text="context")).to_be_visible()
+    # The refusal's line comes with the event's outputs, after its toast: what the box holds then is what Send
+    # left there (it held the message before Send too).
+    expect(page.locator("#refusal")).to_contain_text("Not sent")
     expect(page.locator("#message textarea")).to_have_value(too_long)  # kept, to shorten it
     expect(badges).to_have_count(0)
     expect(page.locator("#conversations")).not_to_contain_text("word word")  # no empty chat made for it
