@@ -562,11 +562,17 @@ def test_a_search_that_finds_no_chat_says_so_until_the_search_changes(page, ui: 
     expect(note).to_have_text("No chat matches “zebra”.")  # follows what is typed
     search.press("Control+a")
     search.press_sequentially("ferry")  # changed to a search that finds one
+    expect(chats.locator("input[type=radio]")).to_have_count(1)  # "f" alone found it too, among others
     expect(chats).to_contain_text("Ferry timetable")
     expect(note).to_be_hidden()
+    # Opened, so that the new chat below changes what the page shows: the page opened with no chat, an empty
+    # list and the line already, and those alone cannot tell the New chat's answer from the page before it.
+    chats.get_by_text("Ferry timetable").click()
+    expect(page.locator("#chat .user")).to_contain_text("When does the last ferry leave?")
     search.press_sequentially(" to nowhere")
     expect(note).to_have_text("No chat matches “ferry to nowhere”.")
     page.locator("#new-chat").click()  # the list keeps to the search: still no chat, and still said
+    expect(page.locator("#chat .user")).to_have_count(0)  # the new chat, with the list as its event left it
     expect(page.locator("#chat .bot")).to_have_count(0)
     expect(chats.locator("input[type=radio]")).to_have_count(0)
     expect(note).to_have_text("No chat matches “ferry to nowhere”.")
