@@ -449,6 +449,7 @@ def test_the_chats_trash_icon_deletes_after_asking(page, ui: RunningUI):
     expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Chile.")  # shown while it asks
     shot(page, "11b-trash-asks")
     page.locator("#delete-cancel").click()
+    expect(page.locator("#delete-confirm")).to_be_hidden()  # Keep it has been heard: the chat and the store after it
     expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Chile.")
     assert conversation_titled(ui, "Name the capital city of Chile.") is not None
     page.locator("#chat button[aria-label='Clear']").click()
