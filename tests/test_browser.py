@@ -230,6 +230,9 @@ def test_expected_errors_are_toasts_that_keep_the_window_and_log_no_traceback(pa
     too_long = "word " * 5000
     ask(page, too_long)
     expect(page.locator(".toast-body").filter(has_text="context")).to_be_visible()
+    # The refusal's line comes with the event's outputs, after its toast: what the box holds then is what Send
+    # left there (it held the message before Send too).
+    expect(page.locator("#refusal")).to_contain_text("Not sent")
     expect(page.locator("#message textarea")).to_have_value(too_long)  # kept, to shorten it
     expect(badges).to_have_count(0)
     expect(page.locator("#conversations")).not_to_contain_text("word word")  # no empty chat made for it
@@ -406,11 +409,13 @@ def test_the_title_follows_an_edit_of_the_first_message(page, ui: RunningUI):
     page.locator("#edit").click()
     box.fill("Name the capital city of Italy.")
     page.locator("#chat button[aria-label='Submit']").click()
+    # The old question is a branch, kept: shown once the edit is stored, with the new reply in place of the old
+    # one (whose stats would end the wait for an answer at once).
+    expect(page.locator("#chat .user").first).to_contain_text("‹ 2/2 ›")
     wait_answered(page)
     expect(page.locator("#conversations")).to_contain_text("Name the capital city of Italy.")
     conv = conversation_titled(ui, "Name the capital city of Italy.")
     assert conv is not None and conversation_titled(ui, "Name the capital city of Spain.") is None
-    expect(page.locator("#chat .user").first).to_contain_text("‹ 2/2 ›")  # the old question is a branch, kept
     shot(page, "10-title-follows-edit")
 
 
@@ -444,6 +449,7 @@ def test_the_chats_trash_icon_deletes_after_asking(page, ui: RunningUI):
     expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Chile.")  # shown while it asks
     shot(page, "11b-trash-asks")
     page.locator("#delete-cancel").click()
+    expect(page.locator("#delete-confirm")).to_be_hidden()  # Keep it has been heard: the chat and the store after it
     expect(page.locator("#chat .user")).to_contain_text("Name the capital city of Chile.")
     assert conversation_titled(ui, "Name the capital city of Chile.") is not None
     page.locator("#chat button[aria-label='Clear']").click()
@@ -557,11 +563,17 @@ def test_a_search_that_finds_no_chat_says_so_until_the_search_changes(page, ui: 
     expect(note).to_have_text("No chat matches “zebra”.")  # follows what is typed
     search.press("Control+a")
     search.press_sequentially("ferry")  # changed to a search that finds one
+    expect(chats.locator("input[type=radio]")).to_have_count(1)  # "f" alone found it too, among others
     expect(chats).to_contain_text("Ferry timetable")
     expect(note).to_be_hidden()
+    # Opened, so that the new chat below changes what the page shows: the page opened with no chat, an empty
+    # list and the line already, and those alone cannot tell the New chat's answer from the page before it.
+    chats.get_by_text("Ferry timetable").click()
+    expect(page.locator("#chat .user")).to_contain_text("When does the last ferry leave?")
     search.press_sequentially(" to nowhere")
     expect(note).to_have_text("No chat matches “ferry to nowhere”.")
     page.locator("#new-chat").click()  # the list keeps to the search: still no chat, and still said
+    expect(page.locator("#chat .user")).to_have_count(0)  # the new chat, with the list as its event left it
     expect(page.locator("#chat .bot")).to_have_count(0)
     expect(chats.locator("input[type=radio]")).to_have_count(0)
     expect(note).to_have_text("No chat matches “ferry to nowhere”.")

@@ -21,6 +21,8 @@ import pytest
 from browser_kit import ARTIFACTS, LONG, WIDE, ask, expect, last_reply, needs_chromium, open_window
 from ui_server import RunningUI, start_ui
 
+from localchat.ui.chat import render
+
 pytestmark = needs_chromium
 
 PHONE = {"width": 390, "height": 844}
@@ -376,8 +378,10 @@ def test_an_answer_cut_at_max_tokens_continues_from_where_it_stopped(page, ui: R
         time.sleep(0.2)
     longer = continued()
     assert longer.content.startswith(cut) and len(longer.content) > len(cut), (cut, longer.content)
-    tokens = longer.stats["completion_tokens"]
-    expect(last_reply(page)).to_contain_text(f"{tokens} tokens at")  # the continuation's own numbers, shown
+    # The continuation's own numbers, shown: its whole line, as the window writes a reply's numbers. Its token
+    # count alone is no sign (it writes up to Max tokens more: as many as the cut answer, whose line says so
+    # already); the context it used, its prompt holding the cut answer, is.
+    expect(last_reply(page)).to_contain_text(render.stats_line(longer.stats))
     expect(page.locator("#chat .bot")).to_have_count(1)  # in its place, not a reply of its own
     shot(page, "10-continued")
 
