@@ -224,7 +224,8 @@ def test_an_embedding_model_is_no_choice_to_chat_with_and_loading_one_says_what_
     values = [value for _, value in model_choices(str(model_path))]
     assert str(model_path) in values and str(embedding_model_path) not in values
     row = local_table([LocalModel("minilm", embedding_model_path, 1, "path"), LocalModel("smol", model_path, 1, "path")])
-    assert row.count("disabled title='An embedding model") == 1 and row.count("class='lc-file-load'") == 2
+    assert row.count("disabled title='an embedding model") == 1 and row.count("class='lc-file-load'") == 2
+    assert "<span class='lc-what'>an embedding model: documents and /v1/embeddings use it" in row
     with pytest.raises(ModelLoadError, match="is an embedding model: it turns text into vectors .* load a chat model"):
         Engine.load(embedding_model_path, EngineConfig(worker=WorkerConfig(n_ctx=256)))
 

@@ -31,6 +31,7 @@ STYLE = """<style>
   color: white; white-space: nowrap; }
 .lc-loaded { background: #15803d; }  /* green, white text at 5:1: the file answering now */
 .lc-no { color: var(--body-text-color-subdued); }
+.lc-what { color: var(--body-text-color-subdued); font-size: 0.85em; white-space: normal; }
 .lc-bad { color: var(--error-text-color, #b91c1c); font-size: 0.85em; white-space: normal; }
 .lc-path { font-family: var(--font-mono); font-size: 0.85em; word-break: break-all; min-width: 24rem;
   color: var(--body-text-color-subdued); }
@@ -109,12 +110,14 @@ def local_table(models: list[LocalModel], loaded: Path | None = None) -> str:
             f"<th>Found in</th><th>Size</th><th>Path</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
+EMBEDDINGS = "an embedding model: documents and /v1/embeddings use it; it writes no text"
+
+
 def _actions(model: LocalModel, loaded: bool) -> str:
     """Load (off for the file answering now) and Delete; the page script sends the row's path with either."""
     path = escape(str(model.path))
     off = " disabled title='The model answering now'" if loaded else \
-        " disabled title='An embedding model: documents and /v1/embeddings use it; it writes no text'" \
-        if is_embedding_model(model.path) else ""
+        f" disabled title='{EMBEDDINGS}'" if is_embedding_model(model.path) else ""
     load = f"<button class='lc-file-load' data-path='{path}'{off}>Load</button>"
     return f"<td class='lc-actions'>{load} <button class='lc-file-delete' data-path='{path}'>Delete</button></td>"
 
@@ -124,6 +127,8 @@ def _local_name(model: LocalModel, bad: str | None, loaded: bool = False) -> str
     the model runner (bad_files.py)."""
     if loaded:
         return f"<td>{escape(file_label(model))} <span class='lc-badge lc-loaded' data-loaded='1'>{LOADED}</span></td>"
+    if bad is None and is_embedding_model(model.path):
+        return (f"<td>{escape(file_label(model))}<br><span class='lc-what'>{EMBEDDINGS}</span></td>")
     if bad is None:
         return _cell(file_label(model))
     return (f"<td>{escape(file_label(model))}<br><span class='lc-bad' data-bad='1'>does not load: {escape(bad)}"
