@@ -33,16 +33,13 @@ def show_version(store: Store, conv_id: str, index: int, step: int) -> bool:
     """Show the previous (-1) or next (+1) version of the answer at message `index`; False if there is none.
     The chat continues from the version shown: what followed the version left is kept with it ("after", as a
     branch keeps its turns) and what followed the chosen one comes back."""
-    conv = store.get(conv_id)
-    if conv is None or not 0 <= index < len(conv.messages) or conv.messages[index].role != "assistant":
+    found = _stepped(store, conv_id, index, "assistant", VERSION_KEYS, step)
+    if found is None:
         return False
-    reply = conv.messages[index]
-    kept, current = list(reply.stats.get("versions") or []), reply.stats.get("version", 0)
-    chosen = min(max(current + step, 0), len(kept) - 1)
-    if len(kept) < 2 or chosen == current:
-        return False
+    messages, kept, current, chosen = found
+    reply = messages[index]
     own = {k: v for k, v in reply.stats.items() if k not in VERSION_KEYS}  # a Continue may have grown it
-    kept[current] = {"content": reply.content, "stats": own, "after": _plain(conv.messages[index + 1:])}
+    kept[current] = {"content": reply.content, "stats": own, "after": _plain(messages[index + 1:])}
     store.splice(conv_id, index, shown_version(kept, chosen))
     return True
 
@@ -53,12 +50,30 @@ def shown_version(kept: list[dict[str, Any]], chosen: int) -> list[Message]:
     entry = kept[chosen]
     kept[chosen] = {"content": entry["content"], "stats": entry["stats"]}
     own = entry["stats"] | ({"versions": kept, "version": chosen} if len(kept) > 1 else {})
-    return [Message("assistant", entry["content"], own)] + [Message(m["role"], m["content"], m["stats"])
-                                                            for m in entry.get("after") or []]
+    return [Message("assistant", entry["content"], own)] + _messages(entry.get("after") or [])
+
+
+def _stepped(store: Store, conv_id: str, index: int, role: str, keys: tuple[str, str],
+             step: int) -> tuple[list[Message], list[Any], int, int] | None:
+    """For a ‹ or ›: the chat's messages, the list message `index` (of `role`) keeps under `keys` (the list's
+    and the shown one's), the one shown and the one `step` away; None where there is nowhere to go."""
+    conv = store.get(conv_id)
+    if conv is None or not 0 <= index < len(conv.messages) or conv.messages[index].role != role:
+        return None
+    stats = conv.messages[index].stats
+    kept, current = list(stats.get(keys[0]) or []), stats.get(keys[1], 0)
+    chosen = min(max(current + step, 0), len(kept) - 1)
+    if len(kept) < 2 or chosen == current:
+        return None
+    return conv.messages, kept, current, chosen
 
 
 def _plain(messages: list[Message]) -> list[dict[str, Any]]:
     return [{"role": m.role, "content": m.content, "stats": m.stats} for m in messages]
+
+
+def _messages(kept: list[dict[str, Any]]) -> list[Message]:
+    return [Message(m["role"], m["content"], m["stats"]) for m in kept]
 
 
 def _tail(messages: list[Message]) -> list[dict[str, Any]]:
@@ -86,19 +101,15 @@ def fork(store: Store, conv_id: str, index: int) -> tuple[dict[str, Any], list[M
 
 def show_branch(store: Store, conv_id: str, index: int, step: int) -> bool:
     """Make the previous (-1) or next (+1) branch of user turn `index` the live one; False if there is none."""
-    conv = store.get(conv_id)
-    if conv is None or not 0 <= index < len(conv.messages) or conv.messages[index].role != "user":
+    found = _stepped(store, conv_id, index, "user", BRANCH_KEYS, step)
+    if found is None:
         return False
-    turn = conv.messages[index]
-    branches, current = list(turn.stats.get("branches") or []), turn.stats.get("branch", 0)
-    chosen = min(max(current + step, 0), len(branches) - 1)
-    if len(branches) < 2 or chosen == current:
-        return False
-    branches[current] = _tail(conv.messages[index:])
+    messages, branches, current, chosen = found
+    branches[current] = _tail(messages[index:])
     first, *rest = branches[chosen]
     branches[chosen] = None
-    messages = [Message("user", first["content"], first["stats"] | {"branches": branches, "branch": chosen})]
-    store.splice(conv_id, index, messages + [Message(m["role"], m["content"], m["stats"]) for m in rest])
+    turn = Message("user", first["content"], first["stats"] | {"branches": branches, "branch": chosen})
+    store.splice(conv_id, index, [turn] + _messages(rest))
     return True
 
 
