@@ -230,6 +230,32 @@ def test_an_embedding_model_is_no_choice_to_chat_with_and_loading_one_says_what_
         Engine.load(embedding_model_path, EngineConfig(worker=WorkerConfig(n_ctx=256)))
 
 
+def test_a_turn_asked_for_with_a_wait_is_taken_when_it_ends_within_it_and_refused_while_it_does_not(ui: RunningUI):
+    """A click on what an answer's last update drew (its ‹ ›, its Delete) comes just before the answer's turn
+    ends: it waits that moment out; one while the answer is still written is refused at once."""
+    import threading
+
+    from localchat.ui.chat.core import ChatCore
+
+    core = ChatCore(ui.runtime, ui.store)
+    cid = ui.store.create("Turns")
+    answering, ended = threading.Event(), threading.Event()
+
+    def answer() -> None:
+        with core.turn(cid):
+            answering.set()
+            ended.wait()
+
+    threading.Thread(target=answer, daemon=True).start()
+    answering.wait()
+    with core.turn(cid, wait_s=0.2) as turn:
+        assert turn is None and core.busy(cid)  # still answering: not taken
+    threading.Timer(0.1, ended.set).start()  # the answer's turn ends while the click waits
+    with core.turn(cid, wait_s=60) as turn:
+        assert turn is not None and core.busy(cid)  # held now by the click
+    assert not core.busy(cid)
+
+
 def test_stop_while_reading_shows_only_stopped(ui: RunningUI):
     from localchat.ui.chat.core import ChatCore, Sampling
 

@@ -343,12 +343,15 @@ class ChatCore:
         yield render.reply_markdown(text, saved, included, render.reply_note(saved), passages) + shown.error_note(saved)
 
     @contextlib.contextmanager
-    def turn(self, conv_id: str) -> Iterator["Turn"]:
+    def turn(self, conv_id: str, wait_s: float | None = None) -> Iterator["Turn | None"]:
         """Hold the conversation for one turn: a message sent while an answer streams waits for it. The turn
-        may be handed over (`Turn.hand_over`) to a thread that finishes the answer and then ends it."""
+        may be handed over (`Turn.hand_over`) to a thread that finishes the answer and then ends it. With
+        `wait_s`, a turn not free within it is not taken (None)."""
         with self._turns_lock:
             lock = self._turns.setdefault(conv_id, threading.Lock())
-        lock.acquire()
+        if not lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            yield None
+            return
         held = Turn(lock)
         try:
             yield held

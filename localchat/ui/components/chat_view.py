@@ -24,6 +24,7 @@ from .window import Window
 log = logging.getLogger(__name__)
 
 FOLLOW_S = 0.1  # how often a page that re-attached to an answer redraws it
+TURN_ENDING_S = 1.0  # how long a click on a chat waits for an answer that has shown its end to end its turn
 
 
 @dataclass(slots=True)
@@ -239,10 +240,13 @@ class Replies:
         changes = {"branch": "switch branches", "version": "switch answers", "delete-turn": "delete a message",
                    "delete-version": "delete an answer"}
         if kind in changes and len(args) == (2 if kind in ("branch", "version") else 1) and cid:
-            if core.busy(cid):  # what it would change may be the turn being answered
-                gr.Warning(f"an answer is being written in this chat; stop it (Stop or Esc) to {changes[kind]}.")
-                return (gr.skip(),) * 6
-            with core.turn(cid):
+            # An answer's last update (its numbers) is shown just before its turn ends: a click on what that
+            # update drew waits that moment out; one while the answer is still written is refused, since what
+            # it would change may be the turn being answered.
+            with core.turn(cid, wait_s=TURN_ENDING_S) as turn:
+                if turn is None:
+                    gr.Warning(f"an answer is being written in this chat; stop it (Stop or Esc) to {changes[kind]}.")
+                    return (gr.skip(),) * 6
                 if kind == "branch":
                     core.show_branch(cid, args[0], max(min(args[1], 1), -1))
                 elif kind == "version":
