@@ -80,11 +80,18 @@ def reply_stats(stats: dict[str, Any], message: Callable[[Any], tuple[str, str, 
 
 
 def _after(value: Any, message: Callable[[Any], tuple[str, str, dict[str, Any]] | None]) -> dict[str, Any]:
-    """A version's "after" (the turns that followed it), kept only whole and only if it starts with a question."""
+    """A version's "after" (the turns that followed it when it was left), kept as a branch is (_turns)."""
+    turns = _turns(value, message)
+    return {"after": turns} if turns else {}
+
+
+def _turns(value: Any, message: Callable[[Any], tuple[str, str, dict[str, Any]] | None]) -> list[dict] | None:
+    """A branch's (or a version's "after") messages, each checked by `message`: kept only whole and only if they
+    start with a question, else None."""
     turns = [message(m) for m in value] if isinstance(value, list) and value else None
     if not turns or any(t is None for t in turns) or turns[0][0] != "user":
-        return {}
-    return {"after": [{"role": r, "content": c, "stats": s} for r, c, s in turns]}
+        return None
+    return [{"role": r, "content": c, "stats": s} for r, c, s in turns]  # type: ignore[misc]
 
 
 def user_stats(content: str, stats: dict[str, Any],
@@ -105,10 +112,10 @@ def user_stats(content: str, stats: dict[str, Any],
             if i == branch:
                 checked.append(None)
                 continue
-            turns = [message(m) for m in b] if isinstance(b, list) and b else None
-            if not turns or any(t is None for t in turns) or turns[0][0] != "user":
+            turns = _turns(b, message)
+            if turns is None:
                 return kept  # a branch that is not one: the turn shows without its branches
-            checked.append([{"role": r, "content": c, "stats": s} for r, c, s in turns])
+            checked.append(turns)
         kept |= {"branches": checked, "branch": branch}
     return kept
 

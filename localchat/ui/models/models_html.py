@@ -102,8 +102,9 @@ def local_table(models: list[LocalModel], loaded: Path | None = None) -> str:
     now = loaded.resolve() if loaded is not None else None
     rows = []
     for m in models:
-        this = m.path.resolve() == now
-        rows.append(f"<tr data-path='{escape(str(m.path))}'>{_local_name(m, bad(m.path), this)}{_actions(m, this)}"
+        this, embeds = m.path.resolve() == now, is_embedding_model(m.path)
+        rows.append(f"<tr data-path='{escape(str(m.path))}'>{_local_name(m, bad(m.path), this, embeds)}"
+                    f"{_actions(m, this, embeds)}"
                     f"{_cell(FOUND_IN.get(m.source, m.source))}"
                     f"{_cell(size_text(m.size), 'lc-num')}{_cell(str(m.path), 'lc-path')}</tr>")
     return (f"{STYLE}<div class='lc-table-wrap'><table class='lc-table'><thead><tr><th>File</th><th></th>"
@@ -113,21 +114,21 @@ def local_table(models: list[LocalModel], loaded: Path | None = None) -> str:
 EMBEDDINGS = "an embedding model: documents and /v1/embeddings use it; it writes no text"
 
 
-def _actions(model: LocalModel, loaded: bool) -> str:
-    """Load (off for the file answering now) and Delete; the page script sends the row's path with either."""
+def _actions(model: LocalModel, loaded: bool, embeds: bool) -> str:
+    """Load (off for the file answering now and for an embedding model) and Delete; the page script sends the row's
+    path with either."""
     path = escape(str(model.path))
-    off = " disabled title='The model answering now'" if loaded else \
-        f" disabled title='{EMBEDDINGS}'" if is_embedding_model(model.path) else ""
+    off = " disabled title='The model answering now'" if loaded else f" disabled title='{EMBEDDINGS}'" if embeds else ""
     load = f"<button class='lc-file-load' data-path='{path}'{off}>Load</button>"
     return f"<td class='lc-actions'>{load} <button class='lc-file-delete' data-path='{path}'>Delete</button></td>"
 
 
-def _local_name(model: LocalModel, bad: str | None, loaded: bool = False) -> str:
-    """A local file's name cell, marked when it is the one answering, with why it does not load when it crashed
-    the model runner (bad_files.py)."""
+def _local_name(model: LocalModel, bad: str | None, loaded: bool = False, embeds: bool = False) -> str:
+    """A local file's name cell, marked when it is the one answering, with what it is for when it is an embedding
+    model, with why it does not load when it crashed the model runner (bad_files.py)."""
     if loaded:
         return f"<td>{escape(file_label(model))} <span class='lc-badge lc-loaded' data-loaded='1'>{LOADED}</span></td>"
-    if bad is None and is_embedding_model(model.path):
+    if bad is None and embeds:
         return (f"<td>{escape(file_label(model))}<br><span class='lc-what'>{EMBEDDINGS}</span></td>")
     if bad is None:
         return _cell(file_label(model))
