@@ -214,6 +214,7 @@ def test_the_model_picker_lists_each_file_once(model_path: Path):
 def test_an_embedding_model_is_no_choice_to_chat_with_and_loading_one_says_what_it_is(model_path: Path,
                                                                                        embedding_model_path: Path):
     from localchat.errors import ModelLoadError
+    from localchat.models.gguf_info import is_embedding_model
     from localchat.models.importers import LocalModel
     from localchat.runtime.engine import Engine, EngineConfig
     from localchat.runtime.workers.worker import WorkerConfig
@@ -226,6 +227,12 @@ def test_an_embedding_model_is_no_choice_to_chat_with_and_loading_one_says_what_
     row = local_table([LocalModel("minilm", embedding_model_path, 1, "path"), LocalModel("smol", model_path, 1, "path")])
     assert row.count("disabled title='an embedding model") == 1 and row.count("class='lc-file-load'") == 2
     assert "<span class='lc-what'>an embedding model: documents and /v1/embeddings use it" in row
+    broken = embedding_model_path.parent / "broken-header.gguf"  # a header that ends early is no embedding model
+    broken.write_bytes(embedding_model_path.read_bytes()[:4096])
+    try:
+        assert not is_embedding_model(broken) and "<span class='lc-what'>" not in local_table([LocalModel("b", broken, 1, "path")])
+    finally:
+        broken.unlink()
     with pytest.raises(ModelLoadError, match="is an embedding model: it turns text into vectors .* load a chat model"):
         Engine.load(embedding_model_path, EngineConfig(worker=WorkerConfig(n_ctx=256)))
 
