@@ -26,7 +26,7 @@ DELEGATED = {
 }
 
 
-COMMANDS = {"chat", "pull", "import", "models", "serve", "ui", "bench", "selftest", *DELEGATED}
+COMMANDS = {"chat", "pull", "import", "models", "serve", "mcp", "ui", "bench", "selftest", *DELEGATED}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cors-origin", dest="cors_origins", action="append", default=[], metavar="ORIGIN",
                        help="let web pages from ORIGIN (e.g. http://localhost:3000) call the API; repeatable")
     sampling_args(serve, "API requests")
+
+    mcp = sub.add_parser("mcp", help="serve localchat as an MCP server over stdio (the local model, your documents "
+                                     "and chats, for Claude Desktop, Cursor or any agent)")
+    engine_args(mcp, "serve")
 
     ui = sub.add_parser("ui", help="open the chat window in the browser (the default without a command)")
     engine_args(ui, "ui")
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "chat": _cmd_chat, "pull": _cmd_pull, "import": _cmd_import, "models": _cmd_models, "bench": _cmd_bench,
-        "serve": _cmd_serve, "ui": _cmd_ui, "selftest": _cmd_selftest,
+        "serve": _cmd_serve, "mcp": _cmd_mcp, "ui": _cmd_ui, "selftest": _cmd_selftest,
     }
     return _guarded(lambda: handlers[command](args))
 
@@ -193,6 +197,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                            backend=args.backend, backend_key=args.backend_key, cors_origins=tuple(args.cors_origins),
                            sampling=sampling_from(args), ollama_port=args.ollama_port)
     return serve_api(options, lambda model: _settings(args, model), progress=not args.verbose)
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from .launch import serve_mcp
+
+    return serve_mcp(lambda model: _settings(args, model))
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:

@@ -134,6 +134,13 @@ class Settings:
                                                "first turn and leaves out the ones after it, refuse says so "
                                                "(each chat can change its own; the API refuses unless asked)",
                                     commands=("ui",), choices=POLICIES)
+    mcp_call_timeout: int = setting(60, "seconds one MCP tool call may take before it ends with an error",
+                                    commands=("serve", "ui"), low=1, high=3600)
+    mcp_result_chars: int = setting(20000, "characters of an MCP tool's result the model reads (the rest is cut, "
+                                           "with a note saying so)", commands=("serve", "ui"), low=100,
+                                    high=1_000_000)
+    mcp_steps: int = setting(8, "model turns in one answer that may call tools, before the answer must end",
+                             commands=("serve", "ui"), low=1, high=100)
     speed_target: int = setting(int(SPEED_TARGET), "decode tokens/s the planner aims for: above it quality "
                                                    "decides, below it a slower model must be a much better one",
                                 commands=("plan",), low=1)

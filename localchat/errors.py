@@ -51,6 +51,15 @@ class PinnedDocumentsError(ContextOverflowError):
     """The documents an earlier turn of a chat read leave no room for the next message; leaving them out would."""
 
 
+class ToolServerError(LocalchatError):
+    """An MCP server could not be started or reached, or stopped or hung during a call (the API answers 424, as
+    OpenAI's does for a server it cannot reach)."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"MCP server {server!r} {reason}.")
+        self.server = server
+
+
 class AuthError(LocalchatError):
     """An API request without the right bearer token."""
 

@@ -16,25 +16,67 @@ from .errors import LocalchatError
 log = logging.getLogger("localchat")
 
 
+def _limit_tools(settings: Settings) -> None:
+    """The settings' bounds on a model's tool use, for every chat and request of this process."""
+    from .mcp_host.limits import configure
+
+    configure(settings.mcp_call_timeout, settings.mcp_result_chars, settings.mcp_steps)
+
+
 def serve_api(options: ServeOptions, settings_for: Callable[[str | None], Settings], progress: bool) -> int:
     """Serve the API from a local model, or forward it to `options.backend`; runs until stopped.
     `settings_for(model)`: the settings of the configured model (None) or of another one a request names."""
     from .api.app import serve
     from .api.local import served_name
+    from .mcp_server import build_server
     from .progress_line import ProgressLine
 
     options.bind_host()  # refuse an unsafe address before spending time on a model
     if options.backend:
         return serve(options)
     chosen = settings_for(None)
+    _limit_tools(chosen)
     with ProgressLine(enabled=progress) as line, open_supervised(chosen, status=line.set) as engine:
         line.clear()  # the banner comes next
         runners = on_demand(settings_for)
         try:
             return serve(options, engine, served_name(chosen.model), system_prompt=chosen.system_prompt,
-                         runners=runners, thinking_budget=chosen.thinking_budget)
+                         runners=runners, thinking_budget=chosen.thinking_budget, mcp_of=build_server)
         finally:
             runners.close()
+
+
+def serve_mcp(settings_for: Callable[[str | None], Settings]) -> int:
+    """`localchat mcp`: localchat's own MCP server over stdio until the client closes it. Standard output is the
+    protocol's alone: everything else this process and its runner print goes to standard error."""
+    import asyncio
+    import os
+    import sys
+
+    from .api.local import LocalService, served_name
+    from .mcp_server import build_server
+
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    os.dup2(2, 1)  # before the runner starts: a child inherits fd 1, and the wire is not its to write
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdin = os.fdopen(wire_in, "r", encoding="utf-8", errors="replace")
+    sys.stdout = os.fdopen(wire_out, "w", encoding="utf-8")
+    chosen = settings_for(None)
+    _limit_tools(chosen)
+    with open_supervised(chosen) as engine:
+        service = LocalService(engine, served_name(chosen.model), None, chosen.system_prompt, None,
+                               chosen.thinking_budget)
+
+        async def run() -> None:
+            try:
+                await build_server(service).run_stdio_async()
+            finally:
+                await service.aclose()
+
+        asyncio.run(run())
+    return 0
 
 
 def open_window(options: ServeOptions, settings_for: Callable[[str | None], Settings], browser: bool,
@@ -59,6 +101,7 @@ def open_window(options: ServeOptions, settings_for: Callable[[str | None], Sett
             return 0
     host = options.bind_host()  # refuse an unsafe address before spending time on a model
     settings = settings_for(None)
+    _limit_tools(settings)
     options.port, url = instance.reserve_url(host, options.port, DEFAULT_UI_PORT)
 
     def load(model: str, n_ctx: int | None = None, progress: Callable[[float], None] | None = None):

@@ -46,6 +46,23 @@ def private_file(path: Path) -> Path:
     return path
 
 
+def write_private_json(path: Path, data: object) -> None:
+    """Write `data` as JSON to `path`, owner-only and whole or not at all (a crash keeps the old file)."""
+    import json
+    import tempfile
+
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            json.dump(data, file, indent=2, ensure_ascii=False)
+            file.write("\n")
+        os.chmod(partial, PRIVATE_FILE_MODE)
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
+
+
 def _home() -> Path | None:
     home = os.environ.get("LOCALCHAT_HOME")
     return Path(home).expanduser() if home else None

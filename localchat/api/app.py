@@ -9,19 +9,21 @@ import ipaddress
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
-from ..errors import ConfigError
+from ..errors import AuthError, ConfigError
 from ..runtime.sampling import SamplingParams
 from .routes import Forwarder, build_router
 from .service import Service
 from .origins import LOOPBACK_NAMES, OriginPolicy, install
-from .wire import error_response
+from .guard import check_key
+from .wire import error_from, error_response
 
 DEFAULT_PORT = 8000
 PORT_TRIES = 100  # how far past the default port to look for a free one
@@ -129,18 +131,42 @@ async def _invalid(request: HTTPRequest, exc: RequestValidationError) -> Respons
     return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}.", param=param)
 
 
+def _mcp_route(server: Any, api_key: str | None) -> Route:
+    """/mcp: an MCP server (the SDK's MCPServer, Streamable HTTP) behind the API's key; the origin guard
+    installed on the app covers it like every route."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    # The app's own guard checks Host and Origin (and --listen's names); the SDK's copy of that check is off.
+    server.streamable_http_app(stateless_http=True, json_response=True,
+                               transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+
+    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+        try:
+            check_key(HTTPRequest(scope), api_key)
+        except AuthError as exc:
+            await error_from(exc, "/mcp")(scope, receive, send)
+            return
+        await server.session_manager.handle_request(scope, receive, send)
+
+    return Route("/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
+
+
 def create_app(service: Service | Forwarder, api_key: str | None = None,
-               policy: OriginPolicy | None = None) -> FastAPI:
-    """The FastAPI app of `localchat serve`: the API alone, closing the service on shutdown."""
+               policy: OriginPolicy | None = None, mcp: Any = None) -> FastAPI:
+    """The FastAPI app of `localchat serve`: the API alone, closing the service on shutdown; with `mcp` (an
+    MCPServer: mcp_server.py), localchat's own MCP server at /mcp too."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with mcp.session_manager.run() if mcp is not None else contextlib.nullcontext():
+            yield
         await service.aclose()
 
     # No interactive docs: they would be one more unauthenticated page on an exposed server.
     app = FastAPI(title="localchat", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     add_api(app, service, api_key)
+    if mcp is not None:
+        app.router.routes.insert(0, _mcp_route(mcp, api_key))
     # The router parses its own bodies, so FastAPI's 422 never comes from it; any route added
     # to this app later still answers a bad body like OpenAI does, with a 400.
     app.add_exception_handler(RequestValidationError, _invalid)
@@ -155,10 +181,10 @@ def create_app(service: Service | Forwarder, api_key: str | None = None,
 
 
 def serve(options: ServeOptions, engine: Any = None, model_name: str = "", system_prompt: str = "",
-          runners: Any = None, thinking_budget: int = 0) -> int:
+          runners: Any = None, thinking_budget: int = 0, mcp_of: Callable[[Service], Any] | None = None) -> int:
     """Run the API until interrupted; prints the URL once the socket is bound. `system_prompt`: the
     system turn a local model's chat request gets when it brings none (--system-prompt); `runners`: the
-    models loaded by name beside it (runners/pool.py)."""
+    models loaded by name beside it (runners/pool.py); `mcp_of(service)`: the MCP server served at /mcp."""
     import uvicorn
 
     from .local import LocalService
@@ -178,10 +204,12 @@ def serve(options: ServeOptions, engine: Any = None, model_name: str = "", syste
     url = url_of(sockets[0])
     exposed = "" if is_loopback(host) else f" (listening on {host}; clients need the API key)"
     also = f" (and at {url_of(sockets[1])}/api)" if len(sockets) > 1 else ""
+    at_mcp = f", MCP at {url}/mcp" if mcp_of is not None and not options.backend else ""
     print(f"localchat: OpenAI-compatible API at {url}/v1, {what}{exposed}; Anthropic's Messages at /v1/messages, "
-          f"Ollama's API at /api{also}. Ctrl-C stops.", flush=True)
+          f"Ollama's API at /api{also}{at_mcp}. Ctrl-C stops.", flush=True)
     # A stream left open by a client must not hold Ctrl-C hostage for long.
-    app = create_app(service, options.api_key, options.policy(*(s.getsockname()[1] for s in sockets)))
+    mcp = mcp_of(service) if mcp_of is not None and not options.backend else None
+    app = create_app(service, options.api_key, options.policy(*(s.getsockname()[1] for s in sockets)), mcp)
     config = uvicorn.Config(app, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=sockets)

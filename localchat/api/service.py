@@ -157,7 +157,33 @@ class ThinkingBudget:
     resubmit: Callable[[str], Awaitable[StreamBridge]]
 
 
-class Answer:
+class Replying:
+    """What goes out as one reply: read whole or streamed; `cancel()` ends the work behind it."""
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+    async def whole(self, request: HTTPRequest, shape: Callable[[Any], Awaitable[dict[str, Any]]],
+                    status: int = 200) -> Response:
+        """The answer as one JSON object, built by `shape` (which reads the events); a 499 if the client left."""
+        collecting = asyncio.ensure_future(shape(self))
+        leaving = asyncio.ensure_future(wait_for_disconnect(request))
+        try:
+            await asyncio.wait({collecting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            leaving.cancel()
+        if not collecting.done():  # the client left: nobody will read the answer
+            self.cancel()
+            collecting.cancel()
+            return Response(status_code=499)
+        return JSONResponse(collecting.result(), status_code=status)
+
+    def streamed(self, chunks: AsyncIterator[bytes], media_type: str) -> StreamingResponse:
+        """The answer as a stream of `chunks` (written from the events)."""
+        return StreamingResponse(chunks, media_type=media_type, headers=STREAM_HEADERS)
+
+
+class Answer(Replying):
     """One answer's events, read once; leaving early (or a client leaving) cancels the request."""
 
     def __init__(self, bridge: StreamBridge, model: str, reader: OutputReader | None = None,
@@ -179,6 +205,16 @@ class Answer:
 
     def cancel(self) -> None:
         self.bridge.cancel()
+
+    def turns(self) -> list[dict[str, Any]]:
+        """The answer as the conversation keeps it: one assistant turn (its thinking and calls with it)."""
+        turn: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
+        if self.reasoning:
+            turn["reasoning"] = "".join(self.reasoning)
+        if self.calls:
+            turn["tool_calls"] = [{"id": c.id, "type": "function",
+                                   "function": {"name": c.name, "arguments": c.arguments}} for c in self.calls]
+        return [turn]
 
     async def events(self) -> AsyncIterator[Event]:
         """Started, Deltas, then End; a failure of the engine raises its LocalchatError (the model's own text
@@ -257,26 +293,6 @@ class Answer:
     def _keep(self, pieces: list[Piece]) -> None:
         self.content += [p for p in pieces if isinstance(p, str)]
         self.reasoning += [p.text for p in pieces if isinstance(p, Thought)]
-
-    async def whole(self, request: HTTPRequest, shape: Callable[["Answer"], Awaitable[dict[str, Any]]],
-                    status: int = 200) -> Response:
-        """The answer as one JSON object, built by `shape` (which reads the events); a 499 if the client left."""
-        collecting = asyncio.ensure_future(shape(self))
-        leaving = asyncio.ensure_future(wait_for_disconnect(request))
-        try:
-            await asyncio.wait({collecting, leaving}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            leaving.cancel()
-        if not collecting.done():  # the client left: nobody will read the answer
-            self.cancel()
-            collecting.cancel()
-            return Response(status_code=499)
-        return JSONResponse(collecting.result(), status_code=status)
-
-    def streamed(self, chunks: AsyncIterator[bytes], media_type: str) -> StreamingResponse:
-        """The answer as a stream of `chunks` (written from the events)."""
-        return StreamingResponse(chunks, media_type=media_type, headers=STREAM_HEADERS)
-
 
 @dataclass(slots=True)
 class ModelInfo:

@@ -9,7 +9,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from ..errors import (AuthError, BackendError, ContextOverflowError, EngineError, LocalchatError,
-                      ModelNotFoundError, NoRoomError, PayloadTooLargeError, RequestError)
+                      ModelNotFoundError, NoRoomError, PayloadTooLargeError, RequestError, ToolServerError)
 
 
 # Python's JSON parser and pydantic both stop at about a thousand levels, with a RecursionError.
@@ -68,6 +68,8 @@ def error_from(exc: LocalchatError, path: str = "") -> JSONResponse:
         return error_response(503, message, kind="server_error", code="no_room_for_model", path=path)
     if isinstance(exc, AuthError):
         return error_response(401, message, code="invalid_api_key", path=path)
+    if isinstance(exc, ToolServerError):  # OpenAI's status for an MCP server it cannot reach
+        return error_response(424, message, code="mcp_server_unavailable", param="tools", path=path)
     if isinstance(exc, BackendError):
         return error_response(502, message, kind="api_error", code="backend_unavailable", path=path)
     if isinstance(exc, EngineError):

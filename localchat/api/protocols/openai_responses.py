@@ -4,8 +4,9 @@ the neutral request: `input` as a string or items (messages, function_call, func
 `include`, streaming as the typed event sequence, and stored responses a request can go on from
 (`previous_response_id`; api/response_store.py). The answer's shapes are in responses_reply.py.
 
-What this server cannot do is a 400 that says so: built-in tools (web search, file search, computer
-use...), images and files, background runs, server-side conversations. A thinking model's thinking comes
+The `mcp` tool runs MCP servers' tools here, with the user's approval where asked (responses_mcp.py). What
+this server cannot do is a 400 that says so: other built-in tools (web search, file search, computer use...),
+images and files, background runs, server-side conversations. A thinking model's thinking comes
 as a reasoning item (its text in `content`, as reasoning_text); `reasoning.effort` sets its switch; a
 reasoning item a client sends back is the thinking of the assistant turn that follows it.
 """
@@ -23,9 +24,11 @@ from starlette.responses import JSONResponse, Response
 from ...errors import RequestError
 from ..response_store import stored_responses
 from ..schemas import Body, parse
-from ..service import AskedSampling, Generation, Route, Service
+from ..mcp_tools import Toolset, toolset_of
+from ..service import Answer, AskedSampling, Generation, Route, Service
 from ..thinking import check_thinking
 from ..wire import error_response
+from .responses_mcp import Approvals, ToolLoop, take_approvals
 from .responses_reply import MEDIA_TYPE, ResponseReply
 
 TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
@@ -75,7 +78,7 @@ def _text(content: Any, where: str) -> str:
     return "".join(texts)
 
 
-def _messages(items: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _messages(items: str | list[dict[str, Any]], answering: bool = False) -> list[dict[str, Any]]:
     """`input` as neutral messages; function calls in a row (and the text before them) are one assistant turn."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
@@ -107,13 +110,28 @@ def _messages(items: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif kind == "function_call_output":
             out.append({"role": "tool", "tool_call_id": str(item.get("call_id") or ""),
                         "content": _text(item.get("output", ""), f"{where}.output")})
+        elif kind in ("mcp_call", "mcp_approval_request"):  # a call the model made (an MCP one, replayed)
+            if not all(isinstance(item.get(k), str) for k in ("id", "name")):
+                raise RequestError(f"{where} must carry the id, name and arguments of the call.", where)
+            call = {"id": item["id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": str(item.get("arguments") or "{}")}}
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            if kind == "mcp_call":
+                out.append({"role": "tool", "tool_call_id": item["id"],
+                            "content": str(item.get("output") or item.get("error") or "")})
+        elif kind == "mcp_list_tools":
+            continue  # what the server listed: the tools are listed again for this request
         elif kind == "reasoning":
             parts = item.get("content") or []
             thought = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
         else:
-            raise RequestError(f"{where} is a '{kind}' item; this server reads message, function_call and "
-                               "function_call_output items.", f"{where}.type")
-    if not out or out[-1]["role"] == "assistant":
+            raise RequestError(f"{where} is a '{kind}' item; this server reads message, function_call, "
+                               "function_call_output and mcp items.", f"{where}.type")
+    if not answering and (not out or out[-1]["role"] == "assistant"):
         raise RequestError("input must end with a user message or a function_call_output; this server does not "
                            "continue a prefilled answer.", "input")
     return out
@@ -124,6 +142,8 @@ def _tools(body: ResponsesBody) -> tuple[list[dict[str, Any]] | None, Any]:
     tools = []
     for i, tool in enumerate(body.tools or []):
         kind = tool.get("type") if isinstance(tool, dict) else tool
+        if kind == "mcp":
+            continue  # run here (responses_mcp.py)
         if kind != "function":
             raise RequestError(f"tools.{i} is the built-in tool {kind!r}, which this server does not run; send "
                                "function tools ({'type': 'function', 'name': ..., 'parameters': {...}}).", f"tools.{i}")
@@ -131,9 +151,9 @@ def _tools(body: ResponsesBody) -> tuple[list[dict[str, Any]] | None, Any]:
         tools.append({"type": "function", "function": function})
     choice = body.tool_choice
     if isinstance(choice, dict):
-        if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
-            raise RequestError("tool_choice must be auto, none, required or {'type': 'function', 'name': ...}; "
-                               f"this server runs no {choice.get('type')!r} tools.", "tool_choice")
+        if choice.get("type") not in ("function", "mcp") or not isinstance(choice.get("name"), str):
+            raise RequestError("tool_choice must be auto, none, required, {'type': 'function', 'name': ...} or "
+                               "{'type': 'mcp', 'server_label': ..., 'name': ...}.", "tool_choice")
         choice = {"type": "function", "function": {"name": choice["name"]}}
     return tools or None, choice
 
@@ -152,25 +172,28 @@ def _format(body: ResponsesBody) -> dict[str, Any] | None:
     raise RequestError("text.format.type must be text, json_object or json_schema.", "text.format.type")
 
 
-def _earlier(previous_id: str | None) -> list[dict[str, Any]]:
-    """The conversation a stored response ended, for a request that goes on from it."""
+def _earlier(previous_id: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The stored response a request goes on from, and the conversation it ended."""
     if previous_id is None:
-        return []
+        return {}, []
     found = stored_responses().get(previous_id) if ID.fullmatch(previous_id) else None
     if found is None:
         raise RequestError(f"previous_response_id {previous_id!r} names no stored response here (it was never "
                            "stored, was deleted, or is among the oldest, which are let go); send the whole "
                            "conversation in input instead.", "previous_response_id")
-    return found[1]
+    return found
 
 
-def _generation(body: ResponsesBody) -> tuple[Generation, list[dict[str, Any]]]:
-    """The neutral request, and the conversation it carries without the instructions (what is stored)."""
+def _generation(body: ResponsesBody) -> tuple[Generation, list[dict[str, Any]], Approvals]:
+    """The neutral request, the conversation it carries without the instructions (what is stored), and the
+    answers it brings to earlier MCP approval requests."""
     for field, why in (("background", "background runs"), ("conversation", "server-side conversations")):
         if getattr(body, field):
             raise RequestError(f"{field}: this server does not offer {why}; leave it out (previous_response_id "
                                "goes on from a stored response).", field)
-    conversation = _earlier(body.previous_response_id) + _messages(body.input)
+    earlier, before = _earlier(body.previous_response_id)
+    items, approvals = take_approvals(body.input, earlier.get("output") or [])
+    conversation = before + _messages(items, answering=bool(approvals.answers))
     head = [{"role": "system", "content": body.instructions}] if body.instructions else []
     tools, choice = _tools(body)
     logprobs = (body.top_logprobs or 0) if LOGPROBS in (body.include or []) else None
@@ -182,7 +205,16 @@ def _generation(body: ResponsesBody) -> tuple[Generation, list[dict[str, Any]]]:
                             stream=bool(body.stream),
                             context_overflow="rolling" if body.truncation == "auto" else "refuse",
                             thinking=check_thinking((body.reasoning or {}).get("effort"), "reasoning.effort"))
-    return generation, conversation
+    return generation, conversation, approvals
+
+
+def _check_mcp_choice(choice: Any, toolset: Toolset) -> None:
+    """tool_choice {'type': 'mcp', 'server_label', 'name'} names a tool that server lists."""
+    if isinstance(choice, dict) and choice.get("type") == "mcp":
+        found = toolset.by_name.get(choice.get("name"))
+        if found is None or found[0].label != choice.get("server_label"):
+            raise RequestError(f"tool_choice names {choice.get('name')!r} of MCP server "
+                               f"{choice.get('server_label')!r}, which lists no such tool.", "tool_choice")
 
 
 def _echoed(body: ResponsesBody) -> dict[str, Any]:
@@ -201,8 +233,15 @@ def _echoed(body: ResponsesBody) -> dict[str, Any]:
 
 async def create(service: Service, data: Any, request: HTTPRequest) -> Response:
     body = parse(ResponsesBody, data)
-    generation, conversation = _generation(body)
-    answer = await service.generate(generation, request)
+    generation, conversation, approvals = _generation(body)
+    answer: Answer | ToolLoop
+    if any(isinstance(t, dict) and t.get("type") == "mcp" for t in body.tools or []):
+        names = {t["function"]["name"] for t in generation.tools or []}
+        toolset = await toolset_of(body.tools or [], names, request.client.host if request.client else "")
+        _check_mcp_choice(body.tool_choice, toolset)
+        answer = ToolLoop(service, generation, toolset, request, approvals)
+    else:
+        answer = await service.generate(generation, request)
     reply = ResponseReply(_echoed(body), answer.model, conversation if body.store is not False else None)
     if generation.stream:
         return answer.streamed(reply.events(answer), MEDIA_TYPE)

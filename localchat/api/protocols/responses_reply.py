@@ -11,7 +11,7 @@ import itertools
 import json
 import secrets
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Union
 
 from ...errors import LocalchatError
 from ...runtime.events import Stats, TokenLogprob
@@ -20,9 +20,11 @@ from ..response_store import stored_responses
 from ..service import Answer, Delta, End
 from ..tool_parser import ArgsDelta, CallStart
 from .openai_reply import chat_logprobs, extras
+from .responses_mcp import McpEvent, ToolLoop
 
 MEDIA_TYPE = "text/event-stream"
 Event = tuple[str, dict[str, Any]]  # a stream event's type and its fields
+Reply = Union[Answer, ToolLoop]  # one answer, or the answers of a tool loop read as one
 
 
 def _logprobs(tokens: list[TokenLogprob]) -> list[dict[str, Any]]:
@@ -115,6 +117,28 @@ class _Items:
         self.open = None
         return events
 
+    def mcp(self, event: McpEvent) -> list[Event]:
+        """An MCP item: listed tools, a call (under way, then done) or an approval request."""
+        item = event.item
+        if event.kind == "done":  # the call item added when it began
+            index = next(i for i, known in enumerate(self.items) if known is item)
+            ids = {"item_id": item["id"], "output_index": index}
+            done = "completed" if item["status"] == "completed" else "failed"
+            return [(f"response.mcp_call.{done}", ids), ("response.output_item.done", {"output_index": index,
+                                                                                       "item": item})]
+        events = self.close("completed")
+        self.items.append(item)
+        ids = {"item_id": item["id"], "output_index": len(self.items) - 1}
+        events.append(("response.output_item.added", {"output_index": ids["output_index"],
+                                                      "item": copy.deepcopy(item)}))
+        if event.kind == "call":
+            return events + [("response.mcp_call_arguments.delta", {**ids, "delta": item["arguments"]}),
+                             ("response.mcp_call_arguments.done", {**ids, "arguments": item["arguments"]}),
+                             ("response.mcp_call.in_progress", ids)]
+        if event.kind == "listed":
+            events += [("response.mcp_list_tools.in_progress", ids), ("response.mcp_list_tools.completed", ids)]
+        return events + [("response.output_item.done", {"output_index": ids["output_index"], "item": item})]
+
     def feed(self, delta: Delta) -> list[Event]:
         events: list[Event] = []
         logprobs = delta.logprobs
@@ -159,7 +183,7 @@ class ResponseReply:
                 "usage": usage(stats, reasoning_tokens) if status != "in_progress" else None,
                 "x_localchat": extras(stats, notes)}
 
-    async def _finish(self, answer: Answer, items: _Items, end: End) -> tuple[dict[str, Any], list[Event]]:
+    async def _finish(self, answer: Reply, items: _Items, end: End) -> tuple[dict[str, Any], list[Event]]:
         """The closing events and the finished object, stored if asked."""
         status = "incomplete" if end.finish_reason == "length" else "completed"
         events = items.end(status)
@@ -169,25 +193,21 @@ class ResponseReply:
         response = self._object(status, output, end.stats, notes=answer.notes,
                                 reasoning_tokens=end.reasoning_tokens)
         if self.conversation is not None and end.finish_reason != "cancelled":
-            turn: dict[str, Any] = {"role": "assistant", "content": "".join(answer.content)}
-            if answer.reasoning:
-                turn["reasoning"] = "".join(answer.reasoning)
-            if answer.calls:
-                turn["tool_calls"] = [{"id": c.id, "type": "function",
-                                       "function": {"name": c.name, "arguments": c.arguments}} for c in answer.calls]
-            await asyncio.to_thread(stored_responses().put, response, [*self.conversation, turn])
+            await asyncio.to_thread(stored_responses().put, response, [*self.conversation, *answer.turns()])
         return response, events
 
-    async def whole(self, answer: Answer) -> dict[str, Any]:
+    async def whole(self, answer: Reply) -> dict[str, Any]:
         items = _Items()
         async for event in answer.events():
             if isinstance(event, Delta):
                 items.feed(event)
+            elif isinstance(event, McpEvent):
+                items.mcp(event)
             elif isinstance(event, End):
                 return (await self._finish(answer, items, event))[0]
         raise AssertionError("an answer's events end with End")
 
-    async def events(self, answer: Answer) -> AsyncIterator[bytes]:
+    async def events(self, answer: Reply) -> AsyncIterator[bytes]:
         numbers = itertools.count()
 
         def sse(kind: str, data: dict[str, Any]) -> bytes:
@@ -200,8 +220,8 @@ class ResponseReply:
         yield sse("response.in_progress", {"response": self._object("in_progress", [])})
         try:
             async for event in answer.events():
-                if isinstance(event, Delta):
-                    for kind, data in items.feed(event):
+                if isinstance(event, (Delta, McpEvent)):
+                    for kind, data in items.feed(event) if isinstance(event, Delta) else items.mcp(event):
                         yield sse(kind, data)
                 elif isinstance(event, End):
                     response, closing = await self._finish(answer, items, event)
