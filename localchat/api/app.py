@@ -131,24 +131,25 @@ async def _invalid(request: HTTPRequest, exc: RequestValidationError) -> Respons
     return error_response(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}.", param=param)
 
 
-def _mcp_route(server: Any, api_key: str | None) -> Route:
-    """/mcp: an MCP server (the SDK's MCPServer, Streamable HTTP) behind the API's key; the origin guard
-    installed on the app covers it like every route."""
-    from mcp.server.transport_security import TransportSecuritySettings
+class _McpEndpoint:
+    """/mcp as an ASGI app: an MCP server (the SDK's MCPServer, Streamable HTTP) behind the API's key; the origin
+    guard installed on the app covers it like every route."""
 
-    # The app's own guard checks Host and Origin (and --listen's names); the SDK's copy of that check is off.
-    server.streamable_http_app(stateless_http=True, json_response=True,
-                               transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    def __init__(self, server: Any, api_key: str | None) -> None:
+        from mcp.server.transport_security import TransportSecuritySettings
 
-    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+        # The app's own guard checks Host and Origin (and --listen's names); the SDK's copy of that check is off.
+        server.streamable_http_app(stateless_http=True, json_response=True,
+                                   transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+        self.server, self.api_key = server, api_key
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            check_key(HTTPRequest(scope), api_key)
+            check_key(HTTPRequest(scope), self.api_key)
         except AuthError as exc:
             await error_from(exc, "/mcp")(scope, receive, send)
             return
-        await server.session_manager.handle_request(scope, receive, send)
-
-    return Route("/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
+        await self.server.session_manager.handle_request(scope, receive, send)
 
 
 def create_app(service: Service | Forwarder, api_key: str | None = None,
@@ -166,7 +167,8 @@ def create_app(service: Service | Forwarder, api_key: str | None = None,
     app = FastAPI(title="localchat", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     add_api(app, service, api_key)
     if mcp is not None:
-        app.router.routes.insert(0, _mcp_route(mcp, api_key))
+        app.router.routes.insert(0, Route("/mcp", endpoint=_McpEndpoint(mcp, api_key),
+                                          methods=["GET", "POST", "DELETE"]))
     # The router parses its own bodies, so FastAPI's 422 never comes from it; any route added
     # to this app later still answers a bad body like OpenAI does, with a 400.
     app.add_exception_handler(RequestValidationError, _invalid)

@@ -38,8 +38,12 @@ def http_fixture() -> Iterator[str]:
             assert time.monotonic() < deadline, "the Streamable HTTP fixture server did not listen within 120 s"
             time.sleep(0.1)
     yield f"http://127.0.0.1:{port}/mcp"
-    process.terminate()
-    process.wait(10)
+    process.terminate()  # a client connection still open (this process's) may hold uvicorn's graceful stop
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import Field
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 
@@ -20,7 +22,7 @@ server = MCPServer("fixture")
 
 
 @server.tool()
-def echo(text: str) -> str:
+def echo(text: Annotated[str, Field(max_length=24)]) -> str:
     """Repeat the text."""
     return f"echo: {text}"
 

@@ -107,13 +107,16 @@ def test_ten_calls_at_once_each_get_their_own_answer(servers: ToolServers):
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_closing_ends_the_server_process(servers: ToolServers):
-    spec = stdio_spec()
-    servers.call(spec, "echo", {"text": "x"}, 30, LIMIT)
-    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == os.getpid()]
-    assert children, "the stdio server runs as a child of this process"
+    def children() -> set[int]:
+        return {int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == os.getpid()}
+
+    before = children()
+    servers.call(stdio_spec(), "echo", {"text": "x"}, 30, LIMIT)
+    started = children() - before
+    assert started, "the stdio server runs as a child of this process"
     servers.close()
     deadline = time.monotonic() + 30
-    while any(_alive(pid) for pid in children):
+    while any(_alive(pid) for pid in started):
         assert time.monotonic() < deadline, "a server process outlived its connection"
         time.sleep(0.05)
 

@@ -42,9 +42,10 @@ def _named(name: str) -> dict:
 
 
 def test_a_call_is_listed_run_and_fed_back(client: openai.OpenAI, http_fixture: str):
-    response = client.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=48,
+    response = client.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=48, parallel_tool_calls=False,
                                        tools=[_fixture(http_fixture, require_approval="never")],
                                        tool_choice=_named("echo"))
+    assert len(response.output) >= 2, response.model_dump_json()
     listed, call = response.output[:2]
     assert listed.type == "mcp_list_tools" and listed.server_label == "fixture"
     assert {t.name for t in listed.tools} == {"echo", "fail"}  # allowed_tools
@@ -57,6 +58,7 @@ def test_a_call_is_listed_run_and_fed_back(client: openai.OpenAI, http_fixture: 
 
 def test_a_call_streams_as_openais_mcp_events(client: openai.OpenAI, http_fixture: str):
     events = list(client.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=48, stream=True,
+                                          parallel_tool_calls=False,
                                           tools=[_fixture(http_fixture, require_approval="never")],
                                           tool_choice=_named("echo")))
     kinds = [e.type for e in events]
@@ -75,6 +77,7 @@ def test_a_call_streams_as_openais_mcp_events(client: openai.OpenAI, http_fixtur
 def test_a_call_waits_for_approval_and_runs_once_approved(client: openai.OpenAI, http_fixture: str):
     tools = [_fixture(http_fixture)]  # require_approval: OpenAI's default, always
     first = client.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=48, tools=tools,
+                                    parallel_tool_calls=False,
                                     tool_choice=_named("echo"))
     assert [item.type for item in first.output] == ["mcp_list_tools", "mcp_approval_request"]
     request = first.output[1]
@@ -90,6 +93,7 @@ def test_a_call_waits_for_approval_and_runs_once_approved(client: openai.OpenAI,
 def test_a_denied_call_does_not_run_and_the_model_goes_on(client: openai.OpenAI, http_fixture: str):
     tools = [_fixture(http_fixture)]
     first = client.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=48, tools=tools,
+                                    parallel_tool_calls=False,
                                     tool_choice=_named("echo"))
     request = first.output[1]
     second = client.responses.create(model=MODEL, previous_response_id=first.id, tools=tools, temperature=0,
@@ -106,6 +110,7 @@ def test_a_denied_call_does_not_run_and_the_model_goes_on(client: openai.OpenAI,
 
 def test_a_failing_tool_is_an_mcp_call_error_not_a_server_error(client: openai.OpenAI, http_fixture: str):
     response = client.responses.create(model=MODEL, input="Call the fail tool.", temperature=0, max_output_tokens=32,
+                                       parallel_tool_calls=False,
                                        tools=[_fixture(http_fixture, require_approval="never")],
                                        tool_choice=_named("fail"))
     call = response.output[1]
@@ -116,7 +121,7 @@ def test_the_users_own_server_by_label_alone(client: openai.OpenAI, tmp_path, mo
     monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path))
     spec = stdio_spec("mine")
     save([spec])
-    response = client.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=48,
+    response = client.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=48, parallel_tool_calls=False,
                                        tools=[{"type": "mcp", "server_label": "mine", "require_approval": "never",
                                                "allowed_tools": ["echo"]}],
                                        tool_choice={"type": "mcp", "server_label": "mine", "name": "echo"})

@@ -28,7 +28,7 @@ from ..mcp_tools import Toolset, toolset_of
 from ..service import Answer, AskedSampling, Generation, Route, Service
 from ..thinking import check_thinking
 from ..wire import error_response
-from .responses_mcp import Approvals, ToolLoop, take_approvals
+from .responses_mcp import Approvals, ToolLoop, close_unanswered, take_approvals
 from .responses_reply import MEDIA_TYPE, ResponseReply
 
 TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
@@ -153,7 +153,8 @@ def _tools(body: ResponsesBody) -> tuple[list[dict[str, Any]] | None, Any]:
     if isinstance(choice, dict):
         if choice.get("type") not in ("function", "mcp") or not isinstance(choice.get("name"), str):
             raise RequestError("tool_choice must be auto, none, required, {'type': 'function', 'name': ...} or "
-                               "{'type': 'mcp', 'server_label': ..., 'name': ...}.", "tool_choice")
+                               "{'type': 'mcp', 'server_label': ..., 'name': ...}; this server runs no "
+                               f"{choice.get('type')!r} tools.", "tool_choice")
         choice = {"type": "function", "function": {"name": choice["name"]}}
     return tools or None, choice
 
@@ -193,7 +194,7 @@ def _generation(body: ResponsesBody) -> tuple[Generation, list[dict[str, Any]], 
                                "goes on from a stored response).", field)
     earlier, before = _earlier(body.previous_response_id)
     items, approvals = take_approvals(body.input, earlier.get("output") or [])
-    conversation = before + _messages(items, answering=bool(approvals.answers))
+    conversation = close_unanswered(before + _messages(items, answering=bool(approvals.answers)), approvals)
     head = [{"role": "system", "content": body.instructions}] if body.instructions else []
     tools, choice = _tools(body)
     logprobs = (body.top_logprobs or 0) if LOGPROBS in (body.include or []) else None

@@ -67,6 +67,20 @@ def take_approvals(items: Any, earlier_output: list[dict[str, Any]]) -> tuple[An
     return kept, Approvals(requests, answers)
 
 
+def close_unanswered(conversation: list[dict[str, Any]], approvals: Approvals) -> list[dict[str, Any]]:
+    """The conversation with a tool turn for each call that waited for approval and got no answer (the user
+    went on without one): every call a template shows needs its result, and the model learns it did not run."""
+    answered = {m.get("tool_call_id") for m in conversation if m.get("role") == "tool"} | set(approvals.answers)
+    out: list[dict[str, Any]] = []
+    for message in conversation:
+        out.append(message)
+        if message.get("role") == "assistant":
+            out += [{"role": "tool", "tool_call_id": call["id"], "content": UNANSWERED}
+                    for call in message.get("tool_calls") or []
+                    if call["id"] in approvals.requests and call["id"] not in answered]
+    return out
+
+
 def _item(kind: str, prefix: str, **fields: Any) -> dict[str, Any]:
     return {"id": prefix + secrets.token_hex(12), "type": kind, **fields}
 
