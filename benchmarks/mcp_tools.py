@@ -54,6 +54,7 @@ def loop_costs(client: OpenAI, url: str, repeats: int) -> tuple[list[float], lis
     for _ in range(repeats):
         events = [(event.type, time.perf_counter()) for event in client.responses.create(
             model="smollm2-135m", input=ASK, tools=[tool], temperature=0, max_output_tokens=32, stream=True,
+            parallel_tool_calls=False,
             tool_choice={"type": "mcp", "server_label": "fixture", "name": "echo"})]
         kinds = [kind for kind, _ in events]
         args_done, completed = kinds.index("response.mcp_call_arguments.done"), kinds.index("response.mcp_call.completed")
@@ -65,9 +66,9 @@ def loop_costs(client: OpenAI, url: str, repeats: int) -> tuple[list[float], lis
 
 def list_tokens(client: OpenAI, url: str, tools: list[str] | None) -> int:
     """The prompt tokens a server's tool list (all of it, or `tools`) adds to a request."""
-    def prompt(extra: list) -> int:
-        return client.responses.create(model="smollm2-135m", input=ASK, max_output_tokens=1, tools=extra,
-                                       tool_choice="none" if extra else None).usage.input_tokens
+    def prompt(extra: list) -> int:  # tool_choice auto: the tools are shown to the model
+        return client.responses.create(model="smollm2-135m", input=ASK, max_output_tokens=1,
+                                       tools=extra).usage.input_tokens
     tool = {"type": "mcp", "server_label": "fixture", "server_url": url, "require_approval": "never"}
     return prompt([{**tool, **({"allowed_tools": tools} if tools else {})}]) - prompt([])
 
