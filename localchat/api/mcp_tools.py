@@ -34,6 +34,7 @@ class ServerUse:
     allowed: frozenset[str] | None  # None: every tool the server lists
     default_approval: bool  # True: a call waits for the user's approval
     approval_exceptions: frozenset[str]  # tools named under the other choice
+    excluded: frozenset[str] = frozenset()  # tools switched off by name
     tools: list[ToolInfo] = field(default_factory=list)
 
     def needs_approval(self, tool: str) -> bool:
@@ -113,17 +114,53 @@ def _is_local(host: str) -> bool:
         return False
 
 
-async def toolset_of(tools: list[Any], function_names: set[str], client_host: str) -> Toolset:
-    """The request's `mcp` tools, listed (a server that cannot be reached raises ToolServerError)."""
+def responses_uses(tools: list[Any], client_host: str) -> list[ServerUse]:
+    """The `mcp` tools of an OpenAI Responses request as the servers they name."""
     local_client = _is_local(client_host)
-    uses = [_use(tool, f"tools.{i}", local_client) for i, tool in enumerate(tools)
+    return [_use(tool, f"tools.{i}", local_client) for i, tool in enumerate(tools)
             if isinstance(tool, dict) and tool.get("type") == "mcp"]
+
+
+def anthropic_uses(servers: list[Any], tools: list[Any], client_host: str) -> list[ServerUse]:
+    """Anthropic's MCP connector as the servers it names: `mcp_servers` [{type: url, url, name,
+    authorization_token, tool_configuration: {enabled, allowed_tools}}], with an `mcp_toolset` tool per server
+    ({mcp_server_name, default_config: {enabled}, configs: {tool: {enabled}}}) where the client sends one. Its
+    calls run without asking, as Anthropic's connector runs them (the client chose the servers and tools). A
+    server without a url is the user's own of that name (mcp.json)."""
+    local_client = _is_local(client_host)
+    toolsets = {t.get("mcp_server_name"): t for t in tools if isinstance(t, dict) and t.get("type") == "mcp_toolset"}
+    uses = []
+    for i, server in enumerate(servers):
+        where = f"mcp_servers.{i}"
+        if not isinstance(server, dict) or server.get("type", "url") != "url":
+            raise RequestError(f"{where} must be {{'type': 'url', 'url': ..., 'name': ...}}.", where)
+        token = server.get("authorization_token")
+        headers = {"Authorization": f"Bearer {token}"} if isinstance(token, str) and token else {}
+        use = _use({"server_label": server.get("name"), "server_url": server.get("url"), "headers": headers,
+                    "require_approval": "never"}, where, local_client)
+        configuration = server.get("tool_configuration") or {}
+        if configuration.get("allowed_tools") is not None:
+            use.allowed = _names(configuration["allowed_tools"], f"{where}.tool_configuration.allowed_tools")
+        toolset = toolsets.get(use.label) or {}
+        configs = toolset.get("configs") or {}
+        enabled = {n for n, c in configs.items() if isinstance(c, dict) and c.get("enabled") is True}
+        if configuration.get("enabled") is False or (toolset.get("default_config") or {}).get("enabled") is False:
+            use.allowed = frozenset(enabled) & (use.allowed or frozenset(enabled))
+        use.excluded = frozenset(n for n, c in configs.items() if isinstance(c, dict) and c.get("enabled") is False)
+        uses.append(use)
+    return uses
+
+
+async def toolset_of(uses: list[ServerUse], function_names: set[str]) -> Toolset:
+    """The servers' tools, listed (a server that cannot be reached raises ToolServerError), by the names the
+    model calls them."""
     if len({use.label for use in uses}) != len(uses):
-        raise RequestError("each mcp tool needs a server_label of its own.", "tools")
+        raise RequestError("each MCP server needs a name (server_label) of its own.", "tools")
     toolset = Toolset(uses)
     for use in uses:
         listed = await tool_servers().atools(use.spec)
-        use.tools = [t for t in listed if use.allowed is None or t.name in use.allowed]
+        use.tools = [t for t in listed if (use.allowed is None or t.name in use.allowed)
+                     and t.name not in use.excluded]
         for tool in use.tools:
             if tool.name in toolset.by_name or tool.name in function_names:
                 raise RequestError(f"two tools are named {tool.name!r} (MCP server {use.label!r} and another); "

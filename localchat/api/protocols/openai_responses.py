@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from ...errors import RequestError
 from ..response_store import stored_responses
 from ..schemas import Body, parse
-from ..mcp_tools import Toolset, toolset_of
+from ..mcp_tools import Toolset, responses_uses, toolset_of
 from ..service import Answer, AskedSampling, Generation, Route, Service
 from ..thinking import check_thinking
 from ..wire import error_response
@@ -238,7 +238,8 @@ async def create(service: Service, data: Any, request: HTTPRequest) -> Response:
     answer: Answer | ToolLoop
     if any(isinstance(t, dict) and t.get("type") == "mcp" for t in body.tools or []):
         names = {t["function"]["name"] for t in generation.tools or []}
-        toolset = await toolset_of(body.tools or [], names, request.client.host if request.client else "")
+        uses = responses_uses(body.tools or [], request.client.host if request.client else "")
+        toolset = await toolset_of(uses, names)
         _check_mcp_choice(body.tool_choice, toolset)
         answer = ToolLoop(service, generation, toolset, request, approvals)
     else:
