@@ -124,8 +124,8 @@ class ChatTools:
         conv = self.store.get(conv_id)
         if conv is not None and choice.servers is not None and SETTING not in conv.settings:
             self.store.update(conv_id, settings=conv.settings | {SETTING: {"servers": choice.servers, "off": []}})
-        if choice.pick:
-            self.picks[conv_id] = choice.pick
+        if choice.pick:  # for this turn only
+            self.picks[conv_id], choice.pick = choice.pick, ""
 
     def on(self, settings: dict[str, Any]) -> bool:
         return bool(selection(settings)[0])
