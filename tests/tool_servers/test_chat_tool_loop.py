@@ -19,6 +19,7 @@ from localchat.ui.chat.imported import reply_stats
 from localchat.ui.chat.session import Runtime, Sampling
 from localchat.ui.chat.store import Store
 from localchat.ui.chat.tool_loop import DENIED
+from localchat.ui.chat.transfer import import_json, to_json, to_markdown
 
 from mcp_fixtures import MODEL, stdio_spec
 
@@ -94,6 +95,10 @@ def test_a_picked_tool_is_asked_run_and_fed_back_and_its_card_is_kept(core: Chat
     assert kept["result"] in run.view.steps[0]["cards"][0]["result"]
     shown = core.display(core.store.get(cid))[-1]["content"]
     assert "lc-approve" not in shown and "fixture · echo — done" in shown
+    conv = core.store.get(cid)
+    assert "fixture · echo — done" in to_markdown(conv) and "echo: " in to_markdown(conv)
+    [copy] = import_json(core.store, to_json([conv]).encode())  # an export keeps the cards, an import shows them
+    assert core.store.get(copy).messages[-1].stats["tool_steps"] == stats["tool_steps"]
 
 
 def test_a_denied_call_is_told_to_the_model_and_never_runs(core: ChatCore):

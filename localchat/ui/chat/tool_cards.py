@@ -56,6 +56,19 @@ def card_html(card: dict[str, Any]) -> str:
     return block
 
 
+def steps_markdown(stats: dict[str, Any]) -> list[str]:
+    """The steps as a Markdown export shows them: each turn's text, then each call closed, its arguments and
+    result inside as text (escaped: they are the model's and a server's, not markup)."""
+    lines: list[str] = []
+    for step in steps_of(stats):
+        lines += [step["text"], ""] if step.get("text", "").strip() else []
+        for card in step.get("cards", []):
+            inside = f"arguments: {card['arguments']}" + (f"\n\n{card['result']}" if card.get("result") else "")
+            lines += [f"<details><summary>{html.escape(_headline(card))}</summary>\n\n<pre>{html.escape(inside)}</pre>"
+                      "\n\n</details>", ""]
+    return lines
+
+
 def steps_of(stats: dict[str, Any]) -> list[dict[str, Any]]:
     """The answer's tool steps ([] for an answer without calls)."""
     steps = stats.get("tool_steps")
