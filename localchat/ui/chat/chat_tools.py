@@ -63,6 +63,7 @@ class Choice:
     """What a page chose before its chat existed, and the tool its next message picks."""
 
     servers: list[str] | None = None  # None: nothing chosen on this page (the chat's own settings hold)
+    off: list[str] = field(default_factory=list)  # "server/tool": tools left out
     pick: str = ""  # "server/tool", or "" for none
 
 
@@ -104,17 +105,20 @@ class ChatTools:
     # -- what a chat uses ------------------------------------------------------------------------
 
     def choose(self, session: str, conv_id: str | None, servers: list[str] | None = None,
-               pick: str | None = None) -> None:
+               pick: str | None = None, off: list[str] | None = None) -> None:
         """A page's choice: saved in its chat's settings when one is open, else kept until its first message."""
         choice = self.choices.setdefault(session, Choice())
         if pick is not None:
             choice.pick = pick
-        if servers is not None:
-            choice.servers = list(servers)
-            conv = self.store.get(conv_id) if conv_id else None
-            if conv is not None:
-                _, off = selection(conv.settings)
-                self.store.update(conv.id, settings=conv.settings | {SETTING: {"servers": servers, "off": sorted(off)}})
+        if servers is None and off is None:
+            return
+        conv = self.store.get(conv_id) if conv_id else None
+        names, was_off = selection(conv.settings) if conv is not None else (choice.servers or [], set(choice.off))
+        choice.servers = list(servers) if servers is not None else names
+        choice.off = sorted(off) if off is not None else sorted(was_off)
+        if conv is not None:
+            self.store.update(conv.id, settings=conv.settings | {SETTING: {"servers": choice.servers,
+                                                                            "off": choice.off}})
 
     def bind(self, session: str, conv_id: str) -> None:
         """A message sent from a page to `conv_id`: the page's choice goes with it (called at Send)."""
@@ -123,7 +127,8 @@ class ChatTools:
             return
         conv = self.store.get(conv_id)
         if conv is not None and choice.servers is not None and SETTING not in conv.settings:
-            self.store.update(conv_id, settings=conv.settings | {SETTING: {"servers": choice.servers, "off": []}})
+            self.store.update(conv_id, settings=conv.settings | {SETTING: {"servers": choice.servers,
+                                                                            "off": choice.off}})
         if choice.pick:  # for this turn only
             self.picks[conv_id], choice.pick = choice.pick, ""
 

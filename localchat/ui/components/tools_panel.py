@@ -31,6 +31,7 @@ class ToolsPanel:
     save: gr.Button
     remove: gr.Button
     on: gr.CheckboxGroup  # the servers on in this chat
+    off: gr.CheckboxGroup  # their tools left out of it
     consent: gr.Markdown
     allow: gr.Button
     turn_tool: gr.Dropdown  # the composer's tool for this turn
@@ -49,6 +50,7 @@ def build(turn_tool: gr.Dropdown) -> ToolsPanel:
     specs = configured_or_none()
     with gr.Accordion("Tools: MCP servers", open=False, elem_id="tools-panel"):
         on = gr.CheckboxGroup(choices=_names(specs), value=[], label="On in this chat", elem_id="mcp-on")
+        off = gr.CheckboxGroup(choices=[], value=[], label="Their tools left out of this chat", elem_id="mcp-off-tools")
         consent = gr.Markdown("", elem_id="mcp-consent")
         allow = gr.Button("Allow it to start", size="sm", visible=False, elem_id="mcp-allow")
         listing = gr.HTML(server_form.listing_html(specs), elem_id="mcp-servers")
@@ -66,15 +68,15 @@ def build(turn_tool: gr.Dropdown) -> ToolsPanel:
                              info="Values are never shown again: a NAME alone keeps its value.")
             headers = gr.Textbox(label="Headers, NAME=value a line", lines=2, elem_id="mcp-headers")
         with gr.Row():
-            off = gr.Checkbox(label="Switched off", elem_id="mcp-off")
+            disabled = gr.Checkbox(label="Switched off", elem_id="mcp-off")
             always = gr.Textbox(label="Tools that run without asking (comma-separated)", elem_id="mcp-always")
         with gr.Row():
             save = gr.Button("Save server", size="sm", variant="primary", elem_id="mcp-save")
             remove = gr.Button("Remove server", size="sm", variant="stop", elem_id="mcp-remove")
     approval = gr.Textbox(elem_id="tool-approval", elem_classes="lc-hidden", show_label=False, container=False)
     approval_go = gr.Button("Answer", elem_id="tool-approval-go", elem_classes="lc-hidden")
-    return ToolsPanel(listing, offer, bring_in, pick, [name, command, args, url, env, headers, off, always], save,
-                      remove, on, consent, allow, turn_tool, approval, approval_go)
+    return ToolsPanel(listing, offer, bring_in, pick, [name, command, args, url, env, headers, disabled, always],
+                      save, remove, on, off, consent, allow, turn_tool, approval, approval_go)
 
 
 def configured_or_none() -> list[ServerSpec]:
@@ -97,17 +99,20 @@ def waiting_to_start(names: list[str], core: Any) -> list[ServerSpec]:
     return [s for s in configured_or_none() if s.name in names and not s.disabled and not core.tools.started.allowed(s)]
 
 
-def tool_choices(names: list[str], core: Any) -> tuple[dict[str, Any], str]:
-    """The "Tool for this turn" choices: the tools of the chosen servers that may start (each listed; one that
-    cannot be reached is said in the note)."""
-    choices, notes = [("none: the model decides", NO_TOOL)], []
+def tool_choices(names: list[str], off: list[str], core: Any) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The tools of the chosen servers that may start (each listed; one that cannot be reached is said in the
+    note): the "Tool for this turn" choices (those not left out), and the ones to leave out."""
+    tools, notes = [], []
     for spec in configured_or_none():
         if spec.name in names and not spec.disabled and core.tools.started.allowed(spec):
             try:
-                choices += [(f"{spec.name} · {t.name}", f"{spec.name}/{t.name}") for t in tool_servers().tools(spec)]
+                tools += [(f"{spec.name} · {t.name}", f"{spec.name}/{t.name}") for t in tool_servers().tools(spec)]
             except ToolServerError as exc:
                 notes.append(str(exc))
-    return gr.update(choices=choices, value=NO_TOOL), " ".join(notes)
+    picks = [("none: the model decides", NO_TOOL)] + [t for t in tools if t[1] not in off]
+    known = {value for _, value in tools}
+    return (gr.update(choices=picks, value=NO_TOOL), gr.update(choices=tools, value=[t for t in off if t in known]),
+            " ".join(notes))
 
 
 def consent_text(waiting: list[ServerSpec]) -> str:
@@ -156,22 +161,31 @@ def wire(w: Window, panel: ToolsPanel, sends: list[Any]) -> None:
         """Servers switched on or off in this chat: kept, then a new command shown before it may start."""
         core.tools.choose(request.session_hash, cid, servers=names or [])
         waiting = waiting_to_start(names or [], core)
-        picks, note = tool_choices(names or [], core)
-        return consent_text(waiting) + (f"\n\n{note}" if note else ""), gr.update(visible=bool(waiting)), picks
+        picks, off, note = tool_choices(names or [], left_out(cid, request), core)
+        return consent_text(waiting) + (f"\n\n{note}" if note else ""), gr.update(visible=bool(waiting)), picks, off
 
-    def allow(names: list[str]) -> tuple:
+    def left_out(cid: str | None, request: gr.Request) -> list[str]:
+        conv = core.store.get(cid) if cid else None
+        choice = core.tools.choices.get(request.session_hash)
+        return sorted(selection(conv.settings)[1]) if conv is not None else choice.off if choice else []
+
+    def allow(names: list[str], cid: str | None, request: gr.Request) -> tuple:
         for spec in waiting_to_start(names or [], core):
             core.tools.started.allow(spec)
-        picks, note = tool_choices(names or [], core)
-        return note, gr.update(visible=False), picks
+        picks, off, note = tool_choices(names or [], left_out(cid, request), core)
+        return note, gr.update(visible=False), picks, off
+
+    def leave_out(off: list[str], names: list[str], cid: str | None, request: gr.Request) -> dict[str, Any]:
+        core.tools.choose(request.session_hash, cid, off=off or [])
+        return tool_choices(names or [], off or [], core)[0]
 
     def opened(cid: str | None, request: gr.Request) -> tuple:
         """Another chat on screen: its servers, and their tools for the turn (none picked)."""
         core.tools.choices.pop(request.session_hash, None)  # what the page chose went with its chat
         conv = core.store.get(cid) if cid else None
-        names = selection(conv.settings)[0] if conv is not None else []
-        picks, _ = tool_choices(names, core)
-        return gr.update(value=names), picks
+        names, off = selection(conv.settings) if conv is not None else ([], set())
+        picks, left, _ = tool_choices(names, sorted(off), core)
+        return gr.update(value=names), picks, left
 
     def answered(value: str, cid: str | None) -> None:
         call_id, _, choice = (value or "").rpartition(":")
@@ -182,15 +196,17 @@ def wire(w: Window, panel: ToolsPanel, sends: list[Any]) -> None:
     panel.remove.click(remove, [panel.pick], [*refresh_out, *fields], api_name=False)
     panel.pick.input(edit, [panel.pick], fields, api_name=False)
     panel.bring_in.click(bring_in, None, refresh_out, api_name=False)
-    panel.on.input(chosen, [panel.on, w.conv_id], [panel.consent, panel.allow, panel.turn_tool], api_name=False)
-    panel.allow.click(allow, [panel.on], [panel.consent, panel.allow, panel.turn_tool], api_name=False)
+    asked = [panel.consent, panel.allow, panel.turn_tool, panel.off]
+    panel.on.input(chosen, [panel.on, w.conv_id], asked, api_name=False)
+    panel.allow.click(allow, [panel.on, w.conv_id], asked, api_name=False)
+    panel.off.input(leave_out, [panel.off, panel.on, w.conv_id], [panel.turn_tool], api_name=False)
     def picked(pick: str, request: gr.Request) -> None:
         core.tools.choose(request.session_hash, None, pick=pick or NO_TOOL)
 
     panel.turn_tool.input(picked, [panel.turn_tool], None, api_name=False)
     for sent in sends:  # the tool was for that turn: the next one picks again
         sent(lambda: NO_TOOL, None, [panel.turn_tool], api_name=False, queue=False)
-    w.conv_id.change(opened, [w.conv_id], [panel.on, panel.turn_tool], api_name=False)
+    w.conv_id.change(opened, [w.conv_id], [panel.on, panel.turn_tool, panel.off], api_name=False)
     # queue=False: the answer it unblocks is an event still running.
     panel.approval_go.click(answered, [panel.approval, w.conv_id], None, api_name=False, queue=False,
                             js="(value, cid) => [window.localchatToolApproval || '', cid]")
