@@ -60,7 +60,11 @@ def _pairs(text: str, kept: dict[str, str], what: str) -> dict[str, str]:
 def spec_from_form(name: str, command: str, args: str, url: str, env: str, headers: str, disabled: bool,
                    always: str, old: ServerSpec | None) -> ServerSpec:
     """The server the form describes, checked as an mcp.json entry is (a ConfigError says what to fix)."""
-    entry: dict = {"command": command.strip()} if command.strip() else {"url": url.strip()} if url.strip() else {}
+    entry: dict = {}
+    if (command or "").strip():
+        entry["command"] = command.strip()
+    if (url or "").strip():  # both given: refused as mcp.json refuses it, not one silently dropped
+        entry["url"] = url.strip()
     if entry.get("command"):
         entry["args"] = [a for a in (args or "").splitlines() if a.strip()]
     entry["env"] = _pairs(env, old.env if old else {}, "the variable")
