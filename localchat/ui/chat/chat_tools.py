@@ -188,7 +188,8 @@ class ChatTools:
         """A click on a card: True when that call was waiting for it."""
         key = (conv_id, call_id)
         with self._cond:
-            if key not in self._asking or choice not in ("once", "always", "deny"):
+            # Answered once: a second click (another tab's, a quick double click) changes nothing.
+            if key not in self._asking or key in self._answers or choice not in ("once", "always", "deny"):
                 return False
             self._answers[key] = choice
             self._cond.notify_all()
