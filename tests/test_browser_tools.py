@@ -47,6 +47,7 @@ def page(ui: RunningUI, browser):
 
 
 def shot(page, name: str) -> None:
+    page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(ARTIFACTS / f"tools-{name}.png"))
 
 
@@ -56,8 +57,7 @@ def open_tools(page) -> None:
 
 
 def add_server(page, name: str, env: str = "") -> None:
-    page.locator("#mcp-edit input").click()
-    page.get_by_role("option", name="add a new server").click()
+    expect(page.locator("#mcp-edit input")).to_have_value("add a new server")  # a page opens on a new one
     page.locator("#mcp-name textarea, #mcp-name input").fill(name)
     page.locator("#mcp-command textarea, #mcp-command input").fill(sys.executable)
     page.locator("#mcp-args textarea").fill(str(FIXTURE))
@@ -88,7 +88,9 @@ def ask(page, text: str):
 def test_add_a_server_pick_echo_approve_and_see_the_card_and_the_answer(page, ui: RunningUI):
     open_tools(page)
     add_server(page, "fixture", env="FIXTURE_TOKEN=sekrit-value")
-    assert "sekrit-value" not in page.locator("#tools-panel").inner_text()  # a secret's value is never shown
+    # A secret's value is never shown again: the form keeps its name only, the list names it.
+    expect(page.locator("#mcp-env textarea")).to_have_value("FIXTURE_TOKEN")
+    assert "sekrit-value" not in page.locator("#tools-panel").inner_text()
     expect(page.locator("#mcp-servers")).to_contain_text("env: FIXTURE_TOKEN")
     assert configured()[0].env == {"FIXTURE_TOKEN": "sekrit-value"}
     page.locator("#mcp-on").get_by_label("fixture", exact=True).check()
@@ -103,12 +105,20 @@ def test_add_a_server_pick_echo_approve_and_see_the_card_and_the_answer(page, ui
     expect(card.locator("summary")).to_contain_text("fixture · echo — waiting for your approval", timeout=LONG)
     expect(reply.locator("button.lc-approve")).to_have_count(3)
     shot(page, "approval")
+    # Reloaded while the call waits (on a phone now): the page follows the answer, and its card still asks.
     page.set_viewport_size(PHONE)
+    page.reload()
+    reply = page.locator("#chat .bot").last
+    expect(reply.locator("button.lc-approve")).to_have_count(3, timeout=LONG)
     shot(page, "approval-390")
-    page.set_viewport_size(WIDE)
     reply.get_by_role("button", name="Allow once").click()
+    card = reply.locator("details.lc-call").last
     expect(card.locator("summary")).to_contain_text(re.compile(r"fixture · echo — done, [\d.]+ s"), timeout=LONG)
-    expect(reply).to_contain_text("TTFT", timeout=LONG)  # the answer after the call ended
+    expect(page.locator("#chat .bot").last).to_contain_text("TTFT", timeout=LONG)  # the answer after the call
+    page.set_viewport_size(WIDE)
+    page.reload()
+    card = page.locator("#chat .bot details.lc-call").last
+    expect(card.locator("summary")).to_contain_text("fixture · echo — done")  # kept with the answer
     expect(card).not_to_have_attribute("open", "")  # collapsed when done
     card.locator("summary").click()
     expect(card.locator(".lc-call-text").last).to_contain_text("echo: ")
@@ -116,9 +126,6 @@ def test_add_a_server_pick_echo_approve_and_see_the_card_and_the_answer(page, ui
     conv = ui.store.list()[0]
     stats = ui.store.get(conv.id).messages[-1].stats
     assert stats["tool_steps"][0]["cards"][0]["result"].startswith("echo: ")
-    page.reload()
-    page.locator("#message textarea").wait_for()
-    expect(page.locator("#chat .bot details.lc-call summary").last).to_contain_text("fixture · echo — done")
     page.set_viewport_size(PHONE)
     open_window(page, ui)
     expect(page.locator("#chat .bot details.lc-call summary").last).to_contain_text("done")

@@ -46,7 +46,7 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
                    bar.model, bar.status, view.chatbot, view.copy_texts, view.compose.message, view.compose.attached,
                    panel)
         replies = chat_view.wire(w, view)
-        tools_panel.wire(w, tools, [view.compose.send.click, w.message.submit])
+        tools_panel.wire(w, tools, [view.compose.send.click, w.message.submit], demo)
         wire_settings_panel(panel, core, presets, defaults, conv_id, bar.status)
         sidebar.wire(w, bar)
         conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)

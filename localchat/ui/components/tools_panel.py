@@ -123,7 +123,7 @@ def consent_text(waiting: list[ServerSpec]) -> str:
             f"Allow only commands you trust:\n{lines}")
 
 
-def wire(w: Window, panel: ToolsPanel, sends: list[Any]) -> None:
+def wire(w: Window, panel: ToolsPanel, sends: list[Any], demo: gr.Blocks) -> None:
     """The panel's events; `sends`: the events that send a message (the turn's tool goes with it)."""
     core = w.core
     fields = panel.fields
@@ -141,9 +141,9 @@ def wire(w: Window, panel: ToolsPanel, sends: list[Any]) -> None:
             specs = server_form.saved(spec, chosen)
         except LocalchatError as exc:
             gr.Warning(str(exc))
-            return (gr.skip(),) * len(refresh_out)
+            return (gr.skip(),) * (len(refresh_out) + len(fields))
         gr.Info(f"MCP server {spec.name!r} saved in mcp.json.")
-        return refreshed(specs, spec.name)
+        return *refreshed(specs, spec.name), *server_form.form_of(spec)  # the form as saved: secrets' names only
 
     def remove(chosen: str) -> tuple:
         if not chosen:
@@ -192,7 +192,9 @@ def wire(w: Window, panel: ToolsPanel, sends: list[Any]) -> None:
         if not cid or not core.tools.answer(cid, call_id, choice):
             gr.Warning("that call is no longer waiting for an answer.")
 
-    panel.save.click(save, [panel.pick, *fields], refresh_out, api_name=False)
+    # Each page load lists mcp.json as it is now (the page was built before it changed, or with none).
+    demo.load(lambda: refreshed(configured_or_none()), None, refresh_out, api_name=False)
+    panel.save.click(save, [panel.pick, *fields], [*refresh_out, *fields], api_name=False)
     panel.remove.click(remove, [panel.pick], [*refresh_out, *fields], api_name=False)
     panel.pick.input(edit, [panel.pick], fields, api_name=False)
     panel.bring_in.click(bring_in, None, refresh_out, api_name=False)
