@@ -11,6 +11,7 @@ import dataclasses
 import json
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import ToolServerError
@@ -38,7 +39,7 @@ class StartedCommands:
         self._lock = threading.Lock()
 
     @staticmethod
-    def _path():  # type: ignore[no-untyped-def]
+    def _path() -> Path:
         return config_dir() / STARTED_FILE
 
     def _read(self) -> list[str]:
