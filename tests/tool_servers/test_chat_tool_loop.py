@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from localchat.mcp_host.hub import tool_servers
 from localchat.mcp_host.servers import save
 from localchat.runtime.engine import Engine
 from localchat.ui.chat import tool_cards
@@ -129,7 +130,8 @@ def test_always_for_this_tool_trusts_it_in_mcp_json_and_the_next_call_runs_unask
 
 
 def test_stop_ends_a_running_call_and_the_answer(core: ChatCore):
-    cid = chat(core, "fixture/slow", stdio_spec("fixture", FIXTURE_SLOW_AT_LEAST="120"))
+    spec = stdio_spec("fixture", FIXTURE_SLOW_AT_LEAST="120")
+    cid = chat(core, "fixture/slow", spec)
     answering = Answering(core, cid)
     core.tools.answer(cid, answering.card("asking")["id"], "once")
     answering.card("running")
@@ -139,6 +141,8 @@ def test_stop_ends_a_running_call_and_the_answer(core: ChatCore):
     assert time.monotonic() - began < 30, "Stop waited for the call"
     assert stats["tool_steps"][0]["cards"][0]["state"] == "stopped"
     assert stats["finish_reason"] == "cancelled"
+    # The server is not left busy with the stopped call: the next one answers at once.
+    assert tool_servers().call(spec, "echo", {"text": "after"}, 30, 1000).text == "echo: after"
 
 
 def test_a_command_not_allowed_to_start_is_left_out_not_started(core: ChatCore):
