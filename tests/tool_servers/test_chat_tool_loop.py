@@ -149,8 +149,9 @@ def test_a_command_not_allowed_to_start_is_left_out_not_started(core: ChatCore):
     cid = chat(core, "fixture/echo", allow_start=False)
     stats = Answering(core, cid).saved()
     assert "tool_steps" not in stats
-    assert core.tools.toolset(cid, core.store.get(cid).settings).notes == [
-        "fixture: its command was not allowed to start yet (Tools panel)"]
+    said = "fixture: its command was not allowed to start yet (Tools panel)"
+    assert stats["tool_notes"] == [said]  # kept with the answer, and shown with it
+    assert "Tools left out: fixture: its command was not allowed" in core.display(core.store.get(cid))[-1]["content"]
 
 
 def test_imported_cards_are_checked_and_never_left_asking():
@@ -160,5 +161,6 @@ def test_imported_cards_are_checked_and_never_left_asking():
     assert step["cards"][0]["state"] == "not run" and step["cards"][0]["seconds"] == 0.0
     assert "<b>" not in tool_cards.card_html(step["cards"][0]) and "&lt;b&gt;" in tool_cards.card_html(step["cards"][0])
     assert "lc-approve" not in tool_cards.card_html(step["cards"][0])
+    assert reply_stats({"tool_notes": ["a <b>", 5]}, lambda m: None)["tool_notes"] == ["a <b>"]
     for bad in ([{"cards": "no"}], [{"text": 5, "cards": []}], [{"cards": [{"result": 7}]}], "steps", []):
         assert "tool_steps" not in reply_stats({"tool_steps": bad}, lambda m: None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .tool_cards import checked_steps
+from .tool_cards import checked_steps, notes_of
 
 MAX_PASSAGES = 256
 MAX_BRANCHES = 256
@@ -71,6 +71,8 @@ def reply_stats(stats: dict[str, Any], message: Callable[[Any], tuple[str, str, 
     steps = checked_steps(stats.get("tool_steps"))  # shown as they ended: an import never runs a tool
     if steps:
         kept["tool_steps"] = steps
+    if notes_of(stats):
+        kept["tool_notes"] = notes_of(stats)
     if _count(stats.get("left_out")):
         kept["left_out"] = stats["left_out"]
     versions = stats.get("versions")

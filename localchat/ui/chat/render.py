@@ -12,7 +12,7 @@ from typing import Any, Iterator
 from ...runtime.events import Stats
 from ...runtime.overflow import left_out_note
 from ...units import size_text
-from .tool_cards import card_html, steps_of
+from .tool_cards import card_html, notes_of, steps_of
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#|])")
 _BACKTICKS = re.compile(r"`+")
@@ -170,7 +170,8 @@ def reply_markdown(answer: str, stats: dict[str, Any], included: str = "", note:
     """A reply as shown: a thinking model's thinking (open while it thinks, then closed), the answer, then
     what documents it read (each retrieved passage opens to its text), then its numbers."""
     thought = stats.get("thinking")
-    lines = [part for step in steps_of(stats) for part in step_parts(step)]  # the turns that called tools first
+    lines = [f"*Tools left out: {plain('; '.join(notes_of(stats)))}*"] if notes_of(stats) else []
+    lines += [part for step in steps_of(stats) for part in step_parts(step)]  # the turns that called tools first
     lines += [thinking_html(thought, thinking_now, stats.get("thought_s"))] if thought else []
     lines.append(inert(answer) if answer else ("" if thinking_now else "…"))
     if included:

@@ -69,6 +69,12 @@ def steps_markdown(stats: dict[str, Any]) -> list[str]:
     return lines
 
 
+def notes_of(stats: dict[str, Any]) -> list[str]:
+    """Why some of the chat's servers were not offered to the model in this answer ([] when all were)."""
+    notes = stats.get("tool_notes")
+    return [n for n in notes if isinstance(n, str)][:MAX_STEPS] if isinstance(notes, list) else []
+
+
 def steps_of(stats: dict[str, Any]) -> list[dict[str, Any]]:
     """The answer's tool steps ([] for an answer without calls)."""
     steps = stats.get("tool_steps")

@@ -47,6 +47,7 @@ class ToolView(ThinkingView):
         self.fmt, self.schemas = plan.fmt, schemas
         self.reader = reader_for(self.style, prompt, plan.fmt, plan.names, schemas)
         self.steps: list[dict[str, Any]] = []
+        self.notes: list[str] = []  # the chat's servers left out of this answer, and why
         self._ended = False
 
     def _keep(self, pieces: list[Any]) -> None:  # a call's pieces are read into calls, not shown as text
@@ -73,7 +74,8 @@ class ToolView(ThinkingView):
 
     def saved(self) -> dict[str, Any]:
         steps = [step | {"cards": [dict(c) for c in step["cards"]]} for step in self.steps]
-        return super().saved() | ({"tool_steps": steps} if steps else {})
+        return super().saved() | ({"tool_steps": steps} if steps else {}) \
+            | ({"tool_notes": list(self.notes)} if self.notes else {})
 
 
 class ToolRun:
@@ -95,6 +97,7 @@ class ToolRun:
         plan, self.prompt = self._plan(0)
         self.view = ToolView(engine.template.source, self.prompt, plan, self.schemas)
         self.first_plan = plan
+        self.view.notes = toolset.notes  # kept with the answer: why a server's tools were not offered
 
     def _choice(self, turn: int) -> Any:
         if turn == 0 and self.toolset.forced:  # the tool the message picked: its call is forced by the grammar
