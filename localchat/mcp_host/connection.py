@@ -180,7 +180,11 @@ class Connection:
         request = asyncio.ensure_future(coro_of(client))
         holder = self._holder
         assert holder is not None
-        done, _ = await asyncio.wait({request, holder}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait({request, holder}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the caller stopped waiting (the window's Stop): the request ends too
+            request.cancel()
+            raise
         stopped = ToolServerError(self.spec.name, f"stopped during {what}; it starts again at the next call")
         if request in done:
             try:

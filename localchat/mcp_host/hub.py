@@ -5,6 +5,7 @@ run on one BackgroundLoop. Closed with the process."""
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -72,6 +73,12 @@ class ToolServers:
     def call(self, spec: ServerSpec, name: str, arguments: dict[str, Any], seconds: float,
              max_chars: int) -> ToolOutcome:
         return self.loop.run(self._call(spec, name, arguments, seconds, max_chars))
+
+    def start_call(self, spec: ServerSpec, name: str, arguments: dict[str, Any], seconds: float,
+                   max_chars: int) -> concurrent.futures.Future[ToolOutcome]:
+        """A call begun for a thread that may stop waiting for it (the window's Stop): cancelling the future
+        cancels the call on the loop."""
+        return self.loop.submit(self._call(spec, name, arguments, seconds, max_chars))
 
     def close(self) -> None:
         """End every server (a stdio server's whole process tree) and the loop."""

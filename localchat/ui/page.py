@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .page_messages import MESSAGE_CSS, MESSAGE_SCRIPT
+from .page_tools import TOOLS_CSS, TOOLS_SCRIPT
 
 CSS = """
 #chat { flex-grow: 1; }
@@ -113,7 +114,7 @@ footer { display: none !important; }
   #answer-buttons { flex-wrap: wrap; gap: 0.3em; }
   #answer-buttons > button { flex: 1 1 30% !important; min-width: 0 !important; font-size: 0.8em; }
 }
-""" + MESSAGE_CSS
+""" + MESSAGE_CSS + TOOLS_CSS
 
 # Gradio's copy button copies what the chat shows: the answer with its "Included:" line and its
 # numbers, with model HTML escaped. The page keeps each message's own text (#sources, JSON, one
@@ -361,5 +362,5 @@ function localchatToggleTheme() {
 }
 window.addEventListener("DOMContentLoaded", localchatApplyTheme);
 window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", localchatApplyTheme);
-""" + MESSAGE_SCRIPT + """</script>
+""" + MESSAGE_SCRIPT + TOOLS_SCRIPT + """</script>
 """

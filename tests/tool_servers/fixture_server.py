@@ -36,7 +36,8 @@ def add(a: int, b: int) -> str:
 @server.tool()
 async def slow(seconds: float) -> str:
     """Wait that many seconds, then say so."""
-    await asyncio.sleep(seconds)
+    # A test that stops a running call sets a floor: a model's own choice of seconds may be 0.
+    await asyncio.sleep(max(seconds, float(os.environ.get("FIXTURE_SLOW_AT_LEAST", "0"))))
     return f"waited {seconds} s"
 
 

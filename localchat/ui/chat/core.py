@@ -22,9 +22,11 @@ from ...runtime.overflow import Fitted, fit, without
 from ...runtime.templates.chat_template import check_prompt_size
 from ..documents.uploads import read_upload
 from . import pinned, render, shown, versions
+from .chat_tools import ChatTools
 from .session import Runtime, Sampling, max_answer_tokens, settings_of
 from .store import Conversation, Store
 from .thinking_view import Budgeted, ThinkingView, switches, with_thinking
+from .tool_loop import ToolStep, tool_run
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ class ChatCore:
         self._turns_lock = threading.Lock()
         # Chunk vectors beside the chats: a document is embedded once, whatever is asked of it.
         self.vectors = VectorStore(store.path.parent / "vectors.sqlite3")
+        self.tools = ChatTools(store)  # the chats' MCP tools and the approvals their calls wait for
 
     # -- documents ------------------------------------------------------------------------
 
@@ -280,11 +283,14 @@ class ChatCore:
         params.stop = list(dict.fromkeys([*params.stop, *engine.template.stops]))
         prompt = engine.template.render(self.engine_messages(conv), switches=switches(engine.template.source,
                                                                                      sampling.thinking))
-        view = ThinkingView(engine.template.source, prompt)
+        # A chat with MCP tools on answers in a loop of model turns and calls (tool_loop.py); a continued one does not.
+        run = None if begun else tool_run(self.tools, conv, engine, self.engine_messages(conv), switches(
+            engine.template.source, sampling.thinking), params, sampling.thinking_budget)
+        view = run.view if run is not None else ThinkingView(engine.template.source, prompt)
         if begun:  # an answer continued: the text so far is its beginning, as the model reads it too
             view.answer, view.raw = begun, [begun]
-        stream = Budgeted(engine.submit, Request(prompt=prompt, sampling=params, forced=begun), view,
-                          sampling.thinking_budget)
+        stream = run or Budgeted(engine.submit, Request(prompt=prompt, sampling=params, forced=begun), view,
+                                 sampling.thinking_budget)
         self.active[conv_id] = stream
         stats: Stats | None = None
         finish, error = "stop", ""
@@ -313,6 +319,8 @@ class ChatCore:
                         last_draw = now
                         yield render.reply_markdown("", {}, included, render.prefill_line(
                             event.done, event.total, started, first_done, now))
+                elif isinstance(event, ToolStep):  # a call's card changed: drawn at once
+                    yield render.reply_markdown(view.answer, view.saved(), included, event.note)
                 elif isinstance(event, Stats):
                     stats = event
                 elif isinstance(event, Done):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .tool_cards import checked_steps, notes_of
+
 MAX_PASSAGES = 256
 MAX_BRANCHES = 256
 _NUMBERS = ("prompt_tokens", "cached_tokens", "completion_tokens", "ttft_ms", "tokens_per_s", "n_ctx")
@@ -66,6 +68,11 @@ def reply_stats(stats: dict[str, Any], message: Callable[[Any], tuple[str, str, 
         if _count(stats.get("thinking_tokens")):
             kept["thinking_tokens"] = stats["thinking_tokens"]
     _shown(stats, kept)
+    steps = checked_steps(stats.get("tool_steps"))  # shown as they ended: an import never runs a tool
+    if steps:
+        kept["tool_steps"] = steps
+    if notes_of(stats):
+        kept["tool_notes"] = notes_of(stats)
     if _count(stats.get("left_out")):
         kept["left_out"] = stats["left_out"]
     versions = stats.get("versions")

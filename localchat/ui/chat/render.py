@@ -12,6 +12,7 @@ from typing import Any, Iterator
 from ...runtime.events import Stats
 from ...runtime.overflow import left_out_note
 from ...units import size_text
+from .tool_cards import card_html, notes_of, steps_of
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#|])")
 _BACKTICKS = re.compile(r"`+")
@@ -169,7 +170,9 @@ def reply_markdown(answer: str, stats: dict[str, Any], included: str = "", note:
     """A reply as shown: a thinking model's thinking (open while it thinks, then closed), the answer, then
     what documents it read (each retrieved passage opens to its text), then its numbers."""
     thought = stats.get("thinking")
-    lines = [thinking_html(thought, thinking_now, stats.get("thought_s"))] if thought else []
+    lines = [f"*Tools left out: {plain('; '.join(notes_of(stats)))}*"] if notes_of(stats) else []
+    lines += [part for step in steps_of(stats) for part in step_parts(step)]  # the turns that called tools first
+    lines += [thinking_html(thought, thinking_now, stats.get("thought_s"))] if thought else []
     lines.append(inert(answer) if answer else ("" if thinking_now else "…"))
     if included:
         lines.append(f"**Included:** {plain(included)}")
@@ -179,6 +182,12 @@ def reply_markdown(answer: str, stats: dict[str, Any], included: str = "", note:
     if footer:
         lines.append(f"*{plain(footer)}*")
     return "\n\n".join(lines)
+
+
+def step_parts(step: dict[str, Any]) -> list[str]:
+    """A model turn that called tools, as shown: its thinking, its text, then its calls' cards (tool_cards.py)."""
+    parts = [thinking_html(step["thinking"], False, None)] if step.get("thinking") else []
+    return parts + ([inert(step["text"])] if step.get("text", "").strip() else []) + [card_html(c) for c in step["cards"]]
 
 
 def thinking_html(thought: str, now: bool, seconds: float | None) -> str:

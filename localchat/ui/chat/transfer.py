@@ -20,6 +20,7 @@ from typing import Any
 from ...errors import RequestError
 from ..documents.uploads import MAX_UPLOAD_BYTES
 from .imported import reply_stats, user_stats
+from .tool_cards import steps_markdown
 from .session import checked_settings
 from .store import Conversation, Store
 
@@ -40,6 +41,7 @@ def to_markdown(conv: Conversation) -> str:
         lines += [f"## {'You' if m.role == 'user' else writer}", ""]
         if m.role == "assistant" and isinstance(m.stats.get("thinking"), str) and m.stats["thinking"].strip():
             lines += [thinking_markdown(m.stats["thinking"], m.stats.get("thought_s")), ""]
+        lines += steps_markdown(m.stats) if m.role == "assistant" else []  # the turns that called tools
         lines += [m.content, ""]
         if m.role == "assistant" and m.stats.get("included"):
             lines += [f"*Included: {m.stats['included']}*", ""]

@@ -85,6 +85,7 @@ class Replies:
             yield *(gr.skip(),) * 4, kept, gr.skip(), gr.skip(), gr.skip()
             return
         self.w.opened(request, cid)  # a Send comes from the chat on screen
+        core.tools.bind(request.session_hash, cid)  # the page's MCP servers and its tool for this turn go with it
         # The question takes over what the read-ahead has read so far, and reads the rest itself.
         self.w.pre_reader.stop(request.session_hash)
         underway.queue(cid, text, docs or [], sys_prompt, sampling)

@@ -13,7 +13,7 @@ from ..chat.pre_read import PreReader
 from ..chat.presets import Presets
 from ..chat.session import Sampling
 from ..wizard.tuning import tuned_summary
-from . import chat_view, sidebar, wizard_panel
+from . import chat_view, sidebar, tools_panel, wizard_panel
 from .models_panel import ModelsPanel
 from .settings_panel import build_settings_panel, wire_settings_panel
 from .window import Window
@@ -36,14 +36,17 @@ def build_ui(core: ChatCore, defaults: Sampling | None = None, system_prompt: st
         bar.confirm.render()  # over the page, beside what asked for it: not inside a sidebar that may be closed
         progress = wizard_panel.build_progress()  # above the chat, as wide as it
         view = chat_view.build()
+        turn_tool = tools_panel.build_turn_tool()
         panel = build_settings_panel(defaults, system_prompt, core, presets)
         with gr.Accordion("Models: catalog, downloads, import", open=False, elem_id="models"):
             models = ModelsPanel(core)
+        tools = tools_panel.build(turn_tool)
 
         w = Window(core, defaults, system_prompt, presets, PreReader(core), conv_id, pending, drafts, bar.convs,
                    bar.model, bar.status, view.chatbot, view.copy_texts, view.compose.message, view.compose.attached,
                    panel)
         replies = chat_view.wire(w, view)
+        tools_panel.wire(w, tools, [view.compose.send.click, w.message.submit], demo)
         wire_settings_panel(panel, core, presets, defaults, conv_id, bar.status)
         sidebar.wire(w, bar)
         conv_id.change(lambda cid: cid, [conv_id], [last_chat], api_name=False, queue=False)
