@@ -206,6 +206,11 @@ class Sampler:
             seed = params.seed if params.seed is not None else random.getrandbits(32)
             add(llama_cpp.llama_sampler_init_dist(seed))
 
+    @property
+    def constrained(self) -> bool:
+        """Whether a grammar holds the tokens (where llama.cpp may spin: a runner's watchdog names it)."""
+        return self._grammar is not None
+
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
         """Sample from the logits of batch position `index` and record the token in the chain."""
         if self._grammar is not None:
