@@ -109,6 +109,7 @@ class Engine:
         self.speculator: Speculator | None = None
         if drafter is not None:
             self.speculator = Speculator(drafter, StepCosts(config.step_costs), config.spec)
+        self.clock = StepClock()  # the step in progress and what a token costs: a runner's watchdog reads it
         self.meter = StepMeter(worker, self.scheduler.budget, self.speculator.costs if self.speculator else None,
                                config.adapt_threads)
         self.runner = StepRunner(worker, self.scheduler, self.speculator, self.meter, self._by_id, kv_disk,
@@ -116,7 +117,6 @@ class Engine:
         self.pd: PDSplit | None = None
         if prefill_worker is not None:
             self.pd = PDSplit(prefill_worker, worker, self._handed_over, config.handover_min_tokens)
-        self.clock = StepClock()  # the step in progress and what a token costs: a runner's watchdog reads it
         self._thread = threading.Thread(target=self._run, name="localchat-engine", daemon=True)
         self._closed = False
         self._draining = False

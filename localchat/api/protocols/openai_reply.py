@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator, AsyncIterator
 
 from ...errors import LocalchatError
 from ...runtime.events import Stats
@@ -74,7 +74,7 @@ class Reply:
                 choice = {"index": index, "text": text, "finish_reason": finish, "logprobs": logprobs}
             return sse(self._envelope(obj, [choice], **{**extra, **more}))
 
-        async def one(index: int, answer: Answer) -> AsyncIterator[bytes]:
+        async def one(index: int, answer: Answer) -> AsyncGenerator[bytes, None]:
             if self.chat:  # OpenAI opens with the role, so clients can start the message at once
                 yield sse(self._envelope(obj, [{"index": index, "delta": {"role": "assistant", "content": ""},
                                                 "finish_reason": None, "logprobs": None}], **extra))
@@ -113,12 +113,15 @@ async def last_event(answer: Answer) -> End:
     raise AssertionError("an answer's events end with End")
 
 
-async def interleaved(streams: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
+async def interleaved(streams: list[AsyncGenerator[bytes, None]]) -> AsyncIterator[bytes]:
     """The items of several streams as each comes; an error in one raises here, and leaving (or an error)
     closes them all (an answer's stream cancels its request when closed)."""
     if len(streams) == 1:  # the usual case: no task between the answer and the client
-        async for item in streams[0]:
-            yield item
+        try:
+            async for item in streams[0]:
+                yield item
+        finally:
+            await streams[0].aclose()
         return
     queue: asyncio.Queue[tuple[bytes | None, BaseException | None]] = asyncio.Queue()
 
