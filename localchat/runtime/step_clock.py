@@ -57,7 +57,9 @@ class StepClock:
 
     def end(self) -> None:
         running, self.running = self.running, None
-        if running is not None and running.tokens:
+        # A step under a grammar is what the watchdog suspects: one that slows with every token must not
+        # raise the limit it is held to, so only plain steps teach what a token costs.
+        if running is not None and running.tokens and not running.grammar_rows:
             self._per_token.append((time.perf_counter() - running.started) / running.tokens)
 
     @property
