@@ -140,7 +140,7 @@ def test_text_completions_whole_and_streamed(client: openai.OpenAI):
 
 def test_bad_requests_are_openai_errors(client: openai.OpenAI, servers: dict[str, str]):
     cases = [
-        (dict(n=2), "n", None),
+        (dict(n=9), "n", None),
         (dict(max_tokens=-1), "max_tokens", None),
         (dict(temperature=7), "temperature", None),
         (dict(messages=[]), "messages", None),
@@ -231,7 +231,7 @@ def test_backend_proxy_forwards_everything(servers: dict[str, str], client: open
     assert ask(proxied).choices[0].message.content == direct
     assert streamed_text(ask(proxied, stream=True)) == direct
     with pytest.raises(openai.BadRequestError) as caught:
-        ask(proxied, n=2)
+        ask(proxied, n=9)
     assert caught.value.param == "n"
     # The proxy's own key for a keyed backend; its clients need none.
     assert ask(client_for(servers["keyed_proxy"]), max_tokens=2).usage.completion_tokens == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import math
 import time
 from pathlib import Path
@@ -35,6 +36,11 @@ from .model_calls import off_loop
 from .reader import OutputReader, reader_for
 from .service import Answer, Embedded, Generation, ModelInfo, ThinkingBudget
 from .thinking import after_thinking, switches_for
+
+log = logging.getLogger(__name__)
+# Said (in the notes: OpenAI's x_localchat, every protocol's X-Localchat-Notes header) when a request asks a model
+# that does not think to think, and its protocol's servers answer such a request rather than refuse it.
+IGNORED_THINKING = "this model does not think, so the request's thinking setting was ignored"
 
 T = TypeVar("T")
 
@@ -264,7 +270,8 @@ class LocalService:
         # format, as it is: the parser still reads the calls it makes.
         own = raw_grammar(generation.grammar)
         style = thinking_style(engine.template.source)
-        if generation.thinking not in (None, False) and style is None and generation.thinking_param:
+        unheard = generation.thinking not in (None, False) and style is None
+        if unheard and generation.thinking_param:
             raise RequestError(f"{generation.thinking_param}: this model does not think (its chat template writes "
                                f"no thinking); leave {generation.thinking_param} out.", generation.thinking_param)
         switches = switches_for(style, generation.thinking, generation.template_kwargs)
@@ -284,6 +291,10 @@ class LocalService:
                              generation.context_overflow)
                 kept, notes[:] = fitted.messages, [fitted.note()] if fitted.left_out else []
             prompt = render(kept)
+            if unheard:  # asked of a model that does not think (coding agents ask always): answered without
+                log.info("a request asked %s to think, which it does not do (its chat template writes no "
+                         "thinking); it is answered without", getattr(_path_of(engine), "name", "the model"))
+                notes.append(IGNORED_THINKING)
             # A thinking model's grammar starts where its thinking ends (known once the prompt is).
             sampling.grammar = own or after_thinking(grammar_of(plan), style, prompt)
             return Request(prompt=prompt, sampling=sampling)

@@ -13,6 +13,9 @@ from .service import AskedSampling
 from .wire import TOO_DEEP
 
 
+MAX_CHOICES = 8  # `n`: the choices one request may ask for
+
+
 class Body(BaseModel):
     # Clients send fields we have no use for (user, metadata, store...); refusing them would
     # break ordinary clients, so unknown fields are accepted and ignored.
@@ -58,6 +61,8 @@ class _Sampled(Body):
     logprobs: bool | int | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     response_format: dict[str, Any] | None = None
+    # Token id (as a string: JSON's keys are) -> bias; checked and clamped by runtime/sampling.py's token_biases.
+    logit_bias: dict[str, Any] | None = None
 
     @property
     def include_usage(self) -> bool:
@@ -68,8 +73,9 @@ class _Sampled(Body):
 
     def check(self) -> None:
         """Refuse what we cannot do, rather than silently doing something else."""
-        if self.n not in (None, 1):
-            raise RequestError(f"n={self.n} is not supported; this server returns one choice per request (n=1).", "n")
+        if self.n is not None and not 1 <= self.n <= MAX_CHOICES:
+            raise RequestError(f"n={self.n} is invalid; ask for 1 to {MAX_CHOICES} choices (each is generated "
+                               "beside the others, so more would take the slots of other requests).", "n")
         if self.logprobs is not None and not isinstance(self.logprobs, bool) and not 0 <= self.logprobs <= 20:
             raise RequestError(f"logprobs={self.logprobs} is invalid; use 0-20 alternatives.", "logprobs")
 

@@ -28,6 +28,9 @@ from .tool_parser import ToolCall
 
 # Proxies (nginx) buffer responses unless told not to; a buffered stream arrives all at once.
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# What the server did that the client did not ask for, in every protocol (Anthropic's and Ollama's bodies have
+# no field for it): the Answer's notes, joined by "; ".
+NOTES_HEADER = "X-Localchat-Notes"
 
 
 class AskedSampling:
@@ -103,7 +106,8 @@ class Generation:
     thinking: bool | str | None = None
     thinking_budget: int | None = None
     # Where the protocol asks for thinking, when it refuses it for a model that does not think (Ollama's
-    # `think`, Anthropic's `thinking`, as their servers do); None: asked of a model without, it is ignored.
+    # `think`, as Ollama does); None: asked of a model without, it is ignored and a note says so (Anthropic's
+    # `thinking`: llama.cpp's server takes it, and coding agents send it always).
     thinking_param: str | None = None
     template_kwargs: dict[str, Any] | None = None  # variables for the chat template (chat_template_kwargs)
 
@@ -158,7 +162,10 @@ class ThinkingBudget:
 
 
 class Replying:
-    """What goes out as one reply: read whole or streamed; `cancel()` ends the work behind it."""
+    """What goes out as one reply: read whole or streamed; `cancel()` ends the work behind it; `notes` say what
+    the server did that the client did not ask for."""
+
+    notes: list[str]
 
     def cancel(self) -> None:
         raise NotImplementedError
@@ -176,11 +183,16 @@ class Replying:
             self.cancel()
             collecting.cancel()
             return Response(status_code=499)
-        return JSONResponse(collecting.result(), status_code=status)
+        return JSONResponse(collecting.result(), status_code=status, headers=self._notes_header())
 
     def streamed(self, chunks: AsyncIterator[bytes], media_type: str) -> StreamingResponse:
-        """The answer as a stream of `chunks` (written from the events)."""
-        return StreamingResponse(chunks, media_type=media_type, headers=STREAM_HEADERS)
+        """The answer as a stream of `chunks` (written from the events), with the notes known when it starts."""
+        return StreamingResponse(chunks, media_type=media_type, headers={**STREAM_HEADERS, **self._notes_header()})
+
+    def _notes_header(self) -> dict[str, str]:
+        # A header is Latin-1 on the wire: anything else in a note goes as "?".
+        text = "; ".join(self.notes).encode("ascii", "replace").decode("ascii")
+        return {NOTES_HEADER: text[:2000]} if text else {}
 
 
 class Answer(Replying):

@@ -9,8 +9,8 @@ The protocol, one pickled tuple per message (both sides are this program):
 - in: ("submit", call, rid, request), ("cancel", rid), ("call", call, method, args), ("drain",), ("close",)
 - out: ("progress", share) while loading, then ("ready", RunnerInfo) or ("load_failed", error);
   ("reply", call, value, error) per call or submit; ("event", rid, event) per stream event;
-  ("stalled", seconds, limit) just before the watchdog ends the process; ("alive",) every second from
-  the start (liveness.py: the server ends a runner that falls silent).
+  ("stalled", seconds, limit, what the step held, its rows under a grammar) just before the watchdog
+  ends the process; ("alive",) every second from the start (liveness.py: the server ends a runner that falls silent).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from ..errors import EngineError, LocalchatError
 from ..runtime.engine import Engine
+from ..runtime.step_clock import Running
 from ..runtime.worker_types import WorkerConfig
 from .liveness import Outbox
 
@@ -32,11 +33,14 @@ log = logging.getLogger(__name__)
 
 # What the runner answers as calls: the engine's read-only questions (devices: its GPUs' memory, read now).
 CALLS = ("prompt_tokens", "count_tokens", "devices")
-# A step may run this many times the typical step (the median of the last ones) before the watchdog
-# ends it, and never less than the floor: prefill steps are bounded by the step budget, so a step far
-# past both is llama.cpp spinning (an ambiguous grammar), not work. A median, not the longest: the
-# steps of a grammar that slows with every token must not raise the limit they are held to.
+# A step may run this many times what its tokens cost in the steps before it (per token: a step that reads
+# a 512-token prompt chunk is held to 512 tokens' worth, not to a one-token decode step), and never less than
+# the floor: a step far past both is llama.cpp spinning (an ambiguous grammar), not work. A median, not the
+# slowest: the steps of a grammar that slows with every token must not raise the limit they are held to.
 STALL_FACTOR = 50
+# Before any step is measured (a fresh runner): a slow CPU shared with other programs reads a few prompt tokens
+# a second, so a step may take this long per token it holds, and the floor at least.
+FRESH_TOKEN_S = 0.5
 STALL_EXIT = 70  # the runner's exit status after its watchdog ended a stalled step
 
 
@@ -124,18 +128,25 @@ def _reply(engine: Engine, send: Callable[[tuple], None], message: tuple) -> tup
         return None, EngineError(f"internal error in the model runner: {exc!r}")
 
 
+def stall_limit(running: Running, per_token: float | None, floor_s: float) -> float:
+    """The seconds the step in progress may run before the watchdog ends it (see STALL_FACTOR)."""
+    per = STALL_FACTOR * per_token if per_token is not None else FRESH_TOKEN_S
+    return max(floor_s, per * max(running.tokens, 1))
+
+
 def _watch(engine: Engine, outbox: Outbox, floor_s: float) -> None:
-    """End the process when one step runs far past the steps before it: nothing can interrupt
-    llama.cpp inside a step, and every other request waits behind it."""
+    """End the process when one step runs far past what its tokens cost in the steps before it: nothing can
+    interrupt llama.cpp inside a step, and every other request waits behind it."""
     while True:
         time.sleep(min(1.0, floor_s / 4))
-        started = engine.step_started
-        if started is None:
+        running = engine.clock.running
+        if running is None:
             continue
-        limit = max(floor_s, STALL_FACTOR * engine.typical_step)
-        seconds = time.perf_counter() - started
-        if seconds > limit and engine.step_started == started:
-            log.error("a step ran %.1f s (limit %.1f s): ending the runner", seconds, limit)
+        limit = stall_limit(running, engine.clock.per_token, floor_s)
+        seconds = time.perf_counter() - running.started
+        # The same step, as planned when the limit was taken (a step planned since is judged at the next look).
+        if seconds > limit and engine.clock.running is running:
+            log.error("a step %s ran %.1f s (limit %.1f s): ending the runner", running.words(), seconds, limit)
             # Its last word is worth a second, no more: a writer stuck on the pipe must not keep it alive.
-            outbox.send_within(("stalled", seconds, limit), 1.0)
+            outbox.send_within(("stalled", seconds, limit, running.words(), running.grammar_rows), 1.0)
             os._exit(STALL_EXIT)

@@ -72,6 +72,7 @@ class RunnerProcess:
     info: RunnerInfo  # what it said of its model when ready
     submitting: set[str] = field(default_factory=set)  # requests whose submit it is reading now
     stalled: str = ""  # the watchdog's words, when it ended the runner
+    stalled_grammar: int = 0  # the rows of the stalled step under a grammar
     frozen: str = ""  # how long it was silent, when the server ended it
     receiver: Any = None  # its liveness.Receiver: the pipe read within bounds
     outbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # pickled messages to write

@@ -6,7 +6,8 @@ hears why, a new runner loads the same model, and the requests that were not to 
 each is sent again with the text it had streamed as the answer's forced beginning (`Request.forced`),
 so its caller sees one answer, a pause, and no error. The ones to blame fail with the cause: a
 request whose submit was being read when the runner died (its grammar is parsed there), or, when a
-step stalled, the requests with a grammar (all of them, if none has one). A crash in the middle of
+step stalled under a grammar, the requests with one (a step that stalled with none, every request: the
+message names what the step held and blames no grammar). A crash in the middle of
 a step names no culprit, so then every request in flight fails rather than crashing the next runner.
 A runner ended from outside (SIGKILL or SIGTERM: the OOM killer, a person) or frozen (silent past the
 liveness bound, liveness.py: it is then killed) names no request: every answer goes on in the new one.
@@ -261,7 +262,8 @@ class SupervisedEngine:
                     pending.value, pending.error = value, error
                     pending.done.set()
             elif kind == "stalled":
-                runner.stalled = f"one step ran {message[1]:.1f} s, past the {message[2]:.1f} s a step may take"
+                _, seconds, limit, what, runner.stalled_grammar = message
+                runner.stalled = f"one step ({what}) ran {seconds:.1f} s, past the {limit:.1f} s it may take"
 
     def _event(self, rid: str, event: Any) -> None:
         with self._lock:
@@ -315,16 +317,20 @@ class SupervisedEngine:
         """The requests the runner's end is laid to (see the module's note)."""
         if runner.stalled:
             grammared = {rid for rid, f in flights.items() if f.request.sampling.grammar is not None}
-            return grammared or set(flights)
+            return grammared if grammared and runner.stalled_grammar else set(flights)
         reading = {rid for rid in flights if rid in runner.submitting}
         return reading or set(flights)
 
     def _blame(self, how: str, runner: RunnerProcess, flight: InFlight, read: bool, num_flights: int) -> EngineError:
         cause = "its grammar" if flight.request.sampling.grammar is not None else "this request"
-        if runner.stalled:
+        if runner.stalled and runner.stalled_grammar and flight.request.sampling.grammar is not None:
             return EngineError(f"the model runner {how}: {runner.stalled} while answering with {cause}, so it was "
                                "ended and restarted. Simplify the grammar or schema (an ambiguous one makes "
                                "llama.cpp's matcher grow with every token) and send it again.")
+        if runner.stalled:  # no grammar was running: the step was slow, not spinning on one
+            return EngineError(f"the model runner {how}: {runner.stalled} while answering this request, which has "
+                               "no grammar, so it was ended and restarted. The machine is likely too busy (other "
+                               "programs on its cores) or too slow for this model; send it again, or free the CPU.")
         if not read and num_flights > 1:
             # In the middle of a step: every answer in it ends, and none of them is named.
             return EngineError(f"the model runner {how} in the middle of a step, which names no one request, so "

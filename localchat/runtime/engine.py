@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import queue
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from .speculation.draft_model import DraftModel
 from .speculation.prompt_lookup import PromptLookup
 from .speculation.speculative import Drafter, SpecConfig, Speculator
 from .step import StepRunner
+from .step_clock import StepClock
 from .step_costs import StepCosts
 from .step_meter import StepMeter
 from .templates.chat_template import ChatTemplate
@@ -84,7 +83,6 @@ class EngineConfig:
 # A saved state is restored only when it spares this many prompt tokens beyond what is resident:
 # below that, reading them is about as quick as reading the file.
 RESTORE_MIN_GAIN = 256
-RECENT_STEPS = 64  # the steps `typical_step` is the median of
 
 
 _ids = itertools.count(1)
@@ -111,16 +109,14 @@ class Engine:
         self.speculator: Speculator | None = None
         if drafter is not None:
             self.speculator = Speculator(drafter, StepCosts(config.step_costs), config.spec)
+        self.clock = StepClock()  # the step in progress and what a token costs: a runner's watchdog reads it
         self.meter = StepMeter(worker, self.scheduler.budget, self.speculator.costs if self.speculator else None,
                                config.adapt_threads)
-        self.runner = StepRunner(worker, self.scheduler, self.speculator, self.meter, self._by_id, kv_disk)
+        self.runner = StepRunner(worker, self.scheduler, self.speculator, self.meter, self._by_id, kv_disk,
+                                 self.clock)
         self.pd: PDSplit | None = None
         if prefill_worker is not None:
             self.pd = PDSplit(prefill_worker, worker, self._handed_over, config.handover_min_tokens)
-        # The step in progress (its start on perf_counter's clock) and the last steps' seconds: a model
-        # runner's watchdog reads them (runners/child.py).
-        self.step_started: float | None = None
-        self.recent_steps: collections.deque[float] = collections.deque(maxlen=RECENT_STEPS)
         self._thread = threading.Thread(target=self._run, name="localchat-engine", daemon=True)
         self._closed = False
         self._draining = False
@@ -237,11 +233,6 @@ class Engine:
         return closer
 
     @property
-    def typical_step(self) -> float:
-        """The median of the last steps' seconds (0 before the first): what a step costs here."""
-        return statistics.median(self.recent_steps) if self.recent_steps else 0.0
-
-    @property
     def drafter_name(self) -> str:
         """What drafts for speculation, in words: "off" without speculation."""
         return type(self.speculator.drafter).__name__ if self.speculator is not None else "off"
@@ -302,15 +293,14 @@ class Engine:
             except queue.Empty:
                 pass
             if self.scheduler.has_work():
-                self.step_started = started = time.perf_counter()
+                self.clock.begin()
                 try:
                     self.runner.step()
                 except Exception as exc:  # a bug or a llama.cpp failure: fail the work, keep serving
                     log.exception("engine step failed")
                     self._fail_all(exc if isinstance(exc, LocalchatError) else EngineError(f"internal error: {exc!r}"))
                 finally:
-                    self.step_started = None
-                    self.recent_steps.append(time.perf_counter() - started)
+                    self.clock.end()
 
     def _take(self, kind: str, item: Any) -> None:
         if kind == "submit":

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import math
 import random
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 import llama_cpp
 import numpy as np
@@ -31,6 +33,7 @@ class SamplingParams:
     ignore_eos: bool = False  # generate exactly max_tokens (benchmarks)
     grammar: Grammar | None = None  # constrain the text to a GBNF grammar (grammar.py)
     logprobs: int | None = None  # None: off; 0-20: each token's log-probability and that many alternatives
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit (OpenAI's), within BIAS_RANGE
 
     @property
     def greedy(self) -> bool:
@@ -50,6 +53,8 @@ class SamplingParams:
             raise RequestError(f"{stop} strings must be non-empty strings.", stop)
         if len(self.stop) > MAX_STOPS:
             raise RequestError(f"{len(self.stop)} {stop} strings given; use at most {MAX_STOPS}.", stop)
+        if self.logit_bias is not None:
+            self.logit_bias = token_biases(self.logit_bias, names.get("logit_bias", "logit_bias"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,36 @@ MAX_STOPS = 16
 
 
 MAX_LOGPROBS = 20  # alternatives per token, as OpenAI's top_logprobs
+# OpenAI's logit_bias: each value within [-100, 100] (-100 bans a token, 100 all but forces it), here clamped
+# to it as llama.cpp's server does; the entries bounded, as each is copied into the sampler of every request.
+BIAS_RANGE = 100.0
+MAX_BIASES = 1024
+
+
+def token_biases(asked: Mapping[Any, Any], param: str = "logit_bias") -> dict[int, float]:
+    """A logit_bias map (JSON's keys are strings) as token id -> bias, each bias clamped to BIAS_RANGE; a key that
+    is no token id, a value that is no finite number or too many entries raise RequestError naming `param`."""
+    if not isinstance(asked, Mapping):
+        raise RequestError(f"{param} must be an object mapping token ids to biases, such as {{\"1234\": -100}}.",
+                           param)
+    if len(asked) > MAX_BIASES:
+        raise RequestError(f"{param} has {len(asked)} entries; use at most {MAX_BIASES}.", param)
+    out: dict[int, float] = {}
+    for key, value in asked.items():
+        token = key if isinstance(key, int) and not isinstance(key, bool) else _token_id(key)
+        if token is None or token < 0:
+            raise RequestError(f"{param}: {str(key)[:40]!r} is not a token id; the keys are token ids "
+                               "(whole numbers from 0), as the model's tokenizer gives them.", param)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise RequestError(f"{param}: the bias of token {token} must be a number from -100 to 100 "
+                               f"(got {str(value)[:40]!r}).", param)
+        out[token] = max(-BIAS_RANGE, min(BIAS_RANGE, float(value)))
+    return out
+
+
+def _token_id(key: Any) -> int | None:
+    text = key.strip() if isinstance(key, str) else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None
 
 
 def logits_at(ctx: llama_cpp.llama_context_p, index: int, n_vocab: int) -> np.ndarray:
@@ -115,6 +150,20 @@ def logits_at(ctx: llama_cpp.llama_context_p, index: int, n_vocab: int) -> np.nd
     pointer = llama_cpp.llama_get_logits_ith(ctx, index)
     assert pointer, index  # the engine asks only for positions it requested logits of
     return np.ctypeslib.as_array(pointer, shape=(n_vocab,))
+
+
+def _biases(asked: dict[int, float] | None, n_vocab: int) -> ctypes.Array | None:
+    """logit_bias as llama.cpp's array; a token id past the vocabulary is a RequestError (None: no biases)."""
+    if not asked:
+        return None
+    outside = sorted(token for token in asked if not 0 <= token < n_vocab)
+    if outside:
+        raise RequestError(f"logit_bias: token id {outside[0]} is not in this model's vocabulary, which has ids 0 to "
+                           f"{n_vocab - 1}; take the ids from this model's tokenizer.", "logit_bias")
+    array = (llama_cpp.llama_logit_bias * len(asked))()
+    for entry, (token, bias) in zip(array, asked.items()):
+        entry.token, entry.bias = token, bias
+    return array
 
 
 class Sampler:
@@ -130,12 +179,15 @@ class Sampler:
         # Plain greedy is an argmax over the logits in place: llama.cpp's chain first copies every
         # logit into a candidate array (262k entries for Gemma, about a millisecond a token).
         penalised = params.repeat_penalty != 1.0 or params.presence_penalty or params.frequency_penalty
-        self._argmax_of = n_vocab if params.greedy and not penalised else 0
+        biases = _biases(params.logit_bias, n_vocab)
+        self._argmax_of = n_vocab if params.greedy and not penalised and biases is None else 0
         self._n_vocab = n_vocab
         chain_params = llama_cpp.llama_sampler_chain_default_params()
         chain_params.no_perf = True
         self._chain = llama_cpp.llama_sampler_chain_init(chain_params)
         add = lambda s: llama_cpp.llama_sampler_chain_add(self._chain, s)  # noqa: E731
+        if biases is not None:  # first, so every later sampler (greedy too) sees the biased logits
+            add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))  # llama.cpp copies them
         if penalised:
             # This llama.cpp still takes the vocabulary size first (later ones dropped it).
             add(llama_cpp.llama_sampler_init_penalties(
@@ -153,6 +205,11 @@ class Sampler:
             add(llama_cpp.llama_sampler_init_temp(params.temperature))
             seed = params.seed if params.seed is not None else random.getrandbits(32)
             add(llama_cpp.llama_sampler_init_dist(seed))
+
+    @property
+    def constrained(self) -> bool:
+        """Whether a grammar holds the tokens (where llama.cpp may spin: a runner's watchdog names it)."""
+        return self._grammar is not None
 
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
         """Sample from the logits of batch position `index` and record the token in the chain."""

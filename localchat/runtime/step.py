@@ -14,6 +14,7 @@ from .kv.kv_slots import Import, KVOp
 from .scheduler import Row, Scheduler, Step
 from .sequence import Sequence
 from .speculation.speculative import Speculator
+from .step_clock import StepClock
 from .step_meter import StepMeter
 from .workers.disagg import load_handover
 from .workers.worker import BatchRow, Worker
@@ -23,8 +24,9 @@ class StepRunner:
     """Steps the scheduler's sequences; `live` maps the engine's request ids to their sequences."""
 
     def __init__(self, worker: Worker, scheduler: Scheduler, speculator: Speculator | None, meter: StepMeter,
-                 live: dict[str, Sequence], kv_disk: KVDiskCache | None = None) -> None:
+                 live: dict[str, Sequence], kv_disk: KVDiskCache | None = None, clock: StepClock | None = None) -> None:
         self.worker = worker
+        self.clock = clock  # told what each step holds, for a runner's watchdog
         self.n_ctx = worker.n_ctx
         self.scheduler = scheduler
         self.speculator = speculator
@@ -35,6 +37,8 @@ class StepRunner:
     def step(self) -> None:
         """Plan a step, run its KV operations, decode its rows and deliver what came of them."""
         step = self.scheduler.schedule()  # the rows of this step and the KV operations they need
+        if self.clock is not None:
+            self.clock.planned(step)
         self.apply(step.ops, step)
         now = time.perf_counter()
         for seq, reused in step.admitted:

@@ -143,6 +143,27 @@ def test_what_cannot_be_done_is_an_anthropic_error(client: anthropic.Anthropic, 
     assert reply.status_code == 400 and "max_tokens is required" in reply.json()["error"]["message"]
 
 
+def test_thinking_asked_of_a_model_that_does_not_think_is_answered_and_said(client: anthropic.Anthropic,
+                                                                           caplog: pytest.LogCaptureFixture):
+    """Coding agents send `thinking` always; llama.cpp's server answers it on any model. So do we, without the
+    thinking, and say so in a header and the log."""
+    plain = client.messages.create(model=MODEL, max_tokens=12, messages=QUESTION, extra_body=GREEDY)
+    for thinking in ({"type": "enabled", "budget_tokens": 1024}, {"type": "adaptive"}):
+        with caplog.at_level("INFO", logger="localchat.api.local"):
+            raw = client.messages.with_raw_response.create(model=MODEL, max_tokens=12, messages=QUESTION,
+                                                           thinking=thinking, extra_body=GREEDY)
+        assert raw.status_code == 200 and "does not think" in raw.headers["x-localchat-notes"], raw.headers
+        answered = raw.parse()
+        assert [b.type for b in answered.content] == ["text"] and answered.content[0].text == plain.content[0].text
+        assert any("does not do" in r.getMessage() for r in caplog.records), caplog.text
+    with client.messages.stream(model=MODEL, max_tokens=12, messages=QUESTION, extra_body=GREEDY,
+                                thinking={"type": "enabled", "budget_tokens": 1024}) as stream:
+        assert "does not think" in stream.response.headers["x-localchat-notes"]
+        assert "".join(stream.text_stream) == plain.content[0].text
+    with pytest.raises(anthropic.BadRequestError):  # a malformed one is still refused
+        client.messages.create(model=MODEL, max_tokens=4, messages=QUESTION, thinking={"type": "sometimes"})
+
+
 def test_greedy_output_is_the_same_under_every_protocol_with_and_without_speculation(servers: dict[str, str]):
     conversation = [{"role": "system", "content": "Answer in one sentence."}, *QUOTE]
     texts, drafted = {}, {}

@@ -51,3 +51,38 @@ def test_fixture(fixture):
 
 def test_the_corpus_is_whole():
     assert len(FIXTURES) == 469 and len(FAMILIES) == 9
+
+
+def test_a_tool_without_parameters_gets_the_same_calls_whole_and_streamed(engine):
+    """canitoolcall's live probe of a tool without parameters (its `empty-args` scenario, and the same forced),
+    whole and streamed through its own client, each order: the stream keeps calls whose arguments are empty.
+    (A run that saw calls only in the whole reply met the engine's default mode, where a prompt read cold
+    and the same prompt found resident round differently; the deterministic engine here does not.)"""
+    from dataclasses import replace
+
+    from canitoolcall.probe import BUILTIN_SCENARIOS, chat_response, compare_modes
+    from ui_server import serve_in_thread, stop_servers
+
+    from localchat.api.app import create_app
+    from localchat.api.local import LocalService
+
+    running = [serve_in_thread(create_app(LocalService(engine, "smollm2-135m")))]
+    try:
+        url = running[0][0] + "/v1"
+        probe = next(s for s in BUILTIN_SCENARIOS if s.id == "empty-args")
+        for scenario in (probe, replace(probe, tool_choice="required"),
+                         replace(probe, tool_choice="required", extra_body={"parallel_tool_calls": False})):
+            got = {}
+            for stream in (False, True, True, False):
+                reply = chat_response(url, "smollm2-135m", scenario, stream=stream, timeout_s=300)
+                assert not reply.problems, reply.problems
+                got.setdefault(stream, []).append(reply.result)
+            assert got[False][0] == got[False][1] and got[True][0] == got[True][1], got
+            whole, streamed = got[False][0], got[True][0]
+            assert compare_modes(whole, streamed) == ("pass", None), (scenario.tool_choice, whole, streamed)
+            assert [(c.name, c.arguments()) for c in whole.tool_calls] == \
+                [(c.name, c.arguments()) for c in streamed.tool_calls]
+            if scenario.tool_choice == "required":
+                assert whole.tool_calls and all(c.arguments() == {} for c in whole.tool_calls), whole
+    finally:
+        stop_servers(running)

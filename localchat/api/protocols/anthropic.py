@@ -172,7 +172,7 @@ def _generation(body: CountBody, stream: bool = False, sampling: AskedSampling |
     return Generation(messages=_messages(body), model=body.model, sampling=sampling or AskedSampling(),
                       tools=tools, tool_choice=choice, parallel_tool_calls=parallel, response_format=_format(body),
                       format_param="output_config.format.schema", stream=stream, thinking=thinking,
-                      thinking_budget=budget, thinking_param="thinking")
+                      thinking_budget=budget)  # asked of a model that does not think: ignored, and said
 
 
 # -- replies ---------------------------------------------------------------------------------------

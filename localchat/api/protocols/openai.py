@@ -4,6 +4,7 @@ the neutral request; the replies' shapes are in openai_reply.py."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from ...runtime.templates.chat_template import check_switches
 from ..embeddings import check_inputs
 from ..schemas import ChatBody, CompletionBody, EmbeddingsBody, parse
-from ..service import Generation, ModelInfo, Route, Service
+from ..service import Answer, AskedSampling, Generation, ModelInfo, Route, Service
 from ..thinking import check_thinking
 from .openai_reply import Reply
 
@@ -48,23 +49,44 @@ async def chat(service: Service, data: Any, request: HTTPRequest) -> Response:
                             context_overflow=body.x_localchat.context_overflow, grammar=body.grammar,
                             thinking=check_thinking(body.reasoning_effort, "reasoning_effort"),
                             template_kwargs=check_switches(body.chat_template_kwargs))
-    return await _reply(service, generation, request, body.include_usage, chat=True)
+    return await _reply(service, generation, request, body.include_usage, body.n or 1, chat=True)
 
 
 async def completions(service: Service, data: Any, request: HTTPRequest) -> Response:
     body = parse(CompletionBody, data)
     generation = Generation(prompt=body.text(), model=body.model, sampling=body.asked(), grammar=body.grammar,
                             response_format=body.response_format, stream=bool(body.stream))
-    return await _reply(service, generation, request, body.include_usage, chat=False)
+    return await _reply(service, generation, request, body.include_usage, body.n or 1, chat=False)
 
 
-async def _reply(service: Service, generation: Generation, request: HTTPRequest, include_usage: bool,
+async def _reply(service: Service, generation: Generation, request: HTTPRequest, include_usage: bool, n: int,
                  chat: bool) -> Response:
-    answer = await service.generate(generation, request)
-    reply = Reply(chat, answer.model)
+    """The answer, or `n` answers to the same request (each its own sequence in the engine) as its choices."""
+    answers: list[Answer] = []
+    try:
+        for choice in _choices(generation, n):
+            answers.append(await service.generate(choice, request))
+    except BaseException:  # the choices started already have nobody to read them
+        for answer in answers:
+            answer.cancel()
+        raise
+    first, reply = answers[0], Reply(chat, answers[0].model)
     if generation.stream:
-        return answer.streamed(reply.chunks(answer, include_usage), MEDIA_TYPE)
-    return await answer.whole(request, reply.whole)
+        return first.streamed(reply.chunks(answers, include_usage), MEDIA_TYPE)
+    # Answer.whole ends the reading when the client leaves; reading all the choices, it ends them all.
+    return await first.whole(request, lambda _: reply.whole(answers))
+
+
+def _choices(generation: Generation, n: int) -> list[Generation]:
+    """`n` copies of a request; with a seed, each its own (seed, seed + 1, ...), so sampled choices differ and
+    each is reproducible (greedy choices are the same answer n times, as other servers give them)."""
+    if n == 1:
+        return [generation]
+    asked = generation.sampling.asked
+    seed = asked.get("seed")
+    seeds = [seed + i if seed is not None and seed != -1 else seed for i in range(n)]
+    return [dataclasses.replace(generation, sampling=AskedSampling(generation.sampling.names,
+                                                                   **{**asked, "seed": s})) for s in seeds]
 
 
 async def embeddings(service: Service, data: Any, request: HTTPRequest) -> Response:
