@@ -1,7 +1,8 @@
 """OpenAI's Responses `mcp` tool on the real engine, through the official openai client: a server's tools
 listed, a call run and fed back (whole and streamed, OpenAI's item and event shapes), a call that waits for the
 user's approval and runs (or is refused) when a follow-up answers it, a tool's failure as an `mcp_call` error,
-the user's own server by label alone (mcp.json), and a server that cannot be reached as a 424."""
+the user's own server by label alone (mcp.json), a server that cannot be reached as a 424; and Anthropic's MCP
+connector through the official anthropic client (mcp_tool_use and mcp_tool_result blocks, whole and streamed)."""
 
 from __future__ import annotations
 
@@ -137,3 +138,23 @@ def test_a_server_that_cannot_be_reached_is_a_424_naming_it(client: openai.OpenA
     with pytest.raises(openai.APIStatusError) as caught:
         client.responses.create(model=MODEL, input=ASK, tools=[{"type": "mcp", "server_label": "unknown"}])
     assert caught.value.status_code == 424 and "not in mcp.json" in caught.value.message
+
+
+def test_anthropics_mcp_connector_runs_the_servers_tools(url: str, http_fixture: str):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=300)
+    asked = dict(model=MODEL, max_tokens=48, extra_body={"temperature": 0}, messages=[{"role": "user", "content": ASK}],
+                 mcp_servers=[{"type": "url", "url": http_fixture, "name": "fixture"}],
+                 tools=[{"type": "mcp_toolset", "mcp_server_name": "fixture", "default_config": {"enabled": False},
+                         "configs": {"echo": {"enabled": True}}}],
+                 tool_choice={"type": "any", "disable_parallel_tool_use": True}, betas=["mcp-client-2025-11-20"])
+    message = client.beta.messages.create(**asked)
+    use, result = message.content[:2]
+    assert use.type == "mcp_tool_use" and use.name == "echo" and use.server_name == "fixture"
+    assert result.type == "mcp_tool_result" and result.tool_use_id == use.id and not result.is_error
+    assert result.content[0].text == "echo: " + use.input["text"]
+    with client.beta.messages.stream(**asked) as stream:
+        streamed = stream.get_final_message()
+    assert [b.type for b in streamed.content][:2] == ["mcp_tool_use", "mcp_tool_result"]
+    assert streamed.content[1].content[0].text == result.content[0].text

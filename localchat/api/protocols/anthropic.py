@@ -7,6 +7,8 @@ temperature, top_p and top_k are taken as Anthropic's API took them (the current
 through extra_body). A thinking model's thinking comes as thinking blocks (`thinking: {type: "enabled",
 budget_tokens}` switches it on and closes it when the budget is spent; "disabled" switches it off). What
 this server cannot do (images, documents, built-in tools, a prefilled assistant turn) is a 400 that says so.
+The MCP connector (`mcp_servers`, with `mcp_toolset` tools) runs its servers' tools here: each call an
+mcp_tool_use block and its mcp_tool_result, as Anthropic's connector writes them.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from ...errors import LocalchatError, RequestError
 from ...runtime.events import Stats
 from ...runtime.templates.thinking import Thought
 from ..schemas import Body, parse
+from ..mcp_tools import anthropic_uses, toolset_of
 from ..service import Answer, AskedSampling, Delta, End, Generation, Route, Service, Started
 from ..tool_parser import ArgsDelta, CallStart, ToolCall
+from .responses_mcp import Approvals, McpEvent, ToolLoop
 
 MEDIA_TYPE = "text/event-stream"
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}  # the rest: end_turn, or stop_sequence
@@ -43,6 +47,7 @@ class CountBody(Body):
     tools: list[Any] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
+    mcp_servers: list[Any] | None = None  # Anthropic's MCP connector: run here (responses_mcp.py's loop)
 
 
 class MessagesBody(CountBody):
@@ -119,6 +124,8 @@ def _tools(body: CountBody) -> tuple[list[dict[str, Any]] | None, Any, bool | No
     """Anthropic's tools and tool_choice as neutral function tools, choice and parallel calls."""
     tools = []
     for i, tool in enumerate(body.tools or []):
+        if isinstance(tool, dict) and tool.get("type") == "mcp_toolset":
+            continue  # which of an MCP server's tools are on (anthropic_uses)
         if not isinstance(tool, dict) or tool.get("type", "custom") != "custom":
             kind = tool.get("type") if isinstance(tool, dict) else tool
             raise RequestError(f"tools.{i} is the built-in tool {kind!r}, which this server does not run; send "
@@ -200,6 +207,25 @@ def _tool_use(call: ToolCall) -> dict[str, Any]:
     return {"type": "tool_use", "id": _tool_id(call.id), "name": call.name, "input": json.loads(call.arguments)}
 
 
+def _mcp_blocks(event: McpEvent) -> list[dict[str, Any]]:
+    """An MCP call as Anthropic's connector shows it: an mcp_tool_use block when it runs, its mcp_tool_result
+    when it is done."""
+    item = event.item
+    use_id = "mcptoolu_" + item["id"].partition("_")[2]
+    if event.kind == "call":
+        try:
+            arguments = json.loads(item["arguments"] or "{}")
+        except ValueError:
+            arguments = {}
+        return [{"type": "mcp_tool_use", "id": use_id, "name": item["name"], "server_name": item["server_label"],
+                 "input": arguments if isinstance(arguments, dict) else {}}]
+    if event.kind == "done":
+        failed = item["status"] != "completed"
+        return [{"type": "mcp_tool_result", "tool_use_id": use_id, "is_error": failed,
+                 "content": [{"type": "text", "text": item["error"] if failed else item["output"]}]}]
+    return []  # a listing or an approval request: the connector shows neither
+
+
 def _event(kind: str, **data: Any) -> bytes:
     return (f"event: {kind}\ndata: ".encode() + json.dumps({"type": kind, **data}, ensure_ascii=False,
                                                              separators=(",", ":")).encode("utf-8") + b"\n\n")
@@ -217,17 +243,28 @@ class _Message:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
                 "stop_reason": stop[0], "stop_sequence": stop[1], "usage": usage}
 
-    async def whole(self, answer: Answer) -> dict[str, Any]:
+    async def whole(self, answer: Answer | ToolLoop) -> dict[str, Any]:
+        content: list[dict[str, Any]] = []  # the blocks in the order written: thinking, text, MCP calls
         async for event in answer.events():
-            if isinstance(event, End):
-                text, thought = "".join(answer.content), "".join(answer.reasoning)
-                content = [{"type": "thinking", "thinking": thought, "signature": ""}] if thought else []
-                content += ([{"type": "text", "text": text}] if text or not answer.calls else [])
+            if isinstance(event, McpEvent):
+                content += _mcp_blocks(event)
+            elif isinstance(event, Delta):
+                for piece in event.pieces:
+                    kind, key, text = (("thinking", "thinking", piece.text) if isinstance(piece, Thought) else
+                                       ("text", "text", piece) if isinstance(piece, str) else (None, "", ""))
+                    if kind is None:
+                        continue
+                    if not content or content[-1]["type"] != kind:
+                        content.append({"type": kind, key: "", **({"signature": ""} if kind == "thinking" else {})})
+                    content[-1][key] += text
+            elif isinstance(event, End):
+                if not any(block["type"] != "thinking" for block in content) and not answer.calls:
+                    content.append({"type": "text", "text": ""})  # an empty answer is still one text block
                 content += [_tool_use(call) for call in answer.calls]
                 return self._head(content, _usage(event.stats), _stop(event))
         raise AssertionError("an answer's events end with End")
 
-    async def events(self, answer: Answer) -> AsyncIterator[bytes]:
+    async def events(self, answer: Answer | ToolLoop) -> AsyncIterator[bytes]:
         index, open_kind, started = -1, None, False  # the content block being written, and its kind
 
         def begin(block: dict[str, Any]) -> list[bytes]:
@@ -243,7 +280,11 @@ class _Message:
                     prompt = event.prompt_tokens if isinstance(event, Started) else 0
                     yield _event("message_start", message=self._head([], _usage(None, prompt), (None, None)))
                     yield _event("ping")
-                if isinstance(event, Delta):
+                if isinstance(event, McpEvent):
+                    for block in _mcp_blocks(event):
+                        for chunk in begin(block):
+                            yield chunk
+                elif isinstance(event, Delta):
                     for piece in event.pieces:
                         if isinstance(piece, Thought):
                             if open_kind != "thinking":
@@ -288,7 +329,13 @@ async def messages(service: Service, data: Any, request: HTTPRequest) -> Respons
                            "may take, such as 1024.", "max_tokens")
     sampling = AskedSampling.named_alike(body, {"stop": "stop_sequences"}, stop=list(body.stop_sequences or []))
     generation = _generation(body, bool(body.stream), sampling)
-    answer = await service.generate(generation, request)
+    answer: Answer | ToolLoop
+    if body.mcp_servers:
+        uses = anthropic_uses(body.mcp_servers, body.tools or [], request.client.host if request.client else "")
+        toolset = await toolset_of(uses, {t["function"]["name"] for t in generation.tools or []})
+        answer = ToolLoop(service, generation, toolset, request, Approvals({}, {}))
+    else:
+        answer = await service.generate(generation, request)
     reply = _Message(answer.model)
     if generation.stream:
         return answer.streamed(reply.events(answer), MEDIA_TYPE)
