@@ -14,6 +14,9 @@ import platformdirs
 APP_NAME = "localchat"
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
+# Left free by every writer (downloads, imports, uploads, saved KV states): a completely full disk breaks the
+# system and the chats' own store, not just the one write.
+DISK_MARGIN = 256 * 2**20
 
 
 def private_dir(path: Path) -> Path:
@@ -35,6 +38,13 @@ def set_aside(path: Path) -> Path:
         if part.exists():
             os.replace(part, Path(f"{aside}{suffix}"))
     return aside
+
+
+def room_left(folder: Path) -> int:
+    """The bytes a writer may still put on the disk holding `folder` (an existing one), DISK_MARGIN kept free."""
+    import shutil
+
+    return shutil.disk_usage(folder).free - DISK_MARGIN
 
 
 def private_file(path: Path) -> Path:

@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse
 
-from ...models.hub import DISK_MARGIN
+from ...paths import DISK_MARGIN
 from ...units import size_text
 from .uploads import MAX_UPLOAD_BYTES, too_large
 
