@@ -51,6 +51,11 @@ class PinnedDocumentsError(ContextOverflowError):
     """The documents an earlier turn of a chat read leave no room for the next message; leaving them out would."""
 
 
+class StoreError(LocalchatError):
+    """A store's file (the conversations, the stored responses) could not be written or read: a full disk,
+    an I/O error. What it held is kept; the store opens it again on the next use."""
+
+
 class AuthError(LocalchatError):
     """An API request without the right bearer token."""
 

@@ -29,10 +29,14 @@ def private_dir(path: Path) -> Path:
 
 def set_aside(path: Path) -> Path:
     """Move a file localchat could not read (and a SQLite file's -wal and -shm beside it) to
-    `<name>.corrupt-<time>` in the same folder, for a person to look at; returns the new path."""
+    `<name>.corrupt-<time>` in the same folder, for a person to look at; returns the new path. Two set
+    aside in one second get names of their own (`-2`, `-3`, ...): one never replaces another."""
     import time
 
-    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    stamp = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    aside, number = stamp, 2
+    while any(os.path.lexists(f"{aside}{suffix}") for suffix in ("", "-wal", "-shm")):
+        aside, number = stamp.with_name(f"{stamp.name}-{number}"), number + 1
     for suffix in ("", "-wal", "-shm"):
         part = Path(f"{path}{suffix}")
         if part.exists():

@@ -9,7 +9,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from ..errors import (AuthError, BackendError, ContextOverflowError, EngineError, LocalchatError,
-                      ModelNotFoundError, NoRoomError, PayloadTooLargeError, RequestError)
+                      ModelNotFoundError, NoRoomError, PayloadTooLargeError, RequestError, StoreError)
 
 
 # Python's JSON parser and pydantic both stop at about a thousand levels, with a RecursionError.
@@ -70,6 +70,8 @@ def error_from(exc: LocalchatError, path: str = "") -> JSONResponse:
         return error_response(401, message, code="invalid_api_key", path=path)
     if isinstance(exc, BackendError):
         return error_response(502, message, kind="api_error", code="backend_unavailable", path=path)
+    if isinstance(exc, StoreError):  # 507 Insufficient Storage: the server's disk, not the request
+        return error_response(507, message, kind="server_error", code="store_unavailable", path=path)
     if isinstance(exc, EngineError):
         return error_response(500, message, kind="server_error", code="engine_error", path=path)
     return error_response(500, message, kind="server_error", path=path)
