@@ -67,7 +67,8 @@ class Declared:
         if self.shape:
             return self.shape
         if self.low is not None and self.high is not None:
-            return f"between {self.low} and {self.high}"
+            return f"0 ({self.zero}) to {self.high}" if self.low == 0 and self.zero else \
+                f"between {self.low} and {self.high}"
         if self.low is not None:
             return f"0 ({self.zero}) or more" if self.low == 0 and self.zero else f"at least {self.low}"
         return ""
@@ -93,9 +94,11 @@ class Settings:
     model: str = setting(DEFAULT_MODEL, "catalog name (see `localchat models`) or a .gguf path",
                          commands=(*ENGINE_COMMANDS, "selftest"), model_bound=True)
     n_ctx: int = setting(8192, "context window in tokens", commands=ENGINE_COMMANDS, low=64, model_bound=True)
+    # ggml runs at most 512 threads (GGML_MAX_N_THREADS); more crashed the runner at every restart.
     n_threads: int = setting(0, "CPU threads (default: physical cores)", commands=ENGINE_COMMANDS,
-                             flag="--threads", low=0, zero="physical cores")
-    n_batch: int = setting(512, "tokens llama.cpp reads per prompt batch", low=1)
+                             flag="--threads", low=0, high=512, zero="physical cores")
+    # A batch's buffers are sized by it before a token is read: 10^9 asked for tens of GB.
+    n_batch: int = setting(512, "tokens llama.cpp reads per prompt batch", low=1, high=65536)
     n_seq_max: int = setting(8, "conversations decoded side by side", low=1, high=256)
     n_gpu_layers: int = setting(0, "layers offloaded to the GPU (-1: all)", model_bound=True)
     # 0 chooses it from measured step costs, so a streaming chat stays fluid beside a long document.

@@ -60,6 +60,11 @@ class ToolServerError(LocalchatError):
         self.server = server
 
 
+class StoreError(LocalchatError):
+    """A store's file (the conversations, the stored responses) could not be written or read: a full disk,
+    an I/O error. What it held is kept; the store opens it again on the next use."""
+
+
 class AuthError(LocalchatError):
     """An API request without the right bearer token."""
 

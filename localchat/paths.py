@@ -14,6 +14,9 @@ import platformdirs
 APP_NAME = "localchat"
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
+# Left free by every writer (downloads, imports, uploads, saved KV states): a completely full disk breaks the
+# system and the chats' own store, not just the one write.
+DISK_MARGIN = 256 * 2**20
 
 
 def private_dir(path: Path) -> Path:
@@ -26,15 +29,26 @@ def private_dir(path: Path) -> Path:
 
 def set_aside(path: Path) -> Path:
     """Move a file localchat could not read (and a SQLite file's -wal and -shm beside it) to
-    `<name>.corrupt-<time>` in the same folder, for a person to look at; returns the new path."""
+    `<name>.corrupt-<time>` in the same folder, for a person to look at; returns the new path. Two set
+    aside in one second get names of their own (`-2`, `-3`, ...): one never replaces another."""
     import time
 
-    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    stamp = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    aside, number = stamp, 2
+    while any(os.path.lexists(f"{aside}{suffix}") for suffix in ("", "-wal", "-shm")):
+        aside, number = stamp.with_name(f"{stamp.name}-{number}"), number + 1
     for suffix in ("", "-wal", "-shm"):
         part = Path(f"{path}{suffix}")
         if part.exists():
             os.replace(part, Path(f"{aside}{suffix}"))
     return aside
+
+
+def room_left(folder: Path) -> int:
+    """The bytes a writer may still put on the disk holding `folder` (an existing one), DISK_MARGIN kept free."""
+    import shutil
+
+    return shutil.disk_usage(folder).free - DISK_MARGIN
 
 
 def private_file(path: Path) -> Path:

@@ -16,7 +16,8 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response
 
 from ..errors import AuthError, LocalchatError, PayloadTooLargeError, RequestError
-from .wire import TOO_DEEP, error_from, error_response
+from .json_values import JSONUnreadable, json_value
+from .wire import error_from, error_response
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +62,15 @@ async def read_json(request: HTTPRequest) -> Any:
     if not body:
         raise RequestError("the request has no body; send a JSON object.")
     try:
-        data = json.loads(body)
+        data = json_value(body)
         # JSON may spell a lone UTF-16 surrogate (\ud800), which no UTF-8 text can hold.
         if b"\\u" in body:
             json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(f"the request body is not valid JSON ({exc}).") from None
-    except UnicodeEncodeError:
+    except UnicodeEncodeError:  # a ValueError too: before JSONUnreadable's
         raise RequestError("the request body holds a lone UTF-16 surrogate (such as \\ud800), which is not "
                            "text; send valid Unicode.") from None
-    except RecursionError:
-        raise RequestError(TOO_DEEP) from None
+    except JSONUnreadable as exc:  # not JSON, nested past MAX_DEPTH, or an integer Python will not read
+        raise RequestError(f"the request body {exc}.") from None
     return data
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from ..runtime.templates.thinking import Thought, merged
+from .json_values import JSONUnreadable, json_value
 from .markers import Marker, MarkerStream
 from .tool_parser import ArgsDelta, CallStart, Piece, ToolCall, new_call_id
 
@@ -100,8 +101,8 @@ class HarmonyParser:
         name = self._recipient[len("functions."):] if self._recipient.startswith("functions.") else self._recipient
         raw = "".join(self._args).strip()
         try:
-            args = json.loads(raw) if raw else {}
-        except (json.JSONDecodeError, RecursionError):
+            args = json_value(raw) if raw else {}
+        except JSONUnreadable:
             args = None
         if name not in self.names or not isinstance(args, dict):
             self.broken = f"the model's call of {name!r} could not be read"

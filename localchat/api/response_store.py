@@ -4,10 +4,10 @@
 Bounded twice, so no client can fill the disk: the newest MAX_STORED responses, and no more than
 MAX_STORED_BYTES of them together; the oldest go first. They hold what was said: the file is private.
 
-The file is read back, so it is untrusted input: one SQLite cannot read (a disk fault, a crash mid-write,
-another program's bytes) is moved aside beside it, a new one started, and that said once in the log;
-a row whose JSON does not parse is dropped. A corrupted file no longer makes every Responses route a
-bare 500 for good: the responses stored in it are gone (the file set aside keeps them, for a person).
+The file is read back, so it is untrusted input: one SQLite says is corrupt (a crash mid-write, another
+program's bytes) is moved aside beside it, a new one started, and that said once in the log; a row whose
+JSON does not parse is dropped. A full disk or an I/O error is no corrupt file: nothing is set aside, the
+request gets a StoreError (a 507 that says so), and the file is opened again on the next use.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from ..errors import StoreError
 from ..paths import data_dir
-from ..sqlite_file import open_or_start_anew, start_anew
+from ..sqlite_file import corrupt, not_kept, open_or_start_anew, start_anew, transaction
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,7 +51,11 @@ class ResponseStore:
         self.path = path
         self.max_stored, self.max_bytes = max_stored, max_bytes
         self._lock = threading.Lock()
-        self._db = open_or_start_anew(path, SCHEMA, "responses", "the stored responses", LOST)
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._open()
+        except StoreError as exc:  # a full disk at start: the store opens on a later use
+            log.warning("%s", exc)
 
     def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
         """Keep `response` (by its id) and the conversation it ended; then drop the oldest beyond the bounds."""
@@ -58,8 +63,7 @@ class ResponseStore:
                json.dumps(conversation, ensure_ascii=False))
 
         def put() -> None:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(self._db):
                 self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)", row)
                 self._db.execute("DELETE FROM responses WHERE id NOT IN (SELECT id FROM responses ORDER BY "
                                  "created DESC, rowid DESC LIMIT ?)", (self.max_stored,))
@@ -68,11 +72,6 @@ class ResponseStore:
                     "DELETE FROM responses WHERE rowid IN (SELECT rowid FROM (SELECT rowid, SUM(LENGTH(response) + "
                     "LENGTH(conversation)) OVER (ORDER BY created DESC, rowid DESC) AS total FROM responses) "
                     "WHERE total > ?)", (self.max_bytes,))
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
         self._run(put)
 
     def get(self, response_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
@@ -101,22 +100,39 @@ class ResponseStore:
     # -- the file ---------------------------------------------------------------------------------
 
     def _run(self, work: Callable[[], T]) -> T:
-        """work() under the lock; a file SQLite finds corrupt on the way is set aside, and work() runs once
-        more on a new one."""
+        """work() under the lock, the file opened first where it is not (a start that failed); a file SQLite
+        finds corrupt on the way is set aside, and work() runs once more on a new one. Any other failure
+        (a full disk) is a StoreError, and the file stays as it is."""
         with self._lock:
+            self._open()
             try:
                 return work()
             except sqlite3.DatabaseError as exc:
-                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                    raise  # busy, not broken
+                if not corrupt(exc):
+                    raise not_kept(exc, "the stored response") from None
                 self._set_aside(exc)
-                return work()
+                try:
+                    return work()
+                except sqlite3.Error as again:
+                    raise not_kept(again, "the stored response") from None
+
+    def _open(self) -> None:
+        if self._db is None:
+            try:
+                self._db = open_or_start_anew(self.path, SCHEMA, "responses", "the stored responses", LOST)
+            except sqlite3.Error as exc:
+                raise not_kept(exc, "the stored responses") from None
 
     def _set_aside(self, exc: Exception) -> None:
-        """Move the unreadable file (and its journal) aside, say so once, and start a new one."""
-        if getattr(self, "_db", None) is not None:
+        """Move the corrupt file (and its journal) aside, say so once, and start a new one; a new one that
+        cannot be started (a full disk) leaves the store to open again on its next use."""
+        if self._db is not None:
             self._db.close()
-        self._db = start_anew(self.path, SCHEMA, "responses", exc, "the stored responses", LOST)
+            self._db = None
+        try:
+            self._db = start_anew(self.path, SCHEMA, "responses", exc, "the stored responses", LOST)
+        except sqlite3.Error as failed:
+            raise not_kept(failed, "the stored responses") from None
 
 
 @functools.lru_cache(maxsize=4)

@@ -9,7 +9,8 @@ import dataclasses
 from typing import Any
 
 from ..errors import RequestError
-from ..runtime.constraints.grammar import Grammar, regex_literal
+from ..runtime.constraints.grammar import Grammar
+from ..runtime.constraints.lazy_trigger import regex_literal
 from ..runtime.constraints.schema_check import SchemaCheck
 from ..runtime.templates.thinking import ThinkingStyle, closed_by_prompt, opened_by_prompt
 

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .json_values import JSONUnreadable, json_value
 from .tool_xml import DSML, CallUnreadable, Schemas, glm_call, qwen_xml_call, read_dsml, xtml_call, xtml_whole
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +52,9 @@ def _strip_open(text: str, opens: tuple[str, ...]) -> str:
 
 def _json_object(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        raise CallUnreadable("its arguments are not JSON") from None
+        value = json_value(text)
+    except JSONUnreadable as exc:
+        raise CallUnreadable(f"its arguments: the text {exc}") from None
     if not isinstance(value, dict):
         raise CallUnreadable("its arguments are not a JSON object")
     return value
@@ -166,9 +167,9 @@ def read_mistral(text: str, schemas: Schemas, cut: bool) -> list[tuple[str, dict
     if not body.startswith(("[", "{")):
         return [_mistral_args(text, schemas)]
     try:
-        value = json.loads(body)
-    except (json.JSONDecodeError, RecursionError):
-        raise CallUnreadable("its calls are not JSON") from None
+        value = json_value(body)
+    except JSONUnreadable as exc:
+        raise CallUnreadable(f"its calls: the text {exc}") from None
     calls = []
     for call in value if isinstance(value, list) else [value]:
         args = call.get("arguments", call.get("parameters")) if isinstance(call, dict) else None
@@ -206,8 +207,8 @@ def _json_after(separator: str) -> Callable[[str], bool]:
     def whole(text: str) -> bool:
         args = _unfenced(text.partition(separator)[2] if separator else text)
         try:
-            json.loads(args)
-        except (json.JSONDecodeError, RecursionError):
+            json_value(args)
+        except JSONUnreadable:
             return False
         return True
     return whole

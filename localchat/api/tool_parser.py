@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 from ..errors import EngineError
+from .json_values import JSONUnreadable, json_value
 from .tool_formats import ToolFormat
 
 ARGS_KEYS = ("arguments", "parameters")  # families differ; either is read back
@@ -22,6 +23,14 @@ ARGS_KEYS = ("arguments", "parameters")  # families differ; either is read back
 
 class ToolCallError(EngineError):
     """The model opened a tool call that cannot be read as one."""
+
+
+def _read(text: str) -> Any:
+    """A JSON text of the model's call, or the ToolCallError that turns its section into content."""
+    try:
+        return json_value(text)
+    except JSONUnreadable as exc:
+        raise ToolCallError(f"the model's tool call {exc}; try again.") from None
 
 
 @dataclass(slots=True)
@@ -198,7 +207,7 @@ class ToolCallParser:
             elif char == '"':
                 obj.in_string = False
                 if obj.depth == 1:
-                    self._string_at_top(obj, json.loads("".join(obj.chars[obj.string_start:])))
+                    self._string_at_top(obj, _read("".join(obj.chars[obj.string_start:])))
             return
         if obj.await_value and not char.isspace():
             obj.await_value = False
@@ -248,16 +257,13 @@ class ToolCallParser:
     def _end_object(self, obj: _Object) -> None:
         self._obj = None
         raw = "".join(obj.chars)
-        try:
-            call = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ToolCallError(f"the model's tool call is not valid JSON ({exc.msg}); try again.") from None
+        call = _read(raw)
         key = next((k for k in ARGS_KEYS if k in call), None)
         args = call.get(key) if key else {}
         if isinstance(args, str):  # some models write the arguments as a JSON string
             try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
+                args = json_value(args)
+            except JSONUnreadable:
                 args = None
         if not isinstance(call.get("name"), str) or not isinstance(args, dict):
             raise ToolCallError("the model's tool call lacks a name or an arguments object; try again.")

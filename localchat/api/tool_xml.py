@@ -10,8 +10,9 @@ next tag; each value is typed by the tool's schema (a string stays as written). 
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from .json_values import JSONUnreadable, json_value
 
 Schemas = dict[str, dict[str, Any]]  # tool name -> its parameters schema
 PYTHON_LITERALS = {"True": True, "False": False, "None": None}  # some models write Python's, not JSON's
@@ -31,8 +32,8 @@ def typed(value: str, name: str, tool: str, schemas: Schemas) -> Any:
     if value.strip() in PYTHON_LITERALS:
         return PYTHON_LITERALS[value.strip()]
     try:
-        return json.loads(value)
-    except (json.JSONDecodeError, RecursionError):
+        return json_value(value)
+    except JSONUnreadable:
         return value
 
 
@@ -244,8 +245,8 @@ def xtml_call(text: str, schemas: Schemas) -> tuple[str, dict[str, Any]]:
         if text.startswith(XTML_JSON, at):
             end = text.find(XTML_JSON_END, start)
             try:
-                block = json.loads(text[start:end]) if end >= 0 else None
-            except (json.JSONDecodeError, RecursionError):
+                block = json_value(text[start:end]) if end >= 0 else None
+            except JSONUnreadable:
                 block = None
             if not isinstance(block, dict):
                 raise CallUnreadable("its JSON block is not an object")
@@ -266,7 +267,7 @@ def _xtml_typed(raw: str, kind: str | None, key: str, tool: str, schemas: Schema
         return raw
     if kind in ("number", "boolean", "null", "object", "array"):
         try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, RecursionError):
+            return json_value(raw)
+        except JSONUnreadable:
             pass
     return typed(raw, key, tool, schemas)

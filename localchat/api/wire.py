@@ -9,7 +9,8 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from ..errors import (AuthError, BackendError, ContextOverflowError, EngineError, LocalchatError,
-                      ModelNotFoundError, NoRoomError, PayloadTooLargeError, RequestError, ToolServerError)
+                      ModelNotFoundError, NoRoomError, PayloadTooLargeError, RequestError, StoreError,
+                      ToolServerError)
 
 
 # Python's JSON parser and pydantic both stop at about a thousand levels, with a RecursionError.
@@ -72,6 +73,8 @@ def error_from(exc: LocalchatError, path: str = "") -> JSONResponse:
         return error_response(424, message, code="mcp_server_unavailable", param="tools", path=path)
     if isinstance(exc, BackendError):
         return error_response(502, message, kind="api_error", code="backend_unavailable", path=path)
+    if isinstance(exc, StoreError):  # 507 Insufficient Storage: the server's disk, not the request
+        return error_response(507, message, kind="server_error", code="store_unavailable", path=path)
     if isinstance(exc, EngineError):
         return error_response(500, message, kind="server_error", code="engine_error", path=path)
     return error_response(500, message, kind="server_error", path=path)

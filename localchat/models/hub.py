@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 from tqdm import tqdm
 
 from ..errors import DownloadError
+from ..paths import DISK_MARGIN
 from ..units import size_text
 from .hub_errors import explain_hub_error
 
@@ -22,8 +23,6 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 DEFAULT_ENDPOINT = "https://huggingface.co"
-# Left free after a download: a completely full disk breaks the system, not just the download.
-DISK_MARGIN = 256 * 2**20
 CHUNK = 1 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHA1 = re.compile(r"[0-9a-f]{40}")  # a git commit, or the git blob id the hub gives a small file as its ETag

@@ -9,13 +9,15 @@ points at (the user's own) stays, and nothing outside the folder is ever deleted
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..errors import LocalchatError, ModelLoadError
-from ..paths import PRIVATE_FILE_MODE, models_dir
+from ..paths import DISK_MARGIN, PRIVATE_FILE_MODE, models_dir, room_left
 from ..units import size_text
 from .gguf_info import read_gguf
 from .importers import is_gguf
@@ -50,7 +52,7 @@ def check_gguf(path: Path, name: str) -> None:
 
 def import_target(name: str) -> Path:
     """A free path for `name` (a file's, or the folder's of a split model) in the imported folder: a model
-    already here is never overwritten."""
+    already here is never overwritten. Free when asked: the caller creates it exclusively (`_claimed`)."""
     folder = models_dir() / IMPORTED
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / name
@@ -60,6 +62,17 @@ def import_target(name: str) -> Path:
         target = folder / f"{stem}-{number}{suffix}"
         number += 1
     return target
+
+
+def _claimed(name: str, make: Callable[[Path], Placed]) -> Placed:
+    """`make` run on the first free path for `name`; a path taken between the look and the make (another
+    import at the same moment) is a taken name: the next one is tried, and nothing is written onto it."""
+    for _ in range(100):
+        try:
+            return make(import_target(name))
+        except FileExistsError:
+            continue
+    raise ModelLoadError(f"No free name for {name} in localchat's models folder; delete an import, then try again.")
 
 
 def link_in(source: Path) -> Placed:
@@ -79,49 +92,84 @@ def link_in(source: Path) -> Placed:
                              f"{'is' if len(missing) == 1 else 'are'} not beside it in {source.parent}; put every "
                              "part in one folder, then import the first.")
     if len(parts) == 1:
-        target = import_target(source.name)
-    else:
-        folder = import_target(model_stem(source.name))
-        folder.mkdir()
-        target = folder / source.name
-    placed = [_link(part, target.with_name(part.name)) for part in parts]
+        return _claimed(source.name, lambda target: _link(source, target))
+    folder = _claimed(model_stem(source.name), _new_folder).path  # every part's name in it is free
+    placed = [_link(part, folder / part.name) for part in parts]
     how = "copied" if any(p.how == "copied" for p in placed) else "linked"
-    said = placed[0].said if len(parts) == 1 else \
-        f"{placed[0].said} (and its {len(parts) - 1} other parts beside it, each the same way)"
-    return Placed(target, how, said)
+    return Placed(folder / source.name, how,
+                  f"{placed[0].said} (and its {len(parts) - 1} other parts beside it, each the same way)")
+
+
+def _new_folder(path: Path) -> Placed:
+    path.mkdir()  # FileExistsError when taken: `_claimed` moves on
+    return Placed(path, "folder", "")
 
 
 def _link(source: Path, target: Path) -> Placed:
+    """`source` at the new name `target`: a hard link, else a symbolic link, else a copy. Every one of
+    them creates `target` exclusively: a taken name raises FileExistsError, never a fallback that writes."""
     try:
         os.link(source, target)
         return Placed(target, "linked", f"linked {source.name} into localchat's models folder (a hard link: one "
                                         "file with two names, no bytes copied)")
+    except FileExistsError:
+        raise
     except OSError as hard:
         try:
             target.symlink_to(source)
             return Placed(target, "linked", f"linked {source.name} into localchat's models folder (a symbolic "
                                             f"link: a hard link is not possible here, {_why(hard)}); "
                                             "moving or deleting the original breaks the link")
+        except FileExistsError:
+            raise
         except OSError as soft:
-            shutil.copyfile(source, target)
-            os.chmod(target, PRIVATE_FILE_MODE)
+            _copy_new(source, target)
             return Placed(target, "copied", f"copied {source.name} ({size_text(source.stat().st_size)}) into "
                                             "localchat's models folder because no link can be made there "
                                             f"({_why(soft)})")
 
 
+def _copy_new(source: Path, target: Path) -> None:
+    """`source`'s bytes in a file created at `target` (FileExistsError when taken), private; a copy that
+    fails part way (a full disk) is removed, not left as a damaged model."""
+    size = source.stat().st_size
+    if size > room_left(target.parent):
+        raise _no_room(target.name, size, shutil.disk_usage(target.parent).free)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    try:
+        with os.fdopen(fd, "wb") as out, source.open("rb") as given:
+            shutil.copyfileobj(given, out, 1 << 20)
+    except BaseException as exc:
+        target.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:  # filled meanwhile by another writer
+            raise _no_room(target.name, size, shutil.disk_usage(target.parent).free) from None
+        raise
+
+
+def _no_room(name: str, size: int, free: int) -> ModelLoadError:
+    return ModelLoadError(f"{name} ({size_text(size)}) does not fit in localchat's models folder: "
+                          f"{size_text(free)} is free there and {size_text(DISK_MARGIN)} stays free for the chats; "
+                          "free some space, then import again.")
+
+
 def move_in(source: Path, name: str) -> Placed:
     """An uploaded file (already a copy of the user's, made by the upload) moved into the models folder: a
-    rename on the same filesystem; across filesystems copied, then the upload deleted, and said so."""
-    target = import_target(name)
+    new name for it on the same filesystem (a link, then the upload's name removed: a rename would replace
+    a file that took the name meanwhile); else copied, then the upload deleted, and said so."""
+    return _claimed(name, lambda target: _move(source, target, name))
+
+
+def _move(source: Path, target: Path, name: str) -> Placed:
     try:
-        os.rename(source, target)
+        os.link(source, target)
         how, said = "moved", f"moved {name} into the models folder"
-    except OSError:  # another filesystem: a rename cannot cross it
-        shutil.copyfile(source, target)
-        source.unlink()
-        how, said = "copied", (f"copied {name} into the models folder because the upload folder is on another "
-                               "disk; the uploaded file was deleted")
+    except FileExistsError:
+        raise
+    except OSError as exc:  # another filesystem, or one without links
+        _copy_new(source, target)
+        how, said = "copied", (f"copied {name} into the models folder because it cannot be moved there "
+                               f"({_why(exc)}); the uploaded file was deleted")
+    source.unlink()
     os.chmod(target, PRIVATE_FILE_MODE)
     return Placed(target, how, said)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 from typing import Iterator
@@ -82,3 +83,40 @@ def best_of(repeats: int, work) -> float:
 def idle(engine: Engine) -> bool:
     """No sequence left in the engine (running or waiting)."""
     return not (engine.scheduler.running or engine.scheduler.waiting)
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator:
+    """mount(size, name): a folder on a tmpfs of its own (a real small disk that fills: ENOSPC, not a mock),
+    unmounted when the test ends. Skips with the reason where mounts are not permitted (they need root)."""
+    mounted: list[Path] = []
+
+    def mount(size: str = "2m", name: str = "small-disk") -> Path:
+        where = tmp_path / name
+        where.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"a small disk needs a tmpfs mount, which is not permitted here: {done.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in reversed(mounted):
+        subprocess.run(["umount", "--lazy", str(where)], capture_output=True, check=False)
+
+
+def fill(folder: Path) -> Path:
+    """A file in `folder` written until its disk is full (ENOSPC); delete it to free the disk again."""
+    import errno
+
+    filler = folder / "filler"
+    with filler.open("wb", buffering=0) as out:
+        chunk = b"\0" * 65536
+        while True:
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                break
+    return filler

@@ -121,3 +121,18 @@ def test_hostile_bodies_cost_bounded_work_on_every_post_route(api: str):
     r = httpx.post(api + "/api/generate", json={"model": MODEL, "prompt": "a " * 2**20, "stream": False}, timeout=120)
     assert r.status_code == 400 and "characters" in shaped("/api/generate", r), r.text[:200]
     assert httpx.get(api + "/api/tags", timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("kind", ["5,000-digit integer", "900 levels deep"])
+def test_a_huge_integer_or_a_deep_value_in_a_body_is_a_400_on_every_route(api: str, engine, kind: str):
+    """Python reads neither (a ValueError that is no JSONDecodeError; a value that parses a little under
+    the recursion limit and fails where it is validated or written out): each was a 500 on every route."""
+    hostile = b"9" * 5000 if kind.startswith("5") else b"[" * 900 + b"]" * 900
+    before = engine.steps
+    for path in POSTS:
+        body = json.dumps({**BODIES[dialect(path)], "temperature": "@@"}).encode().replace(b'"@@"', hostile)
+        r = httpx.post(api + path, content=body, headers={"Content-Type": "application/json"}, timeout=60)
+        said = shaped(path, r)
+        assert r.status_code == 400, (path, r.status_code, said)
+        assert ("4,300 digits" if kind.startswith("5") else "nests deeper than 128 levels") in said, (path, said)
+    assert engine.steps == before

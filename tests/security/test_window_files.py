@@ -139,7 +139,7 @@ def test_an_upload_that_could_not_be_kept_is_refused_before_its_body(window):
     import shutil
     from urllib.parse import urlsplit
 
-    from localchat.models.hub import DISK_MARGIN
+    from localchat.paths import DISK_MARGIN
     from localchat.ui.documents.received import MAX_IMPORT_BYTES
     from localchat.ui.documents.uploads import received_dir
 

@@ -18,6 +18,8 @@ import numpy as np
 
 from ...errors import RequestError
 from .. import llama_log
+from ..vocab import token_piece
+from .lazy_trigger import TriggerWatch, grammar_takes, trigger_patterns
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +105,7 @@ def new_grammar_sampler(grammar: Grammar, vocab: llama_cpp.llama_vocab_p) -> lla
     if grammar.triggers:
         # A trigger is plain text: escaped into the whole-buffer pattern llama.cpp matches, whose
         # first group marks where the constrained text starts.
-        patterns = [f"{grammar.after}[\\s\\S]*?({regex_literal(t)})[\\s\\S]*".encode("utf-8")
-                    for t in grammar.triggers]
+        patterns = [p.encode("utf-8") for p in trigger_patterns(grammar.triggers, grammar.after)]
         array = (ctypes.c_char_p * len(patterns))(*patterns)
         sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(vocab, text, root, array, len(patterns), None, 0)
     else:
@@ -114,12 +115,6 @@ def new_grammar_sampler(grammar: Grammar, vocab: llama_cpp.llama_vocab_p) -> lla
         raise RequestError(f"the grammar could not be used ({reason[:500]}); check its GBNF: it needs a "
                            "`root` rule, and every rule it names must be defined.", "grammar")
     return sampler
-
-
-def regex_literal(text: str) -> str:
-    """`text` as an ECMAScript regex (llama.cpp's std::regex) matching it literally. Only the syntax
-    characters are escaped: an escape that regex does not know would throw inside llama.cpp."""
-    return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)
 
 
 # The converter's string character admits raw control characters (a newline inside a string), which
@@ -143,6 +138,8 @@ class GrammarSampler:
 
     def __init__(self, grammar: Grammar, vocab: llama_cpp.llama_vocab_p, n_vocab: int, eog: int) -> None:
         self._sampler = new_grammar_sampler(grammar, vocab)
+        self._gbnf = grammar.gbnf
+        self._watch = TriggerWatch(grammar.triggers, grammar.after, lambda token: token_piece(vocab, token))
         self._vocab = vocab
         self._n_vocab = n_vocab
         self._eog = eog
@@ -170,8 +167,19 @@ class GrammarSampler:
 
     def accept(self, token: int) -> None:
         """A token entered the sequence; an end token ends it, so the grammar need not hear of it."""
-        if not llama_cpp.llama_vocab_is_eog(self._vocab, token):
-            llama_cpp.llama_sampler_accept(self._sampler, token)
+        if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+            return
+        fed = self._watch.fed_by(token)
+        if fed is not None and not self._watch.is_bare_trigger(fed) and not grammar_takes(self._gbnf, self._vocab, fed):
+            # The trigger came inside text the grammar cannot read (the answer names a marker in prose):
+            # handed on, llama.cpp would throw and abort the process. The text stays the answer's own.
+            log.info("the answer wrote a grammar trigger inside other text (%r); it is read as text and the "
+                     "grammar waits for its trigger again", fed[:80])
+            llama_cpp.llama_sampler_reset(self._sampler)
+            self._watch.restart()
+            return
+        llama_cpp.llama_sampler_accept(self._sampler, token)
+        self._watch.accepted(token)
 
     def allows(self, token: int) -> bool:
         """Whether the grammar lets `token` come next."""

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ...paths import DISK_MARGIN, room_left
+from ...units import size_text
 from .kv_state import StateLimits, limits_of
 
 log = logging.getLogger(__name__)
@@ -220,16 +222,27 @@ class KVDiskCache:
                              "tokens_sha256": hashlib.sha256(raw).hexdigest(), "state_bytes": len(data),
                              "state_sha256": hashlib.sha256(data).hexdigest(), "saved": time.time()}).encode()
         _private_folder(self.folder)  # trimmed away when it was empty, or made by an older version
+        head = MAGIC + _LENGTH.pack(len(header)) + header + raw
+        room = room_left(self.folder)
+        if len(head) + len(data) > room:  # asked first: a state never fills the disk the chats are kept on
+            log.warning("a prompt's KV state (%s) was not saved to %s: the disk has %s left beside the %s kept "
+                        "free", size_text(len(head) + len(data)), self.folder, size_text(max(room, 0)),
+                        size_text(DISK_MARGIN))
+            return
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), _FILE_MODE)
-        with os.fdopen(fd, "wb") as handle:
-            if os.name == "posix":
-                os.fchmod(handle.fileno(), _FILE_MODE)  # a leftover .tmp keeps its own mode otherwise
-            handle.write(MAGIC + _LENGTH.pack(len(header)) + header + raw)
-            handle.write(memoryview(data))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                if os.name == "posix":
+                    os.fchmod(handle.fileno(), _FILE_MODE)  # a leftover .tmp keeps its own mode otherwise
+                handle.write(head)
+                handle.write(memoryview(data))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:  # a disk filled meanwhile, say: no part of the state stays
+            _remove(tmp)
+            raise
         with self._lock:
             self._entries[name] = Entry(path, tokens, path.stat().st_size)
         self._bound()

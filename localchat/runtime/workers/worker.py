@@ -20,6 +20,7 @@ from ..kv.kv_slots import Copy, Remove
 from ..kv.weights_digest import weights_digest
 from ..logprobs import token_logprob
 from ..sampling import Sampler, SamplingParams, logits_at
+from ..vocab import tokenize
 from ..worker_types import BatchRow, WorkerConfig, default_threads
 
 log = logging.getLogger(__name__)
@@ -36,19 +37,6 @@ def check_gguf_file(path: Path) -> None:
             f"{path} is not a GGUF model file; use a .gguf file, "
             "for example one from `localchat models`."
         )
-
-
-def tokenize(vocab: llama_cpp.llama_vocab_p, text: str, add_special: bool, parse_special: bool) -> list[int]:
-    """Token ids of `text` in a llama.cpp vocabulary."""
-    data = text.encode("utf-8")
-    capacity = len(data) + 8
-    buf = (llama_cpp.llama_token * capacity)()
-    n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
-    if n < 0:  # buffer too small: llama.cpp says how many it needs
-        capacity = -n
-        buf = (llama_cpp.llama_token * capacity)()
-        n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
-    return list(buf[:n])
 
 
 def model_meta(model: llama_cpp.llama_model_p, key: str) -> str | None:

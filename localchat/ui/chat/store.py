@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import threading
 import time
 import uuid
@@ -15,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ...paths import data_dir
-from ...sqlite_file import open_or_start_anew
+from ...errors import StoreError
+from ...sqlite_file import not_kept, open_or_start_anew, transaction
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +70,31 @@ class Store:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or data_dir() / "conversations.sqlite3"
         self._lock = threading.Lock()
-        self._db = open_or_start_anew(self.path, SCHEMA, "conversations", "the conversations")
+        self._db: sqlite3.Connection | None = None
+        with self._lock:
+            try:
+                self._conn()
+            except StoreError as exc:  # a full disk at start: the chats open on a later use, not never
+                log.warning("%s", exc)
+
+    def _conn(self) -> sqlite3.Connection:
+        """The open database (under the lock), opened now where a start failed; a StoreError if it cannot be."""
+        if self._db is None:
+            try:
+                self._db = open_or_start_anew(self.path, SCHEMA, "conversations", "the conversations")
+            except sqlite3.Error as exc:
+                raise not_kept(exc, "the chats") from None
+        return self._db
 
     def _write(self, statements: list[tuple[str, tuple]]) -> None:
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            db = self._conn()
             try:
-                for sql, args in statements:
-                    self._db.execute(sql, args)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                with transaction(db):
+                    for sql, args in statements:
+                        db.execute(sql, args)
+            except sqlite3.Error as exc:  # nothing of this change is kept, and all before it is
+                raise not_kept(exc, "the chat") from None
 
     def create(self, title: str = "New chat", system_prompt: str = "", settings: dict[str, Any] | None = None) -> str:
         """A new empty conversation; returns its id."""
@@ -96,7 +111,7 @@ class Store:
         """Conversations whose title or any message holds `query` (case-insensitive), newest first."""
         pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         with self._lock:
-            rows = self._db.execute(
+            rows = self._conn().execute(
                 "SELECT id, title, system_prompt, settings, updated FROM conversations c WHERE title LIKE ?1 "
                 "ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND "
                 "m.content LIKE ?1 ESCAPE '\\') ORDER BY updated DESC", (pattern,)).fetchall()
@@ -104,11 +119,11 @@ class Store:
 
     def get(self, conv_id: str) -> Conversation | None:
         with self._lock:
-            row = self._db.execute("SELECT id, title, system_prompt, settings, updated FROM conversations WHERE id = ?",
+            row = self._conn().execute("SELECT id, title, system_prompt, settings, updated FROM conversations WHERE id = ?",
                                    (conv_id,)).fetchone()
             if row is None:
                 return None
-            messages = self._db.execute(
+            messages = self._conn().execute(
                 "SELECT role, content, stats FROM messages WHERE conversation_id = ? ORDER BY position",
                 (conv_id,)).fetchall()
         return Conversation(row[0], row[1], row[2], _object(row[3]),
@@ -155,7 +170,9 @@ class Store:
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
 
 def _object(text: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -22,7 +23,7 @@ from typing import Any, Awaitable, Callable
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse
 
-from ...models.hub import DISK_MARGIN
+from ...paths import DISK_MARGIN
 from ...units import size_text
 from .uploads import MAX_UPLOAD_BYTES, too_large
 
@@ -88,6 +89,10 @@ class UploadLimits:
 
     def __init__(self, app: ASGIApp, folder: Path) -> None:
         self.app, self.folder = app, folder
+        # The bytes of the uploads in flight: each is counted against the disk beside them, not only
+        # against what is free when it arrives (two at once both fit alone, and filled the disk together).
+        self._reserved = 0
+        self._lock = threading.Lock()
 
     async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
         path = "/" + "/".join(part for part in str(scope.get("path", "")).split("/") if part)
@@ -98,13 +103,15 @@ class UploadLimits:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        held = _Held()
+        held, counted = _Held(), _Counted(receive, scope)
         received: list[str] = []
         try:
-            await self.app(scope, receive, held.send)
+            await self.app(scope, counted, held.send)
             received = held.paths()
-            refusal = await run_in_threadpool(self.over_limit, received)
+            refusal = counted.refusal() or await run_in_threadpool(self.over_limit, received)
         finally:
+            with self._lock:
+                self._reserved -= _length(scope)
             await run_in_threadpool(prune, self.folder, frozenset(received if refusal is None else ()))
         await (refusal or held.replay)(scope, receive, send)
 
@@ -113,16 +120,20 @@ class UploadLimits:
         length = dict(scope.get("headers", [])).get(b"content-length", b"")
         if not length.isdigit():
             return PlainTextResponse("an upload must say its size (Content-Length).", status_code=411)
-        size, room = int(length), shutil.disk_usage(self.folder).free - DISK_MARGIN
+        size = int(length)
+        with self._lock:  # asked and reserved at once: two uploads never both take the same room
+            room = shutil.disk_usage(self.folder).free - DISK_MARGIN - self._reserved
+            fits = size <= MAX_IMPORT_BYTES and size <= room
+            self._reserved += size if fits else 0
+        if fits:
+            return None
         if size > MAX_IMPORT_BYTES:
             return PlainTextResponse(f"the upload is {size_text(size)}, over the {size_text(MAX_IMPORT_BYTES)} limit "
                                      "of a model import.", status_code=413)
-        if size > room:
-            # How much is free stays unsaid: with --listen this answer comes before the login.
-            return PlainTextResponse(f"the upload is {size_text(size)}, more than the disk holding localchat's data "
-                                     f"has room for (keeping {size_text(DISK_MARGIN)} free); free some space and try "
-                                     "again.", status_code=413)
-        return None
+        # How much is free stays unsaid: with --listen this answer comes before the login.
+        return PlainTextResponse(f"the upload is {size_text(size)}, more than the disk holding localchat's data "
+                                 f"has room for beside the uploads under way (keeping {size_text(DISK_MARGIN)} free); "
+                                 "free some space or wait for them, and try again.", status_code=413)
 
     def over_limit(self, received: list[str]) -> PlainTextResponse | None:
         """A 413 when a received file is over the limit of its kind; then every file of the request is deleted."""
@@ -135,6 +146,59 @@ class UploadLimits:
                 return PlainTextResponse(f"{too_large(name, size)} Only a GGUF model (.gguf) to import may be "
                                          "larger.", status_code=413)
         return None
+
+
+class _Counted:
+    """The upload's body as the route reads it, each file's bytes counted as they arrive: a document past its
+    limit ends the upload there, not once it is written whole. The route is then sent the end of a multipart
+    body that does not parse, so it deletes the part files it began (Gradio does so on any parse error)."""
+
+    NAME = b'filename="'
+
+    def __init__(self, receive: Callable, scope: Scope) -> None:
+        self.receive = receive
+        kind = dict(scope.get("headers", [])).get(b"content-type", b"")
+        self.boundary = kind.partition(b"boundary=")[2].split(b";")[0].strip(b'" ')
+        self.name, self.count, self.tail = "", 0, b""
+        self.over: tuple[str, int] | None = None
+
+    async def __call__(self) -> dict[str, Any]:
+        message = await self.receive()
+        if self.over is None and message.get("type") == "http.request":
+            self._count(message.get("body", b""))
+            if self.over is not None:
+                # A new part whose first header line is empty: the parser stops there, as on any broken body.
+                return {"type": "http.request", "body": b"\r\n--" + self.boundary + b"\r\n:\r\n", "more_body": False}
+        return message
+
+    def _count(self, chunk: bytes) -> None:
+        data, new = self.tail + chunk, len(self.tail)
+        counted, at = new, 0
+        while (start := data.find(self.NAME, at)) >= 0 and (end := data.find(b'"', start + len(self.NAME))) >= 0:
+            at = end + 1
+            if end < new:  # a part's header read with the chunk before
+                continue
+            self._add(max(0, start - counted))  # the part before ends where this header begins
+            self.name, self.count, counted = data[start + len(self.NAME):end].decode("utf-8", "replace"), 0, end + 1
+        self._add(len(data) - max(counted, new))
+        self.tail = data[-512:]
+
+    def _add(self, size: int) -> None:
+        self.count += size
+        if self.over is None and self.name and self.count > file_limit(self.name) + 4096:  # + the part's own lines
+            self.over = (self.name, self.count)
+
+    def refusal(self) -> PlainTextResponse | None:
+        if self.over is None:
+            return None
+        name, size = self.over
+        return PlainTextResponse(f"{too_large(name, size)} Only a GGUF model (.gguf) to import may be larger.",
+                                 status_code=413)
+
+
+def _length(scope: Scope) -> int:
+    """The Content-Length of a request the limits let through (reserved by `refusal`)."""
+    return int(dict(scope.get("headers", [])).get(b"content-length", b"0"))
 
 
 class _Held:
