@@ -22,11 +22,10 @@ from localchat.runtime.workers.worker import WorkerConfig
 from mcp_fixtures import FIXTURE, MODEL, free_port
 
 
-@pytest.fixture(scope="session")
-def http_fixture() -> Iterator[str]:
-    """The fixture server on Streamable HTTP; its /mcp URL once it answers."""
+def _serving(flag: str, path: str) -> Iterator[str]:
+    """The fixture server on an HTTP transport; its URL once it listens."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(FIXTURE), "--http", str(port)], stdout=subprocess.DEVNULL,
+    process = subprocess.Popen([sys.executable, str(FIXTURE), flag, str(port)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while True:
@@ -34,16 +33,28 @@ def http_fixture() -> Iterator[str]:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             break
         except OSError:
-            assert process.poll() is None, "the Streamable HTTP fixture server stopped at its start"
-            assert time.monotonic() < deadline, "the Streamable HTTP fixture server did not listen within 120 s"
+            assert process.poll() is None, f"the fixture server ({flag}) stopped at its start"
+            assert time.monotonic() < deadline, f"the fixture server ({flag}) did not listen within 120 s"
             time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp"
+    yield f"http://127.0.0.1:{port}{path}"
     process.terminate()  # a client connection still open (this process's) may hold uvicorn's graceful stop
     try:
         process.wait(10)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(10)
+
+
+@pytest.fixture(scope="session")
+def http_fixture() -> Iterator[str]:
+    """The fixture server on Streamable HTTP; its /mcp URL."""
+    yield from _serving("--http", "/mcp")
+
+
+@pytest.fixture(scope="session")
+def sse_fixture() -> Iterator[str]:
+    """The fixture server on the old HTTP+SSE transport; its /sse URL."""
+    yield from _serving("--sse", "/sse")
 
 
 @pytest.fixture(scope="module")

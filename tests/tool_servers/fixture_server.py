@@ -1,5 +1,5 @@
 """A small MCP server of the project's own for the tests, on the official SDK, over stdio:
-`python fixture_server.py [--garbage | --http PORT]`. Tools: echo, add, slow (sleeps), crash (the process dies mid-call),
+`python fixture_server.py [--garbage | --http PORT | --sse PORT]`. Tools: echo, add, slow (sleeps), crash (the process dies mid-call),
 huge (a result of N characters), grow (adds a tool and says the list changed), image (a 1x1 PNG), fail (the tool
 raises), header (an HTTP header of the call). --garbage writes a line that is not JSON-RPC before it serves (a malformed server)."""
 
@@ -84,6 +84,8 @@ async def grow(ctx: Context) -> str:
 if __name__ == "__main__":
     if "--http" in sys.argv:  # Streamable HTTP on 127.0.0.1 at that port, path /mcp
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[sys.argv.index("--http") + 1]))
+    elif "--sse" in sys.argv:  # the old HTTP+SSE transport on 127.0.0.1 at that port, path /sse
+        server.run("sse", host="127.0.0.1", port=int(sys.argv[sys.argv.index("--sse") + 1]))
     else:
         if "--garbage" in sys.argv:
             print("this is not JSON-RPC {{{", flush=True)

@@ -143,6 +143,12 @@ def test_streamable_http_with_headers(servers: ToolServers, http_fixture: str):
     assert servers.call(spec, "header", {"name": "authorization"}, 30, LIMIT).text == "Bearer sekret"
 
 
+def test_an_old_server_over_http_and_sse(servers: ToolServers, sse_fixture: str):
+    spec = ServerSpec(name="old", url=sse_fixture, sse=True)
+    assert spec.transport == "sse" and "echo" in {t.name for t in servers.tools(spec)}
+    assert servers.call(spec, "echo", {"text": "old"}, 30, LIMIT).text == "echo: old"
+
+
 def test_a_server_from_the_package_index(servers: ToolServers):
     spec = ServerSpec(name="time", command=sys.executable, args=("-m", "mcp_server_time", "--local-timezone=UTC"))
     assert "get_current_time" in {t.name for t in servers.tools(spec)}
