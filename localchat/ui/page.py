@@ -206,6 +206,24 @@ function localchatToggleSettings() {
   document.querySelector("#settings-panel .toggle-button")?.click();
 }
 
+// A chat opened (New chat, the list): the message box is emptied here, at the click, its text kept as the
+// draft of the chat left; the opened chat's draft comes back only into a box still empty, so what is typed
+// while the server opens the chat is never overwritten (its reply used to write the box after the typing).
+function localchatSetMessage(text) {
+  const box = document.querySelector("#message textarea");
+  if (!box) return;
+  box.value = text;
+  box.dispatchEvent(new Event("input", { bubbles: true }));
+}
+function localchatTakeDraft() {
+  const draft = document.querySelector("#message textarea")?.value || "";
+  if (draft) localchatSetMessage("");
+  return draft;
+}
+function localchatRestoreDraft(draft) {
+  if (draft && !document.querySelector("#message textarea")?.value) localchatSetMessage(draft);
+}
+
 // Files dropped anywhere in the window are attached as if chosen with the attach button, and while files are
 // dragged over it the window shows that it takes them (elsewhere Chromium would open the file and leave the app).
 // The Models panel's importer takes its own drops.

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 FOLLOW_S = 0.1  # how often a page that re-attached to an answer redraws it
 TURN_ENDING_S = 1.0  # how long a click on a chat waits for an answer that has shown its end to end its turn
+EMPTY_SEND = "Nothing was sent: the message box is empty. Type a question, then Send."
 
 
 @dataclass(slots=True)
@@ -73,7 +74,8 @@ class Replies:
                 *values: float) -> Iterator[tuple]:
         core, underway = self.core, self.w.underway
         text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
-        if not text.strip():
+        if not text.strip():  # said, not dropped silently: a Send that does nothing reads as one lost
+            gr.Warning(EMPTY_SEND + (" The attached documents go with it." if docs else ""))
             yield (gr.skip(),) * 8
             return
         sampling = sampling_of(values, self.w.defaults)

@@ -1,0 +1,112 @@
+"""The window's first hour, in a real browser at machine speed: text typed at once after New chat or after
+opening a chat is kept and sent, and a Send with nothing to send says so."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from browser_kit import LONG, WIDE, ask, expect, last_reply, needs_chromium, open_window
+from ui_server import RunningUI, start_ui
+
+pytestmark = needs_chromium
+SHOTS = Path("/tmp/shots-window")
+
+
+@pytest.fixture(scope="module")
+def ui(model_path: Path, tmp_path_factory) -> Iterator[RunningUI]:
+    yield from start_ui(model_path, tmp_path_factory.mktemp("window") / "conversations.sqlite3")
+
+
+def new_page(ui: RunningUI, browser):
+    context = browser.new_context(viewport=WIDE)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    open_window(page, ui)
+    return context, page
+
+
+@pytest.fixture()
+def page(ui: RunningUI, browser):
+    context, page = new_page(ui, browser)
+    yield page
+    context.close()
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def wait_answered(page) -> None:
+    expect(last_reply(page)).to_contain_text(re.compile("TTFT|stopped|answered nothing"), timeout=LONG)
+
+
+def click_and_type(page, target, text: str) -> dict:
+    """Click `target` (a selector or a locator) and paste `text` into the message box at once, at machine speed:
+    the box is focused in the click's own task, and the paste is the next input the page gets. Returns what the
+    page saw at the paste: the milliseconds since the click and the chat's first message then."""
+    element = page.locator(target) if isinstance(target, str) else target
+    element.evaluate("""(el) => {
+        const box = document.querySelector('#message textarea'), clicked = performance.now();
+        box.addEventListener('input', () => { window.lcAtPaste = {ms: performance.now() - clicked,
+            first: document.querySelector('#chat .message.user')?.innerText || ''}; }, {once: true});
+        el.click();
+        box.focus(); }""")
+    page.keyboard.insert_text(text)
+    return page.evaluate("() => window.lcAtPaste")
+
+
+def test_text_typed_at_once_after_new_chat_or_opening_a_chat_is_kept_and_sent(page, ui: RunningUI):
+    """The reply that opens a chat used to write that chat's saved draft ("") into the box after the typing."""
+    box = page.locator("#message textarea")
+    ask(page, "Name the capital city of Peru.")
+    wait_answered(page)
+    for attempt in range(3):
+        # New chat, and the message typed (pasted) at once: within a few milliseconds of the click.
+        text = f"Name the capital city of country number {attempt}."
+        pasted = click_and_type(page, "#new-chat", text)
+        # Pasted while the chat left was still shown: before the reply that opens the new chat.
+        assert "Peru" in pasted["first"], pasted
+        expect(page.locator("#chat .user")).to_have_count(0)  # the new chat's reply has landed
+        expect(box).to_have_value(text)
+        box.press("Enter")
+        expect(page.locator("#chat .user")).to_have_text([re.compile(re.escape(text))])
+        wait_answered(page)
+        # A chat opened from the list, and a message typed at once: it stays, and goes to that chat.
+        follow_up = f"And the capital of Chile? ({attempt})"
+        peru = page.locator("#conversations label").filter(has_text="Name the capital city of Peru.")
+        pasted_too = click_and_type(page, peru, follow_up)
+        assert "Peru" not in pasted_too["first"], pasted_too  # before the Peru chat was drawn
+        expect(page.locator("#chat .user").first).to_contain_text("Peru")
+        expect(box).to_have_value(follow_up)
+        box.press("Enter")
+        expect(page.locator("#chat .user").last).to_contain_text(follow_up)
+        wait_answered(page)
+        print(f"attempt {attempt}: pasted {pasted['ms']:.0f} and {pasted_too['ms']:.0f} ms after the clicks")
+    shot(page, "typed-at-once-kept")
+    peru = next(c for c in ui.store.list() if c.title.startswith("Name the capital city of Peru"))
+    assert [m.content for m in ui.store.get(peru.id).messages if m.role == "user"][1:] == \
+        [f"And the capital of Chile? ({n})" for n in range(3)]
+
+
+def test_a_draft_comes_back_only_into_an_empty_box(page, ui: RunningUI):
+    box = page.locator("#message textarea")
+    ask(page, "Name the capital city of Spain.")
+    wait_answered(page)
+    box.fill("A draft left in the Spain chat")
+    page.locator("#new-chat").click()
+    expect(box).to_have_value("")
+    expect(page.locator("#chat .user")).to_have_count(0)
+    page.locator("#conversations").get_by_text("Name the capital city of Spain.").click()
+    expect(box).to_have_value("A draft left in the Spain chat")  # back with its own chat, into an empty box
+
+
+def test_a_send_with_nothing_to_send_says_so(page):
+    page.locator("#send").click()
+    expect(page.locator(".toast-body").filter(has_text="Nothing was sent")).to_be_visible()
+    expect(page.locator("#chat .user")).to_have_count(0)
+    shot(page, "empty-send-said")
