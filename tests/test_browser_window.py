@@ -1,8 +1,10 @@
 """The window's first hour, in a real browser at machine speed: text typed at once after New chat or after
-opening a chat is kept and sent, and a Send with nothing to send says so."""
+opening a chat is kept and sent, a Send with nothing to send says so, and an answer of no tokens says it is
+one."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from pathlib import Path
@@ -10,7 +12,10 @@ from typing import Iterator
 
 import pytest
 from browser_kit import LONG, WIDE, ask, expect, last_reply, needs_chromium, open_window
-from ui_server import RunningUI, start_ui
+from ui_server import DEFAULTS, RunningUI, start_ui
+
+from localchat.runtime.constraints.grammar import Grammar
+from localchat.runtime.sampling import SamplingParams
 
 pytestmark = needs_chromium
 SHOTS = Path("/tmp/shots-window")
@@ -110,3 +115,23 @@ def test_a_send_with_nothing_to_send_says_so(page):
     expect(page.locator(".toast-body").filter(has_text="Nothing was sent")).to_be_visible()
     expect(page.locator("#chat .user")).to_have_count(0)
     shot(page, "empty-send-said")
+
+
+@pytest.fixture()
+def silent_ui(model_path: Path, tmp_path: Path) -> Iterator[RunningUI]:
+    """A window whose model may write nothing at all: a grammar that allows only the end of the answer."""
+    silent = dataclasses.replace(DEFAULTS, base=SamplingParams(grammar=Grammar('root ::= ""')))
+    yield from start_ui(model_path, tmp_path / "conversations.sqlite3", defaults=silent)
+
+
+def test_an_answer_of_no_tokens_says_the_model_answered_nothing(silent_ui: RunningUI, browser):
+    context, page = new_page(silent_ui, browser)
+    try:
+        ask(page, "Say nothing at all.")
+        reply = last_reply(page)
+        expect(reply).to_contain_text("The model answered nothing", timeout=LONG)
+        expect(reply).to_contain_text(re.compile(r"0 tokens · [\d.]+ s in all · context \d+ / [\d,]+"))
+        expect(reply).not_to_contain_text("…")
+        shot(page, "answered-nothing")
+    finally:
+        context.close()

@@ -278,7 +278,8 @@ def test_stop_while_reading_shows_only_stopped(ui: RunningUI):
             core.stop(conv)
     assert any("Reading the prompt" in s for s in shown)
     assert "stopped" in shown[-1] and "TTFT" not in shown[-1] and "tokens/s" not in shown[-1]
-    assert core.display(ui.store.get(conv))[-1]["content"] == "…\n\n*stopped*"
+    assert core.display(ui.store.get(conv))[-1]["content"] == \
+        "*No answer: it was stopped before its first word.*\n\n*stopped*"
 
 
 def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(ui: RunningUI, tmp_path: Path,
@@ -421,8 +422,14 @@ def test_the_stats_line_gives_the_answers_tokens_its_rate_and_the_whole_wait_apa
     # A thinking model's tokens, told apart; the rate stays the whole writing's.
     thought = reply_markdown("Paris.", stats | {"thinking_tokens": 30}, "", "")
     assert "TTFT 80 ms · 30 thinking + 12 answer tokens at 140.2 tokens/s · 1.3 s in all" in thought
-    stopped = reply_markdown("", stats | {"completion_tokens": 0}, "", finish_note("cancelled"))
-    assert stopped == "…\n\n*stopped*"
+    stopped = reply_markdown("", stats | {"completion_tokens": 0, "finish_reason": "cancelled"}, "",
+                             finish_note("cancelled"))
+    assert stopped == "*No answer: it was stopped before its first word.*\n\n*stopped*"
+    # Still to come, an answer shows "…"; one that ended with nothing says so, and what it read (no "…").
+    assert reply_markdown("", {}, "", "generating").startswith("…")
+    nothing = reply_markdown("", stats | {"completion_tokens": 0, "finish_reason": "stop", "model": "m"}, "", "")
+    assert "…" not in nothing and "The model answered nothing" in nothing
+    assert "m · 0 tokens · 1.3 s in all · context 30 / 8,192" in nothing
 
 
 def test_a_new_chat_starts_with_the_configured_system_prompt(model_path: Path, tmp_path: Path):
