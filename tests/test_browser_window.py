@@ -1,17 +1,19 @@
 """The window's first hour, in a real browser at machine speed: text typed at once after New chat or after
-opening a chat is kept and sent, a Send with nothing to send says so, and an answer of no tokens says it is
-one."""
+opening a chat is kept and sent, a Send with nothing to send says so, an answer of no tokens says it is one,
+and a thinking model chosen in the window gets its Thinking switch and budget."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 from browser_kit import LONG, WIDE, ask, expect, last_reply, needs_chromium, open_window
+from thinking_model import thinking_copy
 from ui_server import DEFAULTS, RunningUI, start_ui
 
 from localchat.runtime.constraints.grammar import Grammar
@@ -115,6 +117,39 @@ def test_a_send_with_nothing_to_send_says_so(page):
     expect(page.locator(".toast-body").filter(has_text="Nothing was sent")).to_be_visible()
     expect(page.locator("#chat .user")).to_have_count(0)
     shot(page, "empty-send-said")
+
+
+def test_a_thinking_model_chosen_in_the_window_gets_its_switch_and_budget(page, ui: RunningUI, model_path: Path,
+                                                                         tmp_path: Path, monkeypatch):
+    folder = tmp_path / ".lmstudio" / "models" / "thinking"
+    folder.mkdir(parents=True)
+    thinking = thinking_copy(model_path, folder)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    page.reload()
+    page.locator("#message textarea").wait_for()
+    page.locator("#open-settings").click()
+    expect(page.locator("#settings-panel")).to_have_class(re.compile(r"\bopen\b"))
+    expect(page.locator("#thinking")).to_be_hidden()  # SmolLM2's own template does not think
+    expect(page.locator("#thinking-budget")).to_be_hidden()
+    try:
+        page.locator("#model input").click()
+        page.get_by_role("option", name=re.compile("smollm2-thinking")).click()
+        expect(page.locator("#status")).to_contain_text("smollm2-thinking", timeout=LONG)
+        expect(page.locator("#thinking")).to_be_visible()
+        expect(page.locator("#thinking")).to_contain_text("Thinking")
+        expect(page.locator("#thinking-budget")).to_be_visible()
+        page.locator("#thinking").scroll_into_view_if_needed()
+        shot(page, "thinking-switch-after-model-change")
+        # Back to a model that does not think: the switch goes away again.
+        page.locator("#model input").click()
+        page.get_by_role("option", name=re.compile(re.escape(model_path.name))).click()
+        expect(page.locator("#status")).to_contain_text(model_path.name, timeout=LONG)
+        expect(page.locator("#thinking")).to_be_hidden()
+        expect(page.locator("#thinking-budget")).to_be_hidden()
+    finally:
+        if ui.runtime.model != str(model_path):
+            ui.runtime.switch(str(model_path))
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture()
