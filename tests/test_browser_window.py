@@ -170,3 +170,22 @@ def test_an_answer_of_no_tokens_says_the_model_answered_nothing(silent_ui: Runni
         shot(page, "answered-nothing")
     finally:
         context.close()
+
+
+def test_right_to_left_text_reads_from_the_right(page):
+    ask(page, "Name the capital city of Italy.")
+    wait_answered(page)
+    ask(page, "ما هي عاصمة فرنسا؟")
+    texts = page.locator("#chat .message.user .message-content")
+    expect(texts).to_have_count(2)
+    expect(texts.last).to_have_attribute("dir", "auto")
+    # Read from the right: its direction, and its line ends at the bubble's right edge.
+    assert texts.last.evaluate("(el) => getComputedStyle(el).direction") == "rtl"
+    line, bubble = texts.last.locator("p").first.evaluate("""(p) => { const range = document.createRange();
+        range.selectNodeContents(p); return [range.getBoundingClientRect().right,
+                                           p.closest('.message').getBoundingClientRect().right]; }""")
+    assert bubble - line < 40, (line, bubble)
+    # A message in a left-to-right script stays left to right.
+    assert texts.first.evaluate("(el) => getComputedStyle(el).direction") == "ltr"
+    wait_answered(page)
+    shot(page, "right-to-left")
