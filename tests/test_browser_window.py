@@ -189,3 +189,21 @@ def test_right_to_left_text_reads_from_the_right(page):
     assert texts.first.evaluate("(el) => getComputedStyle(el).direction") == "ltr"
     wait_answered(page)
     shot(page, "right-to-left")
+
+
+def test_the_rename_box_starts_with_the_chats_title(page, ui: RunningUI):
+    conv = ui.store.create("Lighthouse notes")
+    ui.store.append(conv, "user", "What did the keeper write about the foghorn?")
+    ui.store.append(conv, "assistant", "That it sounded twice at dawn.")
+    page.reload()
+    page.locator("#conversations").get_by_text("Lighthouse notes").click()
+    rename = page.locator("#rename textarea")
+    expect(rename).to_have_value("Lighthouse notes")
+    rename.fill("Harbour log")
+    rename.press("Enter")
+    expect(page.locator("#conversations")).to_contain_text("Harbour log")
+    expect(rename).to_have_value("Harbour log")
+    shot(page, "rename-box-with-title")
+    page.locator("#new-chat").click()
+    expect(rename).to_have_value("")
+    assert ui.store.get(conv).title == "Harbour log"

@@ -107,7 +107,12 @@ def wire(w: Window, bar: Sidebar) -> None:
     def rename(title: str, cid: str | None, request: gr.Request) -> tuple:
         if cid and title and title.strip():
             core.rename(cid, title)
-        return w.conversations(cid, request), ""
+        return w.conversations(cid, request), titled(cid)
+
+    def titled(cid: str | None) -> str:
+        """The rename box holds the open chat's title, to be edited (it started empty: a rename meant retyping)."""
+        conv = w.store.get(cid) if cid else None
+        return conv.title if conv is not None else ""
 
     def search(query: str, cid: str | None, request: gr.Request) -> tuple:
         w.searched(request, query)  # the list's later updates keep to it
@@ -128,6 +133,7 @@ def wire(w: Window, bar: Sidebar) -> None:
     bar.search.change(search, [bar.search, conv_id], [bar.convs, bar.no_match], api_name=False,
                       trigger_mode="always_last")
     bar.rename.submit(rename, [bar.rename, conv_id], [bar.convs, bar.rename], api_name=False)
+    conv_id.change(titled, [conv_id], [bar.rename], api_name=False, queue=False)
     bar.delete.click(lambda cid: gr.update(visible=cid is not None), [conv_id], [bar.confirm], api_name=False)
     bar.delete_no.click(lambda: gr.update(visible=False), None, [bar.confirm], api_name=False)
     bar.delete_yes.click(delete, [conv_id], [*chat_state, bar.convs, bar.confirm], api_name=False)
