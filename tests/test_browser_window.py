@@ -207,3 +207,16 @@ def test_the_rename_box_starts_with_the_chats_title(page, ui: RunningUI):
     page.locator("#new-chat").click()
     expect(rename).to_have_value("")
     assert ui.store.get(conv).title == "Harbour log"
+
+
+def test_importing_a_markdown_export_says_that_import_takes_json(page, tmp_path: Path):
+    exported = tmp_path / "A chat.md"
+    exported.write_text("# A chat\n\n**You:** hello\n")
+    page.locator("#transfer").get_by_text("Export and import").click()
+    page.locator("#import").locator("xpath=..").locator("input[type=file]").set_input_files(str(exported))
+    note = page.locator("#lc-import-note")
+    expect(note).to_contain_text("Not imported: A chat.md")
+    expect(note).to_contain_text("JSON")
+    expect(page.get_by_text(re.compile("Invalid file type"))).to_have_count(0)
+    note.scroll_into_view_if_needed()
+    shot(page, "import-markdown-said")
