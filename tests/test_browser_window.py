@@ -220,3 +220,27 @@ def test_importing_a_markdown_export_says_that_import_takes_json(page, tmp_path:
     expect(page.get_by_text(re.compile("Invalid file type"))).to_have_count(0)
     note.scroll_into_view_if_needed()
     shot(page, "import-markdown-said")
+
+
+def test_continue_takes_up_a_stopped_answer(page, ui: RunningUI):
+    page.locator("#open-settings").click()
+    number = page.locator("#max-tokens input[type=number]")
+    number.fill("512")
+    number.press("Enter")
+    expect(page.locator("#max-tokens input[type=range]")).to_have_value("512")
+    page.locator("#open-settings").click()
+    ask(page, "Count from 1 to 300, separated by commas.")
+    reply = last_reply(page)
+    expect(reply).to_contain_text(re.compile(r"\b12\b"), timeout=LONG)
+    page.locator("#stop").click()
+    expect(reply).to_contain_text("stopped", timeout=LONG)
+    chat = next(c for c in ui.store.list() if c.title.startswith("Count from 1 to 300"))
+    stopped = ui.store.get(chat.id).messages[-1]
+    assert stopped.stats["finish_reason"] == "cancelled"
+    page.locator("#continue").click()
+    expect(reply).to_contain_text("TTFT", timeout=LONG)
+    expect(reply).not_to_contain_text("stopped")
+    expect(page.locator(".toast-body").filter(has_text="can be continued")).to_have_count(0)
+    continued = ui.store.get(chat.id).messages[-1]
+    assert continued.content.startswith(stopped.content) and len(continued.content) > len(stopped.content)
+    shot(page, "continued-after-stop")
