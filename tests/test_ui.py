@@ -305,6 +305,9 @@ def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(u
 
 def test_every_follow_up_about_a_long_document_retrieves_its_own_passages(ui: RunningUI, tmp_path: Path,
                                                                          monkeypatch):
+    import dataclasses
+
+    from localchat.ingest.fit import passage_budget
     from localchat.ui.chat.core import ChatCore, Sampling
 
     monkeypatch.setattr("localchat.ui.documents.uploads.uploads_dir", lambda: tmp_path / "uploads")
@@ -328,12 +331,18 @@ def test_every_follow_up_about_a_long_document_retrieves_its_own_passages(ui: Ru
         prompts.append(turn.stats["prompt"])
         list(core.answer(conv, sampling))
     chat = ui.store.get(conv)
-    # Each turn keeps the passages it was read with, so each reply reused all the chat before its question.
+    # Each turn keeps the passages it was read with (they open under its reply)...
     assert [m.stats["prompt"] for m in chat.messages if m.role == "user"] == prompts
     replies = [m.stats for m in chat.messages if m.role == "assistant"]
-    for before, after in zip(replies, replies[1:]):
-        assert after["cached_tokens"] >= before["prompt_tokens"]
+    for after in replies[1:]:
         assert after["included"].startswith("logbook.txt: lines")
+    # ...but a follow-up's prompt carries only its own question's passages: the earlier turns as they were typed.
+    read = core.engine_messages(dataclasses.replace(chat, messages=chat.messages[:-1]))
+    asked = [m["content"] for m in read if m["role"] == "user"]
+    assert asked == [*questions[:-1], prompts[-1]]
+    # So the prompt does not grow by a question's passages with each follow-up (it did: 470, 3,737, 4,998 tokens).
+    grown = replies[-1]["prompt_tokens"] - replies[0]["prompt_tokens"]
+    assert grown < passage_budget(ui.runtime.engine.n_ctx), [r["prompt_tokens"] for r in replies]
     # Each reply cites its own passages, and each opens to the text it was given.
     for reply, fact in zip(replies, facts.values()):
         assert any(fact in p["text"] and p["label"].startswith("line") for p in reply["passages"])
