@@ -68,3 +68,27 @@ def test_the_window_says_it_is_a_base_model(base_model: Path, model_path: Path, 
     finally:
         runtime.engine.close()
         core.store.close()
+
+
+def test_a_model_runner_says_the_file_has_no_template_and_the_window_notes_a_base_model(base_model: Path,
+                                                                                      tmp_path):
+    """The server's engine lives in a runner process: it reported ChatML (the stand-in) as the file's own
+    template, so the server took a base model for a chat model (no note, no stop at ChatML's markers)."""
+    import functools
+
+    from localchat.assemble import open_engine
+    from localchat.config import Settings
+    from localchat.runners.supervisor import SupervisedEngine
+    from localchat.ui.chat.core import ChatCore
+    from localchat.ui.chat.session import Runtime
+    from localchat.ui.chat.store import Store
+
+    settings = Settings(model=str(base_model), n_ctx=1024, n_threads=1, speculation=False, kv_disk_mb=0)
+    with SupervisedEngine(functools.partial(open_engine, settings)) as engine:
+        assert engine.template.fallback
+        assert set(CHATML_STOPS) <= set(engine.template.stops)
+        core = ChatCore(Runtime(engine, str(base_model)), Store(tmp_path / "chats.sqlite3"))
+        try:
+            assert "base model" in core.status()
+        finally:
+            core.store.close()

@@ -34,3 +34,12 @@ def test_earliest_of_several_stops_wins():
     out = TextOutput(["zz", "b"])
     assert out.feed(b"a b zz") == "a "
     assert out.stopped
+
+
+def test_an_answer_cut_in_the_middle_of_a_character_ends_before_it_not_in_a_replacement_mark():
+    data = "Tschüss 🙂".encode()
+    out = TextOutput([])
+    shown = out.feed(data[:-2])  # Max tokens reached with half of the emoji's bytes written
+    assert shown + out.finish() == "Tschüss "
+    # A byte that is no UTF-8 at all, in the middle, is still marked where it was.
+    assert feed_all(TextOutput([]), [b"a\xffb"]) == "a\ufffdb"

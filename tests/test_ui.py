@@ -278,7 +278,8 @@ def test_stop_while_reading_shows_only_stopped(ui: RunningUI):
             core.stop(conv)
     assert any("Reading the prompt" in s for s in shown)
     assert "stopped" in shown[-1] and "TTFT" not in shown[-1] and "tokens/s" not in shown[-1]
-    assert core.display(ui.store.get(conv))[-1]["content"] == "…\n\n*stopped*"
+    assert core.display(ui.store.get(conv))[-1]["content"] == \
+        "*No answer: it was stopped before its first word.*\n\n*stopped*"
 
 
 def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(ui: RunningUI, tmp_path: Path,
@@ -304,6 +305,9 @@ def test_the_meter_says_whole_only_when_the_reply_will_read_the_document_whole(u
 
 def test_every_follow_up_about_a_long_document_retrieves_its_own_passages(ui: RunningUI, tmp_path: Path,
                                                                          monkeypatch):
+    import dataclasses
+
+    from localchat.ingest.fit import passage_budget
     from localchat.ui.chat.core import ChatCore, Sampling
 
     monkeypatch.setattr("localchat.ui.documents.uploads.uploads_dir", lambda: tmp_path / "uploads")
@@ -327,12 +331,18 @@ def test_every_follow_up_about_a_long_document_retrieves_its_own_passages(ui: Ru
         prompts.append(turn.stats["prompt"])
         list(core.answer(conv, sampling))
     chat = ui.store.get(conv)
-    # Each turn keeps the passages it was read with, so each reply reused all the chat before its question.
+    # Each turn keeps the passages it was read with (they open under its reply)...
     assert [m.stats["prompt"] for m in chat.messages if m.role == "user"] == prompts
     replies = [m.stats for m in chat.messages if m.role == "assistant"]
-    for before, after in zip(replies, replies[1:]):
-        assert after["cached_tokens"] >= before["prompt_tokens"]
+    for after in replies[1:]:
         assert after["included"].startswith("logbook.txt: lines")
+    # ...but a follow-up's prompt carries only its own question's passages: the earlier turns as they were typed.
+    read = core.engine_messages(dataclasses.replace(chat, messages=chat.messages[:-1]))
+    asked = [m["content"] for m in read if m["role"] == "user"]
+    assert asked == [*questions[:-1], prompts[-1]]
+    # So the prompt does not grow by a question's passages with each follow-up (it did: 470, 3,737, 4,998 tokens).
+    grown = replies[-1]["prompt_tokens"] - replies[0]["prompt_tokens"]
+    assert grown < passage_budget(ui.runtime.engine.n_ctx), [r["prompt_tokens"] for r in replies]
     # Each reply cites its own passages, and each opens to the text it was given.
     for reply, fact in zip(replies, facts.values()):
         assert any(fact in p["text"] and p["label"].startswith("line") for p in reply["passages"])
@@ -421,8 +431,14 @@ def test_the_stats_line_gives_the_answers_tokens_its_rate_and_the_whole_wait_apa
     # A thinking model's tokens, told apart; the rate stays the whole writing's.
     thought = reply_markdown("Paris.", stats | {"thinking_tokens": 30}, "", "")
     assert "TTFT 80 ms · 30 thinking + 12 answer tokens at 140.2 tokens/s · 1.3 s in all" in thought
-    stopped = reply_markdown("", stats | {"completion_tokens": 0}, "", finish_note("cancelled"))
-    assert stopped == "…\n\n*stopped*"
+    stopped = reply_markdown("", stats | {"completion_tokens": 0, "finish_reason": "cancelled"}, "",
+                             finish_note("cancelled"))
+    assert stopped == "*No answer: it was stopped before its first word.*\n\n*stopped*"
+    # Still to come, an answer shows "…"; one that ended with nothing says so, and what it read (no "…").
+    assert reply_markdown("", {}, "", "generating").startswith("…")
+    nothing = reply_markdown("", stats | {"completion_tokens": 0, "finish_reason": "stop", "model": "m"}, "", "")
+    assert "…" not in nothing and "The model answered nothing" in nothing
+    assert "m · 0 tokens · 1.3 s in all · context 30 / 8,192" in nothing
 
 
 def test_a_new_chat_starts_with_the_configured_system_prompt(model_path: Path, tmp_path: Path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 ANSWER_RESERVE = 512  # tokens kept free for the answer when documents are fitted into the context
 TEMPLATE_SLACK = 32  # the chat template's own tokens around the new turn
 # Passages chosen for one question take at most this share of the context: each follow-up in a chat
-# retrieves its own, and the turns before stay as they were read (the KV cache keeps their prefix).
+# retrieves its own, and only the newest question carries them (ui/chat/pinned.py: read_as).
 PASSAGE_SHARE = 0.3
 
 

@@ -53,7 +53,7 @@ class RunnerInfo:
     n_ctx: int
     n_ctx_train: int
     config: WorkerConfig
-    chat_template: str
+    chat_template: str | None  # None: the file has none that works, and ChatML stands in (a base model, mostly)
     bos_text: str
     eos_text: str
     placement: str
@@ -66,8 +66,11 @@ class RunnerInfo:
     @classmethod
     def of(cls, engine: Engine) -> "RunnerInfo":
         worker, template = engine.worker, engine.template
+        # The fallback's source is ChatML, not the file's: sent as the file's own, the server took it for a chat
+        # model's template (no base-model note, no stop at ChatML's markers).
+        own = None if template.fallback else template.source
         return cls(Path(getattr(worker, "model_path", "")), worker.describe(), engine.n_ctx, worker.n_ctx_train,
-                   worker.config, template.source, template.bos_token, template.eos_token, engine.placement,
+                   worker.config, own, template.bos_token, template.eos_token, engine.placement,
                    engine.drafter_name, engine.residences())
 
 

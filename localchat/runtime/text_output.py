@@ -23,8 +23,10 @@ class TextOutput:
         """Flush at the end of generation (not after a stop string: that text is dropped)."""
         if self.stopped:
             return ""
-        text = self._held + self._decoder.decode(b"", final=True)
-        self._held = ""
+        # Bytes left undecoded are a character the answer was cut in the middle of (Max tokens): dropped, where
+        # decoding them would end the answer in "\ufffd".
+        self._decoder.reset()
+        text, self._held = self._held, ""
         return text
 
     def _release(self, new: str) -> str:

@@ -207,6 +207,24 @@ function localchatToggleSettings() {
   document.querySelector("#settings-panel .toggle-button")?.click();
 }
 
+// A chat opened (New chat, the list): the message box is emptied here, at the click, its text kept as the
+// draft of the chat left; the opened chat's draft comes back only into a box still empty, so what is typed
+// while the server opens the chat is never overwritten (its reply used to write the box after the typing).
+function localchatSetMessage(text) {
+  const box = document.querySelector("#message textarea");
+  if (!box) return;
+  box.value = text;
+  box.dispatchEvent(new Event("input", { bubbles: true }));
+}
+function localchatTakeDraft() {
+  const draft = document.querySelector("#message textarea")?.value || "";
+  if (draft) localchatSetMessage("");
+  return draft;
+}
+function localchatRestoreDraft(draft) {
+  if (draft && !document.querySelector("#message textarea")?.value) localchatSetMessage(draft);
+}
+
 // Files dropped anywhere in the window are attached as if chosen with the attach button, and while files are
 // dragged over it the window shows that it takes them (elsewhere Chromium would open the file and leave the app).
 // The Models panel's importer takes its own drops.
@@ -242,23 +260,29 @@ document.addEventListener("drop", (event) => {
 });
 
 // Files of a kind localchat does not read are left out of an attach (picked or dropped) with one line saying so
-// under the message box: Gradio's own refusal listed all of its ~120 extensions.
+// under the message box: Gradio's own refusal listed all of its ~120 extensions. So for the chat import, which
+// takes JSON only (Gradio said a bare "Invalid file type" to a Markdown export).
 document.addEventListener("change", (event) => {
   const input = event.target;
-  if (!input.matches?.("input[type=file]") || !input.closest("#composer") || !input.accept) return;
+  const place = input.closest?.("#composer") ? "composer" : input.closest?.("#transfer") ? "transfer" : null;
+  if (!input.matches?.("input[type=file]") || !place || !input.accept) return;
   const accepted = input.accept.split(",").map((x) => x.trim().toLowerCase());
   const files = [...input.files], kept = files.filter((f) => accepted.some((x) => f.name.toLowerCase().endsWith(x)));
-  let note = document.getElementById("lc-file-note");
+  const noteId = place === "composer" ? "lc-file-note" : "lc-import-note";
+  let note = document.getElementById(noteId);
   note?.remove();
   if (kept.length === files.length) return;
   note = document.createElement("div");
-  note.id = "lc-file-note";
+  note.id = noteId;
   note.className = "lc-refusal";
   note.setAttribute("role", "alert");
   const left = files.filter((f) => !kept.includes(f)).map((f) => f.name).join(", ");
-  note.textContent = `Not attached: ${left}. localchat reads PDF, Word (DOCX), text, Markdown, HTML and source `
-    + "files; save it as one of those, or paste its text.";
-  document.getElementById("composer")?.after(note);
+  note.textContent = place === "composer"
+    ? `Not attached: ${left}. localchat reads PDF, Word (DOCX), text, Markdown, HTML and source `
+      + "files; save it as one of those, or paste its text."
+    : `Not imported: ${left}. Import takes chats exported as JSON (Export's JSON or All chats); a Markdown `
+      + "export is for reading, not for importing back.";
+  document.getElementById(place === "composer" ? "composer" : "import")?.after(note);
   const chosen = new DataTransfer();
   kept.forEach((f) => chosen.items.add(f));
   input.files = chosen.files;

@@ -5,6 +5,8 @@ page.py puts them into the page with the rest; its `localchatAct` sends their re
 from __future__ import annotations
 
 MESSAGE_CSS = """
+/* A bubble's text starts on its own side: the right for a right-to-left message (Gradio aligns every one left). */
+#chat .message-content { text-align: start; }
 /* The controls under a message: "‹ 2/3 ›" (an answer's versions, a turn's branches: one look) and its Delete. */
 #chat .lc-tools { display: inline-flex; flex-wrap: wrap; align-items: center; gap: 0.6em; font-size: 0.9em;
   color: var(--lc-quiet-text); }
@@ -28,6 +30,9 @@ MESSAGE_CSS = """
 
 MESSAGE_SCRIPT = r"""
 new MutationObserver(() => {
+  // A message in a right-to-left script (Arabic, Hebrew, Persian) reads from the right: each bubble's text takes
+  // its direction from itself (Gradio sets dir="ltr" on every bubble).
+  for (const text of document.querySelectorAll("#chat .message-content:not([dir])")) text.setAttribute("dir", "auto");
   // The chat's sanitizer keeps a button's title but no aria-label: the title names it for a screen reader too.
   for (const button of document.querySelectorAll("#chat .lc-tools button[title]:not([aria-label])")) {
     button.setAttribute("aria-label", button.title);

@@ -147,12 +147,13 @@ class ChatCore:
     # -- conversations --------------------------------------------------------------------
 
     def engine_messages(self, conv: Conversation, whole: bool = False) -> list[dict[str, str]]:
-        """The conversation as the model sees it: a turn with documents carries them in front, and the turns
-        the newest one's overflow left out are left out (all are kept with `whole`)."""
+        """The conversation as the model sees it: a turn with documents carries them in front (`read_as`), and
+        the turns the newest one's overflow left out are left out (all are kept with `whole`)."""
         head = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt else []
         source = self.runtime.engine.template.source
-        messages = head + [with_thinking({"role": m.role, "content": m.stats.get("prompt", m.content)}, m.stats, source)
-                           for m in conv.messages]
+        last = len(conv.messages) - 1
+        messages = head + [with_thinking({"role": m.role, "content": pinned.read_as(m, i == last)}, m.stats, source)
+                           for i, m in enumerate(conv.messages)]
         asked = [m for m in conv.messages if m.role == "user"]
         gone = asked[-1].stats.get("left_out", []) if asked and not whole else []
         return without(messages, gone) if gone else messages

@@ -11,9 +11,22 @@ from .store import Conversation, Message, Store
 UNPINNED = "unpinned"  # a user turn's stats: its documents may be left out with it, as the user chose
 
 
+def read_as(message: Message, newest: bool) -> str:
+    """A message as the model reads it: a user turn with the documents it read in front, whole or the passages
+    retrieved for its question. Passages are the newest question's only: an earlier turn is read as it was
+    typed, since each follow-up retrieves its own (kept, every earlier turn's passages, up to PASSAGE_SHARE of
+    the context each, made each follow-up's prompt longer than the last). A whole document stays: no later
+    turn reads it again."""
+    if message.role == "user" and not newest and message.stats.get("mode") == "retrieved":
+        return message.content
+    return message.stats.get("prompt", message.content)
+
+
 def pinned(message: Message) -> bool:
-    """Whether this user turn may not be left out: it carries documents the user has not let go of."""
-    return message.role == "user" and bool(message.stats.get("documents")) and not message.stats.get(UNPINNED)
+    """Whether this earlier user turn may not be left out: it carries documents whole, and the user has not let go
+    of them (a turn that retrieved passages carries them only while it is the newest: `read_as`)."""
+    return message.role == "user" and bool(message.stats.get("documents")) and not message.stats.get(UNPINNED) \
+        and message.stats.get("mode") != "retrieved"
 
 
 def pinned_names(conv: Conversation) -> list[str]:

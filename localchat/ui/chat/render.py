@@ -133,10 +133,14 @@ def stats_line(stats: dict[str, Any]) -> str:
     reply (a thinking model's tokens told apart: "30 thinking + 12 answer tokens"), the model's name first when it was kept with the reply. The rate is the writing's alone, and the time
     from Send to the last token stands apart from it: "11 tokens in 55.8 s · 8.2 tokens/s" read as a contradiction
     when most of the wait was reading the prompt."""
-    if not stats.get("completion_tokens"):  # stopped before the first token: no rate to speak of
-        return ""
     items = [str(stats["model"])] if stats.get("model") else []  # which model wrote it, as the window named it
-    items += [f"TTFT {stats['ttft_ms']:,.0f} ms", f"{tokens_written(stats)} at {stats['tokens_per_s']:.1f} tokens/s"]
+    if stats.get("completion_tokens"):
+        items += [f"TTFT {stats['ttft_ms']:,.0f} ms",
+                  f"{tokens_written(stats)} at {stats['tokens_per_s']:.1f} tokens/s"]
+    elif stats.get("finish_reason") == "stop" and "prompt_tokens" in stats:  # ended at once: no rate, but read
+        items.append("0 tokens")
+    else:  # stopped before the first token: no numbers to speak of
+        return ""
     if "total_s" in stats:
         items.append(f"{stats['total_s']:.1f} s in all")
     if "spec_acceptance" in stats:
@@ -173,7 +177,7 @@ def reply_markdown(answer: str, stats: dict[str, Any], included: str = "", note:
     lines = [f"*Tools left out: {plain('; '.join(notes_of(stats)))}*"] if notes_of(stats) else []
     lines += [part for step in steps_of(stats) for part in step_parts(step)]  # the turns that called tools first
     lines += [thinking_html(thought, thinking_now, stats.get("thought_s"))] if thought else []
-    lines.append(inert(answer) if answer else ("" if thinking_now else "…"))
+    lines.append(inert(answer) if answer else ("" if thinking_now else no_answer(stats.get("finish_reason"))))
     if included:
         lines.append(f"**Included:** {plain(included)}")
     if passages:
@@ -188,6 +192,21 @@ def step_parts(step: dict[str, Any]) -> list[str]:
     """A model turn that called tools, as shown: its thinking, its text, then its calls' cards (tool_cards.py)."""
     parts = [thinking_html(step["thinking"], False, None)] if step.get("thinking") else []
     return parts + ([inert(step["text"])] if step.get("text", "").strip() else []) + [card_html(c) for c in step["cards"]]
+
+
+def no_answer(finish_reason: str | None) -> str:
+    """An answer without text: "…" while it is still to come; once it ended, how it ended with nothing (a "…"
+    left there read as an answer still loading)."""
+    if not finish_reason:
+        return "…"
+    if finish_reason == "cancelled":
+        return "*No answer: it was stopped before its first word.*"
+    if finish_reason == "error":
+        return "*No answer: it failed before its first word.*"
+    if finish_reason == "length":  # a thinking model's thinking took all of Max tokens
+        return "*No answer within Max tokens: Continue goes on, or raise Max tokens and Regenerate.*"
+    return "*The model answered nothing: it ended its answer at once. Regenerate asks again; a rephrased " \
+           "question may help.*"
 
 
 def thinking_html(thought: str, now: bool, seconds: float | None) -> str:

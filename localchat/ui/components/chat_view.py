@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 FOLLOW_S = 0.1  # how often a page that re-attached to an answer redraws it
 TURN_ENDING_S = 1.0  # how long a click on a chat waits for an answer that has shown its end to end its turn
+CONTINUED = ("length", "cancelled")  # how an answer that Continue takes up ended: cut at Max tokens, or stopped
+EMPTY_SEND = "Nothing was sent: the message box is empty. Type a question, then Send."
 
 
 @dataclass(slots=True)
@@ -73,7 +75,8 @@ class Replies:
                 *values: float) -> Iterator[tuple]:
         core, underway = self.core, self.w.underway
         text, sys_prompt = text or "", sys_prompt or ""  # an untouched textbox may send None
-        if not text.strip():
+        if not text.strip():  # said, not dropped silently: a Send that does nothing reads as one lost
+            gr.Warning(EMPTY_SEND + (" The attached documents go with it." if docs else ""))
             yield (gr.skip(),) * 8
             return
         sampling = sampling_of(values, self.w.defaults)
@@ -179,11 +182,14 @@ class Replies:
             yield from self.stream_reply(request, conv.id, sampling_of(values, self.w.defaults), kept, turn)
 
     def carry_on(self, request: gr.Request, cid: str | None, *values: float) -> Iterator[tuple]:
-        """Continue: the last answer, cut at Max tokens, goes on from where it stopped (kept in its place)."""
+        """Continue: the last answer, cut at Max tokens or stopped, goes on from where it ended (kept in its place;
+        Continue is on under any answer, so a stopped one goes on too rather than being refused)."""
         conv = self.store.get(cid) if cid else None
         last = conv.messages[-1] if conv is not None and conv.messages else None
-        if last is None or last.role != "assistant" or last.stats.get("finish_reason") != "length":
-            gr.Warning("only an answer cut at Max tokens can be continued; Regenerate answers again.")
+        if last is None or last.role != "assistant" or last.stats.get("finish_reason") not in CONTINUED \
+                or not last.content.strip():
+            gr.Warning("only an answer cut at Max tokens or stopped, with some text, can be continued; Regenerate "
+                       "answers again.")
             yield (gr.skip(),) * 8
             return
         with self.core.turn(conv.id) as turn:

@@ -140,6 +140,9 @@ def wire_settings_panel(panel: SettingsPanel, core: ChatCore, saved: Presets, de
     # The status changes with every load (a model switch, the wizard, a new context): so does the context box.
     status.change(functools.partial(follow_load, core), [panel.shown_ctx, panel.control("max_tokens")],
                   [panel.n_ctx, panel.note, panel.shown_ctx, panel.control("max_tokens")], api_name=False)
+    # A model chosen in the window may think where the one before did not (or the other way): its switch follows.
+    status.change(functools.partial(thinking_controls, core), [panel.control("thinking")],
+                  [panel.control("thinking"), panel.control("thinking_budget")], api_name=False)
     gr.on([system.blur, seed.blur, *(x.input if isinstance(x, gr.Dropdown) else x.release
                                      for x in sliders if x is not seed)], save_settings,
           [conv_id, *panel.inputs], None, api_name=False)
@@ -192,15 +195,37 @@ def wire_presets(panel: SettingsPanel, saved: Presets, defaults: Sampling, conv_
     controls.delete.click(delete, [controls.pick], [controls.pick], api_name=False)
 
 
-def thinking_control(core: ChatCore, value: str) -> gr.Dropdown:
-    """The thinking switch, where the loaded model has one: on/off (Qwen3, GLM, DeepSeek V3.1) or a level
-    (gpt-oss); hidden for a model that does not think or cannot be switched."""
+def thinking_choices(core: ChatCore) -> list[str] | None:
+    """The loaded model's thinking switch: on/off (Qwen3, GLM, DeepSeek V3.1) or a level (gpt-oss); None for a
+    model that does not think or cannot be switched."""
     style = thinking_style(core.runtime.engine.template.source)
     if style is None or style.switch is None:
+        return None
+    return ["default", *(style.levels or ("on", "off"))]
+
+
+THINKING_INFO = "Whether (or how hard) the model thinks before it answers."
+
+
+def thinking_control(core: ChatCore, value: str) -> gr.Dropdown:
+    """The thinking switch, where the loaded model has one; hidden otherwise."""
+    choices = thinking_choices(core)
+    if choices is None:
         return gr.Dropdown(["default"], value="default", visible=False, elem_id="thinking")
-    choices = ["default", *(style.levels or ("on", "off"))]
     return gr.Dropdown(choices, value=value if value in choices else "default", elem_id="thinking",
-                       label="Thinking", info="Whether (or how hard) the model thinks before it answers.")
+                       label="Thinking", info=THINKING_INFO)
+
+
+def thinking_controls(core: ChatCore, value: str | None) -> tuple:
+    """(the thinking switch, the thinking budget) for the model loaded now: the page is built with the model the
+    server started with, and the window may load another (a switch, the wizard)."""
+    choices = thinking_choices(core)
+    thinks = thinking_style(core.runtime.engine.template.source) is not None
+    budget = gr.update(visible=thinks)
+    if choices is None:
+        return gr.update(choices=["default"], value="default", visible=False), budget
+    return gr.update(choices=choices, value=value if value in choices else "default", visible=True,
+                     label="Thinking", info=THINKING_INFO), budget
 
 
 def sampling_of(values: tuple, defaults: Sampling) -> Sampling:

@@ -28,6 +28,7 @@ class Sidebar:
     model: gr.Dropdown
     status: gr.Markdown
     theme: gr.Button
+    restore: gr.Textbox  # the opened chat's draft, put back by the page script only into an empty message box
 
 
 def build(store: Store, conv_id: gr.State) -> Sidebar:
@@ -51,8 +52,9 @@ def build(store: Store, conv_id: gr.State) -> Sidebar:
     model = gr.Dropdown(label="Model", choices=[], value=None, allow_custom_value=True, elem_id="model")
     status = gr.Markdown(elem_id="status")
     theme_btn = gr.Button("Dark / light", size="sm", elem_id="theme-toggle")
+    restore = gr.Textbox(elem_id="draft-restore", elem_classes="lc-hidden", show_label=False, container=False)
     return Sidebar(new_btn, search, no_match, convs, rename_box, delete_btn, confirm, delete_yes, delete_no, model, status,
-                   theme_btn)
+                   theme_btn, restore)
 
 
 def searched(store: Store, query: str, selected: str | None) -> tuple:
@@ -66,7 +68,8 @@ def searched(store: Store, query: str, selected: str | None) -> tuple:
 
 
 def switch_draft(drafts: dict[str, str], leaving: str | None, draft: str, opening: str | None) -> tuple:
-    """The message box keeps an unsent draft per chat: the one left is kept, the one opened comes back."""
+    """The message box keeps an unsent draft per chat: the one left is kept, the one opened comes back (the page
+    script puts it in the box only if nothing was typed there meanwhile: `TAKE_DRAFT`, `RESTORE_DRAFT`)."""
     drafts = dict(drafts or {})
     if draft and draft.strip():
         drafts[leaving or ""] = draft
@@ -75,18 +78,23 @@ def switch_draft(drafts: dict[str, str], leaving: str | None, draft: str, openin
     return drafts.pop(opening or "", ""), drafts
 
 
+# The box is emptied in the page at the click (its text goes to the server as the draft left), never by the reply.
+TAKE_DRAFT = "(opening, leaving, draft, drafts) => [opening, leaving, localchatTakeDraft(), drafts]"
+RESTORE_DRAFT = "(draft) => { localchatRestoreDraft(draft); return []; }"
+
+
 def wire(w: Window, bar: Sidebar) -> None:
     """The sidebar's events (the model picker's are the Models panel's: models_panel.py)."""
     core, conv_id, message, drafts = w.core, w.conv_id, w.message, w.drafts
 
-    def open_chat(cid: str | None, leaving: str | None, draft: str, drafts: dict[str, str],
+    def open_chat(cid: str | None, leaving: str | None, draft: str | None, drafts: dict[str, str],
                   request: gr.Request) -> tuple:
         w.opened(request, cid)
-        return *w.load(cid), *switch_draft(drafts, leaving, draft, cid)
+        return *w.load(cid), *switch_draft(drafts, leaving, draft or "", cid)
 
-    def open_new_chat(leaving: str | None, draft: str, drafts: dict[str, str], request: gr.Request) -> tuple:
+    def open_new_chat(leaving: str | None, draft: str | None, drafts: dict[str, str], request: gr.Request) -> tuple:
         w.opened(request, None)
-        return *w.new_chat(request), *switch_draft(drafts, leaving, draft, None)
+        return *w.new_chat(request), *switch_draft(drafts, leaving, draft or "", None)
 
     def delete(cid: str | None, request: gr.Request) -> tuple:
         w.opened(request, None)
@@ -99,16 +107,23 @@ def wire(w: Window, bar: Sidebar) -> None:
     def rename(title: str, cid: str | None, request: gr.Request) -> tuple:
         if cid and title and title.strip():
             core.rename(cid, title)
-        return w.conversations(cid, request), ""
+        return w.conversations(cid, request), titled(cid)
+
+    def titled(cid: str | None) -> str:
+        """The rename box holds the open chat's title, to be edited (it started empty: a rename meant retyping)."""
+        conv = w.store.get(cid) if cid else None
+        return conv.title if conv is not None else ""
 
     def search(query: str, cid: str | None, request: gr.Request) -> tuple:
         w.searched(request, query)  # the list's later updates keep to it
         return searched(w.store, query, cid)
 
     chat_state = w.chat_state
-    bar.convs.input(open_chat, [bar.convs, conv_id, message, drafts], [*chat_state, message, drafts], api_name=False)
-    bar.new.click(open_new_chat, [conv_id, message, drafts], [*chat_state, bar.convs, message, drafts],
-                  api_name=False)
+    bar.convs.input(open_chat, [bar.convs, conv_id, message, drafts], [*chat_state, bar.restore, drafts],
+                    api_name=False, js=TAKE_DRAFT).then(None, [bar.restore], None, js=RESTORE_DRAFT, api_name=False)
+    bar.new.click(open_new_chat, [conv_id, message, drafts], [*chat_state, bar.convs, bar.restore, drafts],
+                  api_name=False, js="(leaving, draft, drafts) => [leaving, localchatTakeDraft(), drafts]").then(
+        None, [bar.restore], None, js=RESTORE_DRAFT, api_name=False)
     # The chat's own trash icon deletes, as the sidebar's Delete does: it asks first, the chat shown
     # again meanwhile (the icon blanks the view in the page before it asks the server anything).
     w.chatbot.clear(lambda cid: (*w.view(cid), gr.update(visible=cid is not None)), [conv_id],
@@ -118,6 +133,7 @@ def wire(w: Window, bar: Sidebar) -> None:
     bar.search.change(search, [bar.search, conv_id], [bar.convs, bar.no_match], api_name=False,
                       trigger_mode="always_last")
     bar.rename.submit(rename, [bar.rename, conv_id], [bar.convs, bar.rename], api_name=False)
+    conv_id.change(titled, [conv_id], [bar.rename], api_name=False, queue=False)
     bar.delete.click(lambda cid: gr.update(visible=cid is not None), [conv_id], [bar.confirm], api_name=False)
     bar.delete_no.click(lambda: gr.update(visible=False), None, [bar.confirm], api_name=False)
     bar.delete_yes.click(delete, [conv_id], [*chat_state, bar.convs, bar.confirm], api_name=False)
